@@ -1,0 +1,49 @@
+package binlog
+
+import "time"
+
+// Txn is one committed transaction read from the binlog. It is the unit of progress: positions
+// are only ever recorded at a Txn's end, never inside it.
+type Txn struct {
+	// GTID is this transaction's own GTID in the server's notation ("0-1-42", "uuid:7",
+	// "uuid:tag:3"). Empty for anonymous transactions (gtid_mode=OFF, only seen in files).
+	// Consumers rebuild the executed set by adding GTIDs in order to the start set (cheaper
+	// than cloning a set per transaction).
+	GTID string
+	// CommitTime is when the source committed (MySQL 8: immediate_commit_timestamp, microsecond
+	// precision; MariaDB and MySQL 5.7: the event header's whole seconds).
+	CommitTime time.Time
+	// File and Pos are the binlog coordinates just past the transaction's last event.
+	File string
+	Pos  uint32
+	// Events are the INSERTs into configured outbox tables, in binlog order. Empty for
+	// transactions that touch no outbox table: those still move the position.
+	Events []Event
+}
+
+// Event is one row inserted into an outbox table, projected onto the configured columns.
+type Event struct {
+	// Schema and Table name the outbox table.
+	Schema, Table string
+	// ID is the row's "id" column rendered as text, when the table has one; only for messages
+	// to operators.
+	ID string
+	// The configured columns. A column that the table lacks has Missing set.
+	EventID, Key, Topic, Payload, EventType, Headers Field
+}
+
+// Field is one column value of an outbox row.
+type Field struct {
+	// Bytes is the value as text or raw bytes (BLOB/VARBINARY are passed through unchanged).
+	Bytes []byte
+	// Null is true for SQL NULL.
+	Null bool
+	// Missing is true when the table has no such column.
+	Missing bool
+}
+
+// Size approximates the event's memory footprint in bytes.
+func (e *Event) Size() int {
+	return len(e.Schema) + len(e.Table) + len(e.ID) + len(e.EventID.Bytes) + len(e.Key.Bytes) +
+		len(e.Topic.Bytes) + len(e.Payload.Bytes) + len(e.EventType.Bytes) + len(e.Headers.Bytes)
+}

@@ -1,0 +1,137 @@
+// Package sink defines the contract every broker sink implements: Send returns only after the
+// broker acknowledged every message, or with an error that says which messages failed.
+//
+// "No error returned" from a client library is never proof of delivery; a sink turns the broker's
+// own acknowledgement (Kafka acks=all, RocketMQ SEND_OK) into a nil error and everything else into
+// a Failure.
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Header is one message header (Kafka record header, RocketMQ user property).
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Message is a fully encoded message: the router produced its final topic, key, headers and
+// bytes, so a retry resends exactly these bytes and does no encoding work again.
+type Message struct {
+	// Topic is the destination topic on the sink.
+	Topic string
+	// Key orders and partitions the message (Kafka key, RocketMQ sharding key). Nil means no key.
+	Key []byte
+	// Value is the payload.
+	Value []byte
+	// Headers carry event_id, event_type, outbox_table, outbox_gtid and the row's own headers.
+	Headers []Header
+	// Time is the source transaction's commit time.
+	Time time.Time
+	// EventID is the row's event id (also among Headers); RocketMQ sets it as the message Keys.
+	EventID string
+	// Tag is the RocketMQ tag; other sinks ignore it.
+	Tag string
+}
+
+// Size approximates the message's memory and wire size in bytes.
+func (m *Message) Size() int {
+	n := len(m.Topic) + len(m.Key) + len(m.Value) + len(m.EventID) + len(m.Tag)
+	for _, h := range m.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// Sink delivers messages to one broker cluster.
+type Sink interface {
+	// Send blocks until the broker acknowledged every message in msgs, or until it knows which
+	// ones it did not. It returns nil only when every message is acknowledged (stored per the
+	// sink's durability setting). Otherwise it returns a *SendError listing the failed messages;
+	// any message not listed there was acknowledged. Within one call, messages with the same Key
+	// are sent in slice order, and when one of them fails every later one with the same Key is
+	// reported failed too (not sent, or sent but not acknowledged), so the caller can resend the
+	// failed ones in order without a later message overtaking an earlier one.
+	// A cancelled ctx makes Send return promptly with every unacknowledged message failed.
+	// Safe for concurrent use, but callers that need per-key order must not have two Sends with
+	// the same key in flight at once.
+	Send(ctx context.Context, msgs []*Message) error
+	// Close releases connections. It does not wait for anything but its own cleanup.
+	Close() error
+}
+
+// Checker is implemented by sinks that can verify connectivity and configuration, for
+// `outboxd check`. It blocks until the broker answered or ctx ends.
+type Checker interface {
+	Check(ctx context.Context, topics []string) error
+}
+
+// ErrPermanent marks an error that retrying cannot fix (message too large, unknown or forbidden
+// topic). Test with IsPermanent.
+var ErrPermanent = errors.New("permanent")
+
+// Permanent wraps err so that IsPermanent reports true for it.
+func Permanent(err error) error {
+	if err == nil || errors.Is(err, ErrPermanent) {
+		return err
+	}
+	return &permanentError{err: err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() []error {
+	return []error{e.err, ErrPermanent}
+}
+
+// IsPermanent reports whether err can never succeed on retry.
+func IsPermanent(err error) bool { return errors.Is(err, ErrPermanent) }
+
+// Failure is one message that was not acknowledged.
+type Failure struct {
+	// Index is the message's position in the slice passed to Send.
+	Index int
+	// Err says why; IsPermanent(Err) tells whether a retry can succeed.
+	Err error
+}
+
+// SendError is returned by Send when some messages were not acknowledged.
+type SendError struct {
+	// Failures are sorted by Index.
+	Failures []Failure
+}
+
+func (e *SendError) Error() string {
+	if len(e.Failures) == 0 {
+		return "send failed"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d message(s) not acknowledged: %v", len(e.Failures), e.Failures[0].Err)
+	if len(e.Failures) > 1 {
+		fmt.Fprintf(&b, " (and %d more)", len(e.Failures)-1)
+	}
+	return b.String()
+}
+
+// Unwrap exposes the first failure's cause to errors.Is and errors.As.
+func (e *SendError) Unwrap() error {
+	if len(e.Failures) == 0 {
+		return nil
+	}
+	return e.Failures[0].Err
+}
+
+// AllFailed builds a SendError that fails every message of a batch of n with err.
+func AllFailed(n int, err error) *SendError {
+	fs := make([]Failure, n)
+	for i := range fs {
+		fs[i] = Failure{Index: i, Err: err}
+	}
+	return &SendError{Failures: fs}
+}
