@@ -1,0 +1,498 @@
+// Package binlog turns a MySQL/MariaDB binlog stream into committed transactions (Txn) carrying
+// the rows inserted into configured outbox tables.
+//
+// Two layers: Assembler is pure event handling (no I/O other than an optional ColumnResolver),
+// shared by the live stream and by tests that parse binlog files; Reader drives go-mysql's
+// BinlogSyncer and feeds the Assembler.
+package binlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/replication"
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+
+	"github.com/outboxd/outboxd/gtid"
+)
+
+// ColumnNames maps the outbox roles onto a table's real column names.
+type ColumnNames struct {
+	EventID, Key, Topic, Payload, EventType, Headers string
+}
+
+// defaultColumnNames backs DefaultColumnNames; never mutated.
+var defaultColumnNames = ColumnNames{
+	EventID:   "event_id",
+	Key:       "biz_key",
+	Topic:     "topic",
+	Payload:   "payload",
+	EventType: "event_type",
+	Headers:   "headers",
+}
+
+// DefaultColumnNames returns the column names used for roles left empty in a TableSpec.
+func DefaultColumnNames() ColumnNames { return defaultColumnNames }
+
+// withDefaults fills empty roles with the default column names.
+func (c ColumnNames) withDefaults() ColumnNames {
+	d := defaultColumnNames
+	if c.EventID == "" {
+		c.EventID = d.EventID
+	}
+	if c.Key == "" {
+		c.Key = d.Key
+	}
+	if c.Topic == "" {
+		c.Topic = d.Topic
+	}
+	if c.Payload == "" {
+		c.Payload = d.Payload
+	}
+	if c.EventType == "" {
+		c.EventType = d.EventType
+	}
+	if c.Headers == "" {
+		c.Headers = d.Headers
+	}
+	return c
+}
+
+// TableSpec names one outbox table and how its columns map onto the outbox roles. Schema and
+// Table match the binlog's names exactly (case-sensitive, as on a server with
+// lower_case_table_names=0).
+type TableSpec struct {
+	Schema, Table string
+	Columns       ColumnNames
+}
+
+// ColumnResolver returns a table's column names in ordinal order. The Assembler uses it when a
+// TABLE_MAP carries no column names (binlog_row_metadata=MINIMAL). binlog/server.ColumnReader
+// implements it against information_schema.
+type ColumnResolver interface {
+	Columns(ctx context.Context, schema, table string) ([]string, error)
+}
+
+// AssemblerConfig configures an Assembler.
+type AssemblerConfig struct {
+	Flavor  gtid.Flavor
+	Tables  []TableSpec
+	Columns ColumnResolver // optional; needed only for MINIMAL row metadata
+	Logger  zerolog.Logger
+}
+
+// txnState is where the Assembler is between transaction boundaries.
+type txnState int
+
+const (
+	stateIdle       txnState = iota // between transactions
+	stateAfterGTID                  // MySQL GTID seen; the next Query is BEGIN or a DDL statement
+	stateInTxn                      // inside BEGIN … XID/COMMIT
+	stateStandalone                 // MariaDB standalone GTID: the next Query ends the transaction
+)
+
+// tableState is one outbox table's spec plus its cached column names (MINIMAL metadata only).
+type tableState struct {
+	spec  TableSpec
+	names []string // from the ColumnResolver; nil when not resolved or invalidated
+	// warnedImage is set once a partial row image was reported, to log it once per table.
+	warnedImage bool
+}
+
+// Assembler groups binlog events into transactions. It is not safe for concurrent use: one
+// goroutine owns it (the Reader's Run loop, or a test feeding a file).
+type Assembler struct {
+	flavor   gtid.Flavor
+	filter   TableFilter
+	tables   map[tableKey]*tableState
+	resolver ColumnResolver
+	log      zerolog.Logger
+
+	file string
+	pos  uint32
+
+	state txnState
+	cur   *Txn
+	// inPayload is set while the inner events of a TRANSACTION_PAYLOAD are handled: their
+	// headers carry positions inside the compressed blob, not file positions.
+	inPayload bool
+}
+
+// NewAssembler returns an Assembler for the configured outbox tables. It does not block.
+func NewAssembler(cfg AssemblerConfig) *Assembler {
+	a := &Assembler{
+		flavor:   cfg.Flavor,
+		filter:   NewTableFilter(cfg.Tables),
+		tables:   make(map[tableKey]*tableState, len(cfg.Tables)),
+		resolver: cfg.Columns,
+		log:      cfg.Logger,
+	}
+	for _, t := range cfg.Tables {
+		t.Columns = t.Columns.withDefaults()
+		a.tables[tableKey{t.Schema, t.Table}] = &tableState{spec: t}
+	}
+	return a
+}
+
+// Filter returns the outbox-table filter, for use as the parser's RowsEventDecodeFunc.
+func (a *Assembler) Filter() TableFilter { return a.filter }
+
+// Position reports the binlog file and position after the last handled event.
+func (a *Assembler) Position() (file string, pos uint32) { return a.file, a.pos }
+
+// Handle consumes one event. It returns the transaction that this event completes, or nil.
+// It blocks only while the ColumnResolver runs (MINIMAL metadata, first row of a table or after
+// a DDL). On error the Assembler's state is unspecified: the caller must stop and restart from
+// its last checkpoint with a new Assembler.
+func (a *Assembler) Handle(ctx context.Context, ev *replication.BinlogEvent) (*Txn, error) {
+	if ev == nil || ev.Header == nil {
+		return nil, nil
+	}
+	if !a.inPayload && ev.Header.LogPos > 0 {
+		a.pos = ev.Header.LogPos
+	}
+	switch e := ev.Event.(type) {
+	case *replication.RotateEvent:
+		// Both the artificial rotate at the start of a dump and the real one at a file's end
+		// name the file the next events come from.
+		a.file = string(e.NextLogName)
+		a.pos = uint32(e.Position)
+	case *replication.GTIDEvent:
+		gt := ""
+		if ev.Header.EventType != replication.ANONYMOUS_GTID_EVENT {
+			s, err := mysqlGTID(e)
+			if err != nil {
+				return nil, err
+			}
+			gt = s
+		}
+		a.begin(gt, mysqlCommitTime(e, ev.Header), stateAfterGTID)
+	case *replication.GtidTaggedLogEvent:
+		s, err := mysqlGTID(&e.GTIDEvent)
+		if err != nil {
+			return nil, err
+		}
+		a.begin(s, mysqlCommitTime(&e.GTIDEvent, ev.Header), stateAfterGTID)
+	case *replication.MariadbGTIDEvent:
+		st := stateInTxn // MariaDB's GTID event is itself the BEGIN
+		if e.IsStandalone() {
+			st = stateStandalone
+		}
+		g := e.GTID
+		a.begin(fmt.Sprintf("%d-%d-%d", g.DomainID, g.ServerID, g.SequenceNumber),
+			time.Unix(int64(ev.Header.Timestamp), 0).UTC(), st)
+	case *replication.QueryEvent:
+		return a.handleQuery(ev, e), nil
+	case *replication.XIDEvent:
+		if a.cur != nil {
+			return a.complete(), nil
+		}
+	case *replication.RowsEvent:
+		return nil, a.handleRows(ctx, ev, e)
+	case *replication.TransactionPayloadEvent:
+		return a.handlePayload(ctx, ev, e)
+	case *replication.HeartbeatEvent:
+		// Heartbeats carry no data; lag tracking will hook in here (the server sends one per
+		// HeartbeatPeriod while idle, with the current file position).
+	}
+	return nil, nil
+}
+
+// handlePayload feeds a MySQL 8 TRANSACTION_PAYLOAD's decompressed events through Handle. The
+// transaction it holds ends at the payload event's own end position.
+func (a *Assembler) handlePayload(ctx context.Context, ev *replication.BinlogEvent, e *replication.TransactionPayloadEvent) (*Txn, error) {
+	a.inPayload = true
+	defer func() { a.inPayload = false }()
+	var done *Txn
+	for _, inner := range e.Events {
+		t, err := a.Handle(ctx, inner)
+		if err != nil {
+			return nil, err
+		}
+		if t != nil {
+			if done != nil {
+				return nil, fmt.Errorf("transaction payload at %s:%d holds more than one transaction", a.file, ev.Header.LogPos)
+			}
+			done = t
+		}
+	}
+	return done, nil
+}
+
+// begin opens a transaction. A still-open one was never committed in this stream (a binlog
+// truncated by a crash); its rows are dropped, as the server did.
+func (a *Assembler) begin(gt string, at time.Time, st txnState) {
+	if a.cur != nil {
+		a.log.Warn().Str("gtid", a.cur.GTID).Str("next_gtid", gt).
+			Msg("binlog transaction without commit dropped: a new transaction started before its XID/COMMIT")
+	}
+	a.cur = &Txn{GTID: gt, CommitTime: at}
+	a.state = st
+}
+
+func (a *Assembler) complete() *Txn {
+	t := a.cur
+	t.File, t.Pos = a.file, a.pos
+	a.cur, a.state = nil, stateIdle
+	return t
+}
+
+// handleQuery applies the transaction-boundary rules to a QUERY event.
+func (a *Assembler) handleQuery(ev *replication.BinlogEvent, e *replication.QueryEvent) *Txn {
+	q := strings.TrimSpace(string(e.Query))
+	switch a.state {
+	case stateInTxn:
+		// "ROLLBACK" appears when a transaction that changed non-transactional tables rolled
+		// back: the GTID is consumed either way. "ROLLBACK TO SAVEPOINT" stays inside.
+		if strings.EqualFold(q, "COMMIT") || strings.EqualFold(q, "ROLLBACK") {
+			return a.complete()
+		}
+		return nil
+	case stateAfterGTID:
+		if isBegin(q) {
+			a.state = stateInTxn
+			return nil
+		}
+		a.ddl(q)
+		return a.complete()
+	case stateStandalone:
+		a.ddl(q)
+		return a.complete()
+	default: // idle: a binlog without GTID events (MySQL 5.6 and older with gtid_mode=OFF)
+		if isBegin(q) {
+			a.begin("", time.Unix(int64(ev.Header.Timestamp), 0).UTC(), stateInTxn)
+			return nil
+		}
+		a.ddl(q)
+		a.cur = &Txn{CommitTime: time.Unix(int64(ev.Header.Timestamp), 0).UTC()}
+		return a.complete()
+	}
+}
+
+func isBegin(q string) bool {
+	return strings.EqualFold(q, "BEGIN") || hasPrefixFold(q, "XA START")
+}
+
+// ddl drops cached column names of outbox tables that the statement may have changed.
+func (a *Assembler) ddl(q string) {
+	for k, st := range a.tables {
+		if st.names == nil {
+			continue
+		}
+		if ddlMentionsTable(q, k.schema, k.table) {
+			a.log.Info().Str("table", k.schema+"."+k.table).Msg("DDL on outbox table: column names will be re-read")
+			st.names = nil
+		}
+	}
+}
+
+// handleRows turns the INSERTed rows of outbox tables into Events of the current transaction.
+func (a *Assembler) handleRows(ctx context.Context, ev *replication.BinlogEvent, e *replication.RowsEvent) error {
+	if e.Type() != replication.EnumRowsEventTypeInsert || e.Table == nil {
+		return nil // UPDATE, DELETE, partial JSON update: outbox rows are insert-only
+	}
+	st, ok := a.tables[tableKey{string(e.Table.Schema), string(e.Table.Table)}]
+	if !ok {
+		return nil
+	}
+	table := st.spec.Schema + "." + st.spec.Table
+	if a.cur == nil {
+		// Every server version writes a GTID or BEGIN first; keep the rows rather than lose them.
+		a.log.Warn().Str("table", table).Uint32("pos", ev.Header.LogPos).
+			Msg("rows event outside a transaction: treating it as the start of one")
+		a.begin("", time.Unix(int64(ev.Header.Timestamp), 0).UTC(), stateInTxn)
+	}
+	names, err := a.columnNames(ctx, st, e.Table)
+	if err != nil {
+		return err
+	}
+	p := newProjection(st.spec.Columns, names, e.Table)
+	for i, row := range e.Rows {
+		var skipped []int
+		if i < len(e.SkippedColumns) {
+			skipped = e.SkippedColumns[i]
+		}
+		if len(skipped) > 0 && !st.warnedImage {
+			st.warnedImage = true
+			a.log.Warn().Str("table", table).Ints("columns_not_logged", skipped).
+				Msg("outbox row image is partial (binlog_row_image is not FULL): columns not in the image are reported as missing; set binlog_row_image=FULL")
+		}
+		a.cur.Events = append(a.cur.Events, p.event(st.spec, row, skipped))
+	}
+	return nil
+}
+
+// errNoColumnNames is wrapped when MINIMAL metadata meets a missing resolver.
+var errNoColumnNames = errors.New("TABLE_MAP has no column names (binlog_row_metadata=MINIMAL) and no column resolver is configured; set binlog_row_metadata=FULL on the server")
+
+// columnNames returns the names of tm's columns in ordinal order.
+func (a *Assembler) columnNames(ctx context.Context, st *tableState, tm *replication.TableMapEvent) ([]string, error) {
+	n := int(tm.ColumnCount)
+	if len(tm.ColumnName) == n && n > 0 {
+		return tm.ColumnNameString(), nil
+	}
+	if len(st.names) == n {
+		return st.names, nil
+	}
+	table := st.spec.Schema + "." + st.spec.Table
+	if a.resolver == nil {
+		return nil, fmt.Errorf("outbox table %s: %w", table, errNoColumnNames)
+	}
+	names, err := a.resolver.Columns(ctx, st.spec.Schema, st.spec.Table)
+	if err != nil {
+		return nil, fmt.Errorf("outbox table %s: reading column names (binlog_row_metadata=MINIMAL): %w", table, err)
+	}
+	if len(names) != n {
+		// The table changed after this row was written: the current names cannot be mapped onto
+		// the old row by position.
+		return nil, fmt.Errorf("outbox table %s: binlog row has %d columns but the table now has %d; "+
+			"it was altered after this row was written — set binlog_row_metadata=FULL so rows carry their own column names",
+			table, n, len(names))
+	}
+	st.names = names
+	return names, nil
+}
+
+// projection maps one TABLE_MAP's column positions onto the outbox roles.
+type projection struct {
+	eventID, key, topic, payload, eventType, headers, id int // -1 when the table lacks it
+	enums                                                map[int][]string
+	tm                                                   *replication.TableMapEvent
+}
+
+func newProjection(c ColumnNames, names []string, tm *replication.TableMapEvent) projection {
+	idx := func(name string) int {
+		for i, n := range names {
+			if n == name {
+				return i
+			}
+		}
+		for i, n := range names { // MySQL column names are case-insensitive
+			if strings.EqualFold(n, name) {
+				return i
+			}
+		}
+		return -1
+	}
+	p := projection{
+		eventID: idx(c.EventID), key: idx(c.Key), topic: idx(c.Topic), payload: idx(c.Payload),
+		eventType: idx(c.EventType), headers: idx(c.Headers), id: idx("id"), tm: tm,
+	}
+	if len(tm.EnumStrValue) > 0 {
+		p.enums = tm.EnumStrValueMap()
+	}
+	return p
+}
+
+func (p projection) event(spec TableSpec, row []any, skipped []int) Event {
+	ev := Event{
+		Schema:    spec.Schema,
+		Table:     spec.Table,
+		EventID:   p.field(p.eventID, row, skipped),
+		Key:       p.field(p.key, row, skipped),
+		Topic:     p.field(p.topic, row, skipped),
+		Payload:   p.field(p.payload, row, skipped),
+		EventType: p.field(p.eventType, row, skipped),
+		Headers:   p.field(p.headers, row, skipped),
+	}
+	if f := p.field(p.id, row, skipped); !f.Missing && !f.Null {
+		ev.ID = string(f.Bytes)
+	}
+	return ev
+}
+
+// field extracts column i. A column absent from the row image (binlog_row_image=MINIMAL for an
+// INSERT that did not set it) is reported as Missing, like a column the table lacks.
+func (p projection) field(i int, row []any, skipped []int) Field {
+	if i < 0 || i >= len(row) {
+		return Field{Missing: true}
+	}
+	for _, s := range skipped {
+		if s == i {
+			return Field{Missing: true}
+		}
+	}
+	v := row[i]
+	if n, ok := v.(int64); ok && p.enums != nil && p.tm.IsEnumColumn(i) {
+		// ENUM values are logged as their 1-based index; FULL metadata carries the labels.
+		if labels := p.enums[i]; n >= 1 && int(n) <= len(labels) {
+			return Field{Bytes: []byte(labels[n-1])}
+		}
+	}
+	return valueField(v)
+}
+
+// valueField is the one conversion from a decoded binlog value to a Field. Byte values are
+// passed through without copying: go-mysql allocates every event's buffer afresh (packets and
+// file reads are copied out of its pools), so nothing overwrites them later.
+func valueField(v any) Field {
+	switch x := v.(type) {
+	case nil:
+		return Field{Null: true}
+	case []byte:
+		if x == nil {
+			x = []byte{}
+		}
+		return Field{Bytes: x}
+	case string:
+		// go-mysql returns VARCHAR/CHAR and JSON text as strings aliasing the event buffer;
+		// converting copies, which is cheap for these short columns.
+		return Field{Bytes: []byte(x)}
+	case int8:
+		return Field{Bytes: strconv.AppendInt(nil, int64(x), 10)}
+	case int16:
+		return Field{Bytes: strconv.AppendInt(nil, int64(x), 10)}
+	case int32:
+		return Field{Bytes: strconv.AppendInt(nil, int64(x), 10)}
+	case int64:
+		return Field{Bytes: strconv.AppendInt(nil, x, 10)}
+	case int:
+		return Field{Bytes: strconv.AppendInt(nil, int64(x), 10)}
+	case uint8:
+		return Field{Bytes: strconv.AppendUint(nil, uint64(x), 10)}
+	case uint16:
+		return Field{Bytes: strconv.AppendUint(nil, uint64(x), 10)}
+	case uint32:
+		return Field{Bytes: strconv.AppendUint(nil, uint64(x), 10)}
+	case uint64:
+		return Field{Bytes: strconv.AppendUint(nil, x, 10)}
+	case float32:
+		return Field{Bytes: strconv.AppendFloat(nil, float64(x), 'g', -1, 32)}
+	case float64:
+		return Field{Bytes: strconv.AppendFloat(nil, x, 'g', -1, 64)}
+	case fmt.Stringer: // decimal.Decimal with UseDecimal, *JsonDiff
+		return Field{Bytes: []byte(x.String())}
+	default:
+		return Field{Bytes: fmt.Append(nil, x)}
+	}
+}
+
+// mysqlGTID formats a MySQL GTID event as the server prints it: "uuid:N" or "uuid:tag:N".
+func mysqlGTID(e *replication.GTIDEvent) (string, error) {
+	u, err := uuid.FromBytes(e.SID)
+	if err != nil {
+		return "", fmt.Errorf("GTID event with a malformed source id: %w", err)
+	}
+	if tag := e.Tag.String(); tag != "" {
+		return u.String() + ":" + tag + ":" + strconv.FormatInt(e.GNO, 10), nil
+	}
+	return u.String() + ":" + strconv.FormatInt(e.GNO, 10), nil
+}
+
+// mysqlCommitTime prefers MySQL 8's microsecond immediate_commit_timestamp over the header's
+// whole seconds (which is the statement's start, not its commit, for long transactions).
+func mysqlCommitTime(e *replication.GTIDEvent, h *replication.EventHeader) time.Time {
+	if e.ImmediateCommitTimestamp != 0 {
+		return time.UnixMicro(int64(e.ImmediateCommitTimestamp)).UTC()
+	}
+	return time.Unix(int64(h.Timestamp), 0).UTC()
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}

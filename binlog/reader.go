@@ -1,0 +1,229 @@
+package binlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+	"github.com/rs/zerolog"
+
+	"github.com/outboxd/outboxd/gtid"
+)
+
+// Config configures a Reader.
+type Config struct {
+	Flavor   gtid.Flavor
+	Addr     string // host:port
+	User     string // needs REPLICATION SLAVE (and REPLICATION CLIENT / BINLOG MONITOR)
+	Password string
+	// ServerID identifies this replica to the source; it must be non-zero and unique among the
+	// source's replicas.
+	ServerID uint32
+
+	Tables  []TableSpec
+	Columns ColumnResolver // optional; needed when the server writes binlog_row_metadata=MINIMAL
+	Logger  zerolog.Logger
+
+	// HeartbeatPeriod is how often an idle source sends a heartbeat. Default 5s.
+	HeartbeatPeriod time.Duration
+	// ReadTimeout bounds the wait for any packet (events or heartbeats) so a dead connection is
+	// noticed. Default 3×HeartbeatPeriod; it must exceed HeartbeatPeriod.
+	ReadTimeout time.Duration
+}
+
+const (
+	defaultHeartbeat = 5 * time.Second
+	// eventCacheCount bounds the events go-mysql reads ahead of the Assembler (its default of
+	// 10240 ignores our backpressure).
+	eventCacheCount = 256
+	// connCollation replaces go-mysql's handshake collation (id 255, utf8mb4_0900_ai_ci), which
+	// MariaDB does not know and answers by falling back to latin1.
+	connCollation = "utf8mb4_general_ci"
+)
+
+// Sentinel errors that callers branch on (errors.Is).
+var (
+	// ErrGTIDNotOnServer: the start position is not in the server's binlogs (purged, or from
+	// another server). Starting needs an operator decision.
+	ErrGTIDNotOnServer = errors.New("start GTID position is not available on the server")
+	// ErrAccessDenied: the server refused the replication connection.
+	ErrAccessDenied = errors.New("replication access denied")
+)
+
+// Reader streams committed transactions from a server's binlog.
+type Reader struct {
+	cfg  Config
+	host string
+	port uint16
+}
+
+// NewReader validates cfg and returns a Reader. It does not connect. Every invalid field is
+// named in the returned error.
+func NewReader(cfg Config) (*Reader, error) {
+	var errs []error
+	if cfg.Flavor != gtid.MySQL && cfg.Flavor != gtid.MariaDB {
+		errs = append(errs, fmt.Errorf("flavor: %q is not %q or %q", cfg.Flavor, gtid.MySQL, gtid.MariaDB))
+	}
+	host, portStr, err := net.SplitHostPort(cfg.Addr)
+	var port uint64
+	if err == nil {
+		port, err = strconv.ParseUint(portStr, 10, 16)
+	}
+	if err != nil || host == "" || port == 0 {
+		errs = append(errs, fmt.Errorf("addr: %q is not host:port", cfg.Addr))
+	}
+	if cfg.User == "" {
+		errs = append(errs, errors.New("user: must be set"))
+	}
+	if cfg.ServerID == 0 {
+		errs = append(errs, errors.New("server_id: must be non-zero and unique among the source's replicas"))
+	}
+	if len(cfg.Tables) == 0 {
+		errs = append(errs, errors.New("tables: at least one outbox table is required"))
+	}
+	for i, t := range cfg.Tables {
+		if t.Schema == "" || t.Table == "" {
+			errs = append(errs, fmt.Errorf("tables[%d]: schema and table must be set", i))
+		}
+	}
+	if cfg.HeartbeatPeriod < 0 || cfg.ReadTimeout < 0 {
+		errs = append(errs, errors.New("heartbeat_period, read_timeout: must not be negative"))
+	}
+	if cfg.HeartbeatPeriod == 0 {
+		cfg.HeartbeatPeriod = defaultHeartbeat
+	}
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = 3 * cfg.HeartbeatPeriod
+	}
+	if cfg.ReadTimeout <= cfg.HeartbeatPeriod {
+		errs = append(errs, fmt.Errorf("read_timeout: %s must exceed heartbeat_period %s, or idle streams time out", cfg.ReadTimeout, cfg.HeartbeatPeriod))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("binlog reader config: %w", errors.Join(errs...))
+	}
+	return &Reader{cfg: cfg, host: host, port: uint16(port)}, nil
+}
+
+// Run streams from start — the executed set: the first transaction sent is the one after it —
+// and sends each completed Txn to out, in binlog order. It blocks until ctx ends (returning
+// ctx.Err()) or the stream fails (a broken connection, a decode error, a start position the
+// server lacks); it does not reconnect. Transactions already sent stay valid on error; the
+// caller restarts from its own checkpoint. Not safe for concurrent calls on one Reader.
+func (r *Reader) Run(ctx context.Context, start gtid.Set, out chan<- *Txn) error {
+	if start.Flavor() != r.cfg.Flavor {
+		return fmt.Errorf("binlog reader: start GTID set is %s, server flavor is %s", start.Flavor(), r.cfg.Flavor)
+	}
+	asm := NewAssembler(AssemblerConfig{
+		Flavor: r.cfg.Flavor, Tables: r.cfg.Tables, Columns: r.cfg.Columns, Logger: r.cfg.Logger,
+	})
+	syncer := replication.NewBinlogSyncer(r.syncerConfig(asm.Filter()))
+	defer syncer.Close()
+
+	// StartSyncGTID keeps and mutates the set it is given: hand it a copy.
+	startStr := start.String()
+	streamer, err := syncer.StartSyncGTID(start.Clone().Native())
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return r.classify(err, startStr)
+	}
+	r.cfg.Logger.Info().Str("addr", r.cfg.Addr).Str("gtid", startStr).Msg("binlog stream started")
+
+	for {
+		ev, err := streamer.GetEvent(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return r.classify(err, startStr)
+		}
+		txn, err := asm.Handle(ctx, ev)
+		if err != nil {
+			file, pos := asm.Position()
+			return fmt.Errorf("binlog %s:%d: %w", file, pos, err)
+		}
+		if txn == nil {
+			continue
+		}
+		select {
+		case out <- txn:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (r *Reader) syncerConfig(filter TableFilter) replication.BinlogSyncerConfig {
+	return replication.BinlogSyncerConfig{
+		ServerID: r.cfg.ServerID,
+		Flavor:   string(r.cfg.Flavor),
+		Host:     r.host,
+		Port:     r.port,
+		User:     r.cfg.User,
+		Password: r.cfg.Password,
+		Charset:  "utf8mb4",
+		// The handshake cannot carry a collation MariaDB knows (see connCollation), so fix the
+		// session right after connecting; SetCharset("utf8mb4") afterwards is then a no-op.
+		Option:     setConnCollation,
+		ParseTime:  false,
+		UseDecimal: false,
+		// MySQL JSON columns are binary in the binlog; render them as MySQL's JSON text (key
+		// order and number types kept) instead of Go's json.Marshal of decoded maps.
+		RenderJSONAsMySQLText: true,
+		HeartbeatPeriod:       r.cfg.HeartbeatPeriod,
+		ReadTimeout:           r.cfg.ReadTimeout,
+		// We own reconnects: go-mysql's would silently replay a partly read transaction.
+		DisableRetrySync: true,
+		VerifyChecksum:   true,
+		EventCacheCount:  eventCacheCount,
+		// Positions come from the Assembler; go-mysql's own set tracking is unused.
+		DiscardGTIDSet:      true,
+		RowsEventDecodeFunc: filter.DecodeRows,
+		Logger:              slog.New(zerolog.NewSlogHandler(libLogger(r.cfg.Logger))),
+	}
+}
+
+// setConnCollation fixes the dump connection's session character set right after connecting.
+func setConnCollation(c *client.Conn) error {
+	_, err := c.Execute("SET NAMES utf8mb4 COLLATE " + connCollation)
+	return err
+}
+
+// libLogger is go-mysql's logger: warnings and errors only, since it logs its whole config and
+// every rotate at info level, and stream errors are returned by Run anyway.
+func libLogger(l zerolog.Logger) zerolog.Logger {
+	l = l.With().Str("component", "go-mysql").Logger()
+	if l.GetLevel() < zerolog.WarnLevel {
+		l = l.Level(zerolog.WarnLevel)
+	}
+	return l
+}
+
+// classify turns server errors into messages that say what to change.
+func (r *Reader) classify(err error, start string) error {
+	var me *mysql.MyError
+	if errors.As(err, &me) {
+		switch me.Code {
+		case mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG: // 1236
+			return fmt.Errorf("%w: server %s cannot stream from GTID %q (%s); the binlogs holding it were purged or it is from another server — "+
+				"restart from an explicit position with --from-gtid, or with start: latest to skip to the server's current position: %w",
+				ErrGTIDNotOnServer, r.cfg.Addr, start, me.Message, err)
+		case mysql.ER_ACCESS_DENIED_ERROR: // 1045
+			return fmt.Errorf("%w: server %s refused user %q on the binlog dump connection; check the password and that the user has REPLICATION SLAVE "+
+				"(MariaDB reports a missing grant as ERROR 1045): %w", ErrAccessDenied, r.cfg.Addr, r.cfg.User, err)
+		}
+	}
+	if strings.Contains(err.Error(), "i/o timeout") {
+		return fmt.Errorf("binlog stream from %s: no data or heartbeat within %s: %w", r.cfg.Addr, r.cfg.ReadTimeout, err)
+	}
+	return fmt.Errorf("binlog stream from %s: %w", r.cfg.Addr, err)
+}

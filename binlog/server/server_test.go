@@ -1,0 +1,347 @@
+package server
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/testenv/mariadb"
+)
+
+func exec(t *testing.T, db *sql.DB, qs ...string) {
+	t.Helper()
+	for _, q := range qs {
+		if _, err := db.ExecContext(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+// setup starts a server with app.outbox and returns root's pool.
+func setup(t *testing.T, o mariadb.Options) (*mariadb.Server, *sql.DB) {
+	t.Helper()
+	s := mariadb.StartT(t, o)
+	root, err := s.DB(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	exec(t, root,
+		"CREATE DATABASE app",
+		"CREATE TABLE app.outbox (id BIGINT AUTO_INCREMENT PRIMARY KEY, topic VARCHAR(100), payload TEXT)",
+		"CREATE TABLE app.other (id INT PRIMARY KEY)")
+	return s, root
+}
+
+// openAs creates user name with the given GRANT statements (each "%s" is the account) and connects.
+func openAs(t *testing.T, s *mariadb.Server, root *sql.DB, name string, grantStmts ...string) *sql.DB {
+	t.Helper()
+	acct := fmt.Sprintf("'%s'@'%%'", name)
+	exec(t, root, "CREATE USER "+acct+" IDENTIFIED BY 'pw'")
+	for _, g := range grantStmts {
+		exec(t, root, fmt.Sprintf(g, acct))
+	}
+	db, err := Open(t.Context(), Conn{Flavor: gtid.MariaDB, Addr: s.Addr, User: name, Password: "pw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func find(ps []Problem, setting string) (Problem, bool) {
+	for _, p := range ps {
+		if p.Setting == setting {
+			return p, true
+		}
+	}
+	return Problem{}, false
+}
+
+func TestCheckMariaDB(t *testing.T) {
+	s, root := setup(t, mariadb.Options{})
+	tables := []string{"app.outbox"}
+
+	t.Run("correct server and grants", func(t *testing.T) {
+		db := openAs(t, s, root, "good",
+			"GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO %s",
+			"GRANT SELECT ON app.outbox TO %s")
+		ps, err := Check(t.Context(), db, gtid.MariaDB, tables)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ps) != 0 {
+			t.Errorf("want no problems, got %v", ps)
+		}
+	})
+	t.Run("db-level select via role", func(t *testing.T) {
+		exec(t, root, "CREATE ROLE outbox_reader", "GRANT SELECT ON app.* TO outbox_reader")
+		db := openAs(t, s, root, "roled",
+			"GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO %s",
+			"GRANT outbox_reader TO %s",
+			"SET DEFAULT ROLE outbox_reader FOR %s")
+		ps, err := Check(t.Context(), db, gtid.MariaDB, tables)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ps) != 0 {
+			t.Errorf("want no problems, got %v", ps)
+		}
+	})
+	t.Run("no replication slave", func(t *testing.T) {
+		db := openAs(t, s, root, "noslave",
+			"GRANT REPLICATION CLIENT ON *.* TO %s",
+			"GRANT SELECT ON app.outbox TO %s")
+		ps, err := Check(t.Context(), db, gtid.MariaDB, tables)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, ok := find(ps, "REPLICATION SLAVE")
+		if !ok || len(ps) != 1 {
+			t.Fatalf("want exactly the REPLICATION SLAVE problem, got %v", ps)
+		}
+		if p.Warning || p.Fix != "GRANT REPLICATION SLAVE ON *.* TO 'noslave'@'%';" {
+			t.Errorf("problem = %+v", p)
+		}
+		// The fix works as written.
+		exec(t, root, p.Fix)
+		if ps, err := Check(t.Context(), db, gtid.MariaDB, tables); err != nil || len(ps) != 0 {
+			t.Errorf("after running the fix: %v, %v", ps, err)
+		}
+	})
+	t.Run("no select and no client", func(t *testing.T) {
+		db := openAs(t, s, root, "nosel",
+			"GRANT REPLICATION SLAVE ON *.* TO %s",
+			"GRANT SELECT ON app.other TO %s",
+			"GRANT INSERT ON app.outbox TO %s")
+		ps, err := Check(t.Context(), db, gtid.MariaDB, tables)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, ok := find(ps, "SELECT ON `app`.`outbox`")
+		if !ok || !strings.HasPrefix(p.Fix, "GRANT SELECT ON `app`.`outbox` TO 'nosel'@'%';") {
+			t.Fatalf("want a SELECT problem with a GRANT fix, got %v", ps)
+		}
+		if _, ok := find(ps, "REPLICATION CLIENT"); !ok || len(ps) != 2 {
+			t.Fatalf("want SELECT and REPLICATION CLIENT problems, got %v", ps)
+		}
+		if _, ok := find(ps, "table app.outbox"); ok {
+			t.Error("reported the table missing although it exists")
+		}
+	})
+	t.Run("missing table and bad name", func(t *testing.T) {
+		ps, err := Check(t.Context(), root, gtid.MariaDB, []string{"app.outbox", "app.nope"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, ok := find(ps, "table app.nope")
+		if !ok || p.Found != "missing" || len(ps) != 1 {
+			t.Errorf("want only the missing table, got %v", ps)
+		}
+		if _, err := Check(t.Context(), root, gtid.MariaDB, []string{"outbox"}); err == nil {
+			t.Error("a table name without schema was accepted")
+		}
+	})
+	t.Run("minimal metadata is a warning", func(t *testing.T) {
+		exec(t, root, "SET GLOBAL binlog_row_metadata = 'MINIMAL'")
+		defer exec(t, root, "SET GLOBAL binlog_row_metadata = 'FULL'")
+		ps, err := Check(t.Context(), root, gtid.MariaDB, tables)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, ok := find(ps, "binlog_row_metadata")
+		if !ok || !p.Warning || p.Found != "MINIMAL" || len(ps) != 1 {
+			t.Errorf("want one binlog_row_metadata warning, got %v", ps)
+		}
+	})
+}
+
+func TestCheckStatementFormat(t *testing.T) {
+	_, root := setup(t, mariadb.Options{BinlogFormat: "STATEMENT"})
+	ps, err := Check(t.Context(), root, gtid.MariaDB, []string{"app.outbox"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := find(ps, "binlog_format")
+	if !ok || len(ps) != 1 {
+		t.Fatalf("want exactly a binlog_format problem, got %v", ps)
+	}
+	if p.Warning || p.Found != "STATEMENT" || !strings.Contains(p.Fix, "SET GLOBAL binlog_format = 'ROW'") ||
+		!strings.Contains(p.Fix, "my.cnf") {
+		t.Errorf("problem = %+v", p)
+	}
+}
+
+func TestPositionAndPurged(t *testing.T) {
+	s, root := setup(t, mariadb.Options{})
+	ctx := t.Context()
+	db := openAs(t, s, root, "ob",
+		"GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO %s",
+		"GRANT SELECT ON app.outbox TO %s")
+
+	purged, err := Purged(ctx, db, gtid.MariaDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !purged.IsEmpty() {
+		t.Errorf("fresh server purged = %q, want empty", purged.String())
+	}
+
+	exec(t, root, "INSERT INTO app.outbox (topic, payload) VALUES ('a', 'x'), ('b', 'y')",
+		"INSERT INTO app.outbox (topic, payload) VALUES ('c', 'z')")
+	// A second domain, to check multi-domain parsing.
+	conn, err := root.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"SET SESSION gtid_domain_id = 7", "INSERT INTO app.other VALUES (1)"} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn.Close()
+
+	pos, err := Position(ctx, db, gtid.MariaDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw string
+	if err := root.QueryRow("SELECT @@gtid_binlog_pos").Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	want, err := gtid.Parse(gtid.MariaDB, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !pos.Equal(want) || !strings.Contains(raw, "7-1-1") {
+		t.Errorf("Position = %q, @@gtid_binlog_pos = %q", pos.String(), raw)
+	}
+
+	file, off, err := BinlogStatus(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := BinaryLogs(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off == 0 || len(files) == 0 || file != files[len(files)-1] {
+		t.Errorf("BinlogStatus = %s:%d, binary logs %v", file, off, files)
+	}
+
+	// Rotate, then purge everything before the new file. MariaDB may keep the previous file until
+	// its binlog checkpoint moves on, so retry until the old file is gone.
+	exec(t, root, "FLUSH BINARY LOGS")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		files, err = BinaryLogs(ctx, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(files) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("PURGE BINARY LOGS kept %v", files)
+		}
+		exec(t, root, "PURGE BINARY LOGS TO '"+files[len(files)-1]+"'")
+		time.Sleep(100 * time.Millisecond)
+	}
+	purged, err = Purged(ctx, db, gtid.MariaDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !purged.Equal(want) {
+		t.Errorf("Purged = %q, want the position before the flush %q", purged.String(), want.String())
+	}
+
+	// Writes after the rotation do not change what is purged.
+	exec(t, root, "INSERT INTO app.outbox (topic, payload) VALUES ('d', 'w')")
+	again, err := Purged(ctx, db, gtid.MariaDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.Equal(want) {
+		t.Errorf("Purged after a write = %q, want %q", again.String(), want.String())
+	}
+	now, err := Position(ctx, db, gtid.MariaDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now.Equal(want) || !now.Contains(want) {
+		t.Errorf("Position after a write = %q, want a superset of %q", now.String(), want.String())
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	s := mariadb.StartT(t, mariadb.Options{})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	_, err := Open(ctx, Conn{Flavor: gtid.MariaDB, Addr: s.Addr, User: "root", Password: "wrong"})
+	if err == nil || !strings.Contains(err.Error(), s.Addr) {
+		t.Errorf("wrong password: err = %v, want an error naming the address", err)
+	}
+	if _, err := Open(ctx, Conn{Flavor: "postgres", Addr: s.Addr, User: "root"}); err == nil {
+		t.Error("unknown flavor accepted")
+	}
+	db, err := Open(ctx, Conn{Flavor: gtid.MariaDB, Addr: s.Addr, User: "root"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var cs, coll string
+	if err := db.QueryRow("SELECT @@character_set_connection, @@collation_connection").Scan(&cs, &coll); err != nil {
+		t.Fatal(err)
+	}
+	if cs != "utf8mb4" || coll != "utf8mb4_general_ci" {
+		t.Errorf("connection charset %s/%s, want utf8mb4/utf8mb4_general_ci", cs, coll)
+	}
+}
+
+func TestColumnReader(t *testing.T) {
+	s, root := setup(t, mariadb.Options{RowMetadata: "MINIMAL"})
+	db := openAs(t, s, root, "cols", "GRANT SELECT ON app.outbox TO %s")
+	r := &ColumnReader{DB: db}
+	ctx := t.Context()
+	cols, err := r.Columns(ctx, "app", "outbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(cols, ","); got != "id,topic,payload" {
+		t.Errorf("columns = %s", got)
+	}
+	exec(t, root, "ALTER TABLE app.outbox ADD COLUMN headers TEXT", "ALTER TABLE app.outbox ADD COLUMN kind INT AFTER id")
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cols, err := r.Columns(ctx, "app", "outbox")
+			if err != nil {
+				errs <- err
+				return
+			}
+			if got := strings.Join(cols, ","); got != "id,kind,topic,payload,headers" {
+				errs <- fmt.Errorf("columns after ALTER = %s", got)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// No privilege on app.other: invisible, reported with the table's name.
+	if _, err := r.Columns(ctx, "app", "other"); err == nil || !strings.Contains(err.Error(), "app.other") {
+		t.Errorf("invisible table: err = %v", err)
+	}
+	if _, err := r.Columns(ctx, "app", "missing"); err == nil {
+		t.Error("missing table: no error")
+	}
+}

@@ -1,0 +1,32 @@
+package mariadb
+
+import (
+	"os"
+	"testing"
+)
+
+// StartT starts a server for a test and registers Close (plus the error log tail on failure) with
+// t.Cleanup. When mariadbd is not installed it fails the test if $CI is set and skips it
+// otherwise. It blocks like Start and stops the test with t.Fatal on any start error.
+func StartT(t testing.TB, o Options) *Server {
+	t.Helper()
+	if _, err := Binary(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%v (CI is set, so this test must not skip)", err)
+		}
+		t.Skip("mariadbd not found: apt-get install -y mariadb-server")
+	}
+	s, err := Start(t.Context(), o)
+	if err != nil {
+		t.Fatalf("start mariadb: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("mariadb %s error log tail:\n%s", s.Addr, s.LogTail(3000))
+		}
+		if err := s.Close(); err != nil {
+			t.Errorf("close mariadb: %v", err)
+		}
+	})
+	return s
+}
