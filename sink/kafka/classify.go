@@ -1,0 +1,85 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+
+	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/outboxd/outboxd/sink"
+)
+
+// Errors the sink raises itself, before or instead of a broker answer. classify decides whether
+// each is permanent.
+var (
+	// errTopicMissing: the topic is absent from freshly fetched metadata and the broker was not
+	// asked (or refused) to create it.
+	errTopicMissing = errors.New("topic does not exist")
+	// errTooLarge: the encoded record batch of a single message exceeds MaxMessageBytes.
+	errTooLarge = errors.New("message larger than max_message_bytes")
+	// errInvalidMessage: a nil message or one without a topic.
+	errInvalidMessage = errors.New("invalid message")
+	// errNotSent marks a message that was held back (or rejected with its batch) because another
+	// message failed; it is always retryable on its own.
+	errNotSent = errors.New("not acknowledged because an earlier message failed")
+	// errClosed: Send after Close.
+	errClosed = errors.New("sink closed")
+)
+
+// classify is the one place that decides whether retrying err can succeed: it returns err
+// wrapped with sink.Permanent when it cannot, and err unchanged otherwise. Everything not listed
+// here (timeouts, network errors, leadership changes, NOT_ENOUGH_REPLICAS, a broker being down,
+// a cancelled context) is transient, because the same bytes can succeed once the cluster heals.
+func classify(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errNotSent), errors.Is(err, errClosed),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// Checked first: these may carry a permanent cause in their text, but never in their
+		// chain, and must stay retryable.
+		return err
+	case errors.Is(err, errTopicMissing), errors.Is(err, errTooLarge), errors.Is(err, errInvalidMessage):
+		return sink.Permanent(err)
+	}
+	var code kafkago.Error
+	if errors.As(err, &code) {
+		switch code {
+		case kafkago.MessageSizeTooLarge, // 10: the batch is over message.max.bytes
+			kafkago.InvalidTopic,                // 17
+			kafkago.RecordListTooLarge,          // 18
+			kafkago.TopicAuthorizationFailed,    // 29: needs an ACL change, not a retry
+			kafkago.ClusterAuthorizationFailed,  // 31
+			kafkago.InvalidTimestamp,            // 32: outside message.timestamp.difference.max.ms
+			kafkago.InvalidRequest,              // 42: the same bytes are rejected again
+			kafkago.UnsupportedForMessageFormat, // 43
+			kafkago.PolicyViolation,             // 44
+			kafkago.UnsupportedCompressionType,  // 76
+			kafkago.InvalidRecord,               // 87: e.g. a compacted topic and a nil key
+			kafkago.InvalidRequiredAcks:         // 21
+			return sink.Permanent(err)
+		}
+	}
+	return err
+}
+
+// staleMetadata reports whether err suggests that the cached cluster layout (leaders, brokers,
+// topics, partition counts) is out of date, so the next request should use fresh metadata.
+func staleMetadata(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var code kafkago.Error
+	if errors.As(err, &code) {
+		switch code {
+		case kafkago.UnknownTopicOrPartition, kafkago.LeaderNotAvailable, kafkago.NotLeaderForPartition,
+			kafkago.BrokerNotAvailable, kafkago.ReplicaNotAvailable, kafkago.NetworkException,
+			kafkago.KafkaStorageError, kafkago.FencedLeaderEpoch, kafkago.UnknownLeaderEpoch:
+			return true
+		}
+		return false
+	}
+	// Network errors, timeouts and kafka-go's own routing errors (no topic, no partition, no
+	// leader in the cached layout): the broker we talk to may be gone or the layout changed.
+	return true
+}

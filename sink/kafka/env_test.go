@@ -1,0 +1,272 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outboxd/outboxd/sink"
+	"github.com/outboxd/outboxd/sink/sinktest"
+)
+
+// env is an in-process kfake cluster plus a real franz-go client to create topics and read back.
+type env struct {
+	c     *kfake.Cluster
+	addrs []string
+	adm   *kadm.Client
+	seq   atomic.Int64
+}
+
+func newEnv(t *testing.T, opts ...kfake.Opt) *env {
+	t.Helper()
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
+	if err != nil {
+		t.Fatalf("starting kfake: %v", err)
+	}
+	t.Cleanup(c.Close)
+	addrs := c.ListenAddrs()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatalf("admin client: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return &env{c: c, addrs: addrs, adm: kadm.NewClient(cl)}
+}
+
+func (e *env) sink(t *testing.T, mod func(*Config)) *Sink {
+	t.Helper()
+	cfg := Config{Brokers: e.addrs, Timeout: 5 * time.Second, MaxMessageBytes: 64 << 10}
+	if mod != nil {
+		mod(&cfg)
+	}
+	s, err := New("test", cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func (e *env) topic(t *testing.T, partitions int32) string {
+	t.Helper()
+	name := fmt.Sprintf("t%d", e.seq.Add(1))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := e.adm.CreateTopic(ctx, partitions, 1, nil, name); err != nil {
+		t.Fatalf("creating topic %s: %v", name, err)
+	}
+	return name
+}
+
+// read waits until at least n records are stored in topic and returns all of them, by
+// partition, each partition in offset order, consumed with a real franz-go client.
+func (e *env) read(t *testing.T, topic string, n int) []sinktest.Received {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var ends map[int32]int64
+	for {
+		lo, err := e.adm.ListEndOffsets(ctx, topic)
+		if err == nil {
+			err = lo.Error()
+		}
+		if err != nil {
+			t.Fatalf("listing end offsets of %s: %v", topic, err)
+		}
+		ends = map[int32]int64{}
+		total := int64(0)
+		lo.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset; total += o.Offset })
+		if total >= int64(n) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("topic %s holds %d records, want at least %d", topic, total, n)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	parts := map[int32]kgo.Offset{}
+	left := 0
+	for p, end := range ends {
+		if end > 0 {
+			parts[p] = kgo.NewOffset().AtStart()
+			left += int(end)
+		}
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.addrs...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
+		kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatalf("consumer: %v", err)
+	}
+	defer cl.Close()
+	type rec struct {
+		r      sinktest.Received
+		offset int64
+	}
+	var recs []rec
+	for left > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("reading %s: %d records left: %v", topic, left, err)
+		}
+		fs.EachError(func(_ string, _ int32, err error) { t.Fatalf("fetch %s: %v", topic, err) })
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset >= ends[r.Partition] {
+				return // stored after we listed the end offsets
+			}
+			left--
+			var hs []sink.Header
+			for _, h := range r.Headers {
+				hs = append(hs, sink.Header{Key: h.Key, Value: h.Value})
+			}
+			recs = append(recs, rec{sinktest.Received{
+				Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: hs, Time: r.Timestamp, Queue: int(r.Partition),
+			}, r.Offset})
+		})
+	}
+	sort.SliceStable(recs, func(i, j int) bool {
+		if recs[i].r.Queue != recs[j].r.Queue {
+			return recs[i].r.Queue < recs[j].r.Queue
+		}
+		return recs[i].offset < recs[j].offset
+	})
+	out := make([]sinktest.Received, len(recs))
+	for i := range recs {
+		out[i] = recs[i].r
+	}
+	return out
+}
+
+func hasTopic(req *kmsg.ProduceRequest, topic string, partition int32) bool {
+	for _, t := range req.Topics {
+		if t.Topic != topic {
+			continue
+		}
+		if partition < 0 {
+			return true
+		}
+		for _, p := range t.Partitions {
+			if p.Partition == partition {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func errorResponse(req *kmsg.ProduceRequest, code int16) *kmsg.ProduceResponse {
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+	for _, rt := range req.Topics {
+		st := kmsg.NewProduceResponseTopic()
+		st.Topic = rt.Topic
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewProduceResponseTopicPartition()
+			sp.Partition = rp.Partition
+			sp.ErrorCode = code
+			sp.BaseOffset = -1
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
+}
+
+// failProduce answers the next count produce requests for topic (and partition, unless it is
+// negative; count < 0 means until the test ends) with code instead of storing them.
+func (e *env) failProduce(topic string, partition int32, code int16, count int) {
+	var mu sync.Mutex
+	left := count
+	e.c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		req := kreq.(*kmsg.ProduceRequest)
+		if !hasTopic(req, topic, partition) {
+			return nil, nil, false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if left == 0 {
+			e.c.DropControl()
+			return nil, nil, false
+		}
+		if left > 0 {
+			left--
+		}
+		if left != 0 {
+			e.c.KeepControl()
+		}
+		return errorResponse(req, code), nil, true
+	})
+}
+
+// hold leaves produce requests for topic unanswered until release; with drop, they are then
+// answered never (the client times out), otherwise they are processed normally.
+func (e *env) hold(t *testing.T, topic string, drop bool) (release func()) {
+	ch := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(ch) }) }
+	t.Cleanup(release)
+	e.c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		req := kreq.(*kmsg.ProduceRequest)
+		if !hasTopic(req, topic, -1) {
+			return nil, nil, false
+		}
+		select {
+		case <-ch:
+			e.c.DropControl()
+			return nil, nil, false
+		default:
+		}
+		e.c.KeepControl()
+		if drop {
+			return nil, nil, true // no response, no error: the connection just stays silent
+		}
+		e.c.SleepControl(func() { <-ch })
+		return nil, nil, false
+	})
+	return release
+}
+
+// countProduce counts produce requests for topic.
+func (e *env) countProduce(topic string) *atomic.Int64 {
+	var n atomic.Int64
+	e.c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		if hasTopic(kreq.(*kmsg.ProduceRequest), topic, -1) {
+			n.Add(1)
+		}
+		return nil, nil, false
+	})
+	return &n
+}
+
+const (
+	codeNotEnoughReplicas int16 = 19
+	codeMessageTooLarge   int16 = 10
+	codeInvalidRecord     int16 = 87
+)
+
+func (e *env) harness() sinktest.Harness {
+	return sinktest.Harness{
+		New:   func(t *testing.T) sink.Sink { return e.sink(t, nil) },
+		Topic: func(t *testing.T) string { return e.topic(t, 6) },
+		Read:  e.read,
+		FailNext: func(_ *testing.T, topic string, transient bool, count int) {
+			code := codeInvalidRecord
+			if transient {
+				code = codeNotEnoughReplicas
+			}
+			e.failProduce(topic, -1, code, count)
+		},
+		Hold:            func(t *testing.T, topic string) func() { return e.hold(t, topic, false) },
+		UnknownTopic:    "no-such-topic",
+		MaxMessageBytes: 64 << 10,
+	}
+}

@@ -1,0 +1,589 @@
+// Package kafka is the Kafka sink: it produces with acks=all through kafka-go's protocol-level
+// Client and turns each partition's broker acknowledgement into a nil error.
+//
+// It deliberately avoids kafka-go's Writer (see TRAPS.md): the Writer defaults to no acks and a
+// 1 s linger, and after MaxAttempts it drops a batch and writes the next one for the partition,
+// so a resend by outboxd would arrive out of order. Here each Send picks partitions itself
+// (Java-compatible murmur2 on the key), sends one ProduceRequest per partition batch, never
+// retries on its own behind the caller's back, and reports exactly which messages were not
+// acknowledged.
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	kafkago "github.com/segmentio/kafka-go"
+	meta "github.com/segmentio/kafka-go/protocol/metadata"
+
+	"github.com/outboxd/outboxd/sink"
+)
+
+// Defaults applied by New to zero Config fields.
+const (
+	DefaultTimeout         = 10 * time.Second
+	DefaultMaxMessageBytes = 1 << 20 // the broker's message.max.bytes default, rounded down
+	// metadataTTL bounds how stale the transport's cached partition counts and leaders get when
+	// no error forces a refresh earlier. kafka-go randomises each interval below this bound.
+	metadataTTL = 5 * time.Second
+	// maxInFlight caps the partition requests one Send has outstanding at once.
+	maxInFlight = 32
+)
+
+// Config configures a Sink. Brokers is required; every other zero field takes its default.
+type Config struct {
+	// Brokers are bootstrap addresses, host:port.
+	Brokers []string
+	// ClientID is sent to the brokers (client.id); defaults to "outboxd".
+	ClientID string
+	// Timeout bounds each produce and metadata request (default 10s). Half of it is given to
+	// the broker as the acks=all wait, leaving the rest for the network.
+	Timeout time.Duration
+	// MaxMessageBytes is the largest encoded, uncompressed record batch sent; a single message
+	// whose batch is larger fails permanently without being sent. It must not exceed the
+	// broker's message.max.bytes (default 1 MiB, the broker's default).
+	MaxMessageBytes int
+	// AllowAutoTopicCreation asks the broker to create unknown topics (needs
+	// auto.create.topics.enable on the broker). Default false: an unknown topic is a permanent
+	// failure.
+	AllowAutoTopicCreation bool
+	// Compression of record batches; zero is none.
+	Compression kafkago.Compression
+	// Logger receives debug logs about metadata refreshes; the zero Logger discards.
+	Logger zerolog.Logger
+}
+
+// Sink is a sink.Sink and sink.Checker for one Kafka cluster. Safe for concurrent use.
+type Sink struct {
+	name      string
+	cfg       Config
+	addr      net.Addr
+	transport *kafkago.Transport
+	client    *kafkago.Client
+	log       zerolog.Logger
+
+	// rr picks the partition for messages without a key.
+	rr     atomic.Uint64
+	closed atomic.Bool
+
+	mu          sync.Mutex
+	refreshedAt time.Time // when the transport's metadata cache was last discarded
+}
+
+var (
+	_ sink.Sink    = (*Sink)(nil)
+	_ sink.Checker = (*Sink)(nil)
+)
+
+// Validate reports every invalid field at once.
+func (c Config) Validate() error {
+	var errs []error
+	if len(c.Brokers) == 0 {
+		errs = append(errs, errors.New("brokers: at least one host:port is required"))
+	}
+	for i, b := range c.Brokers {
+		if _, _, err := net.SplitHostPort(b); err != nil {
+			errs = append(errs, fmt.Errorf("brokers[%d] %q: want host:port: %w", i, b, err))
+		}
+	}
+	if c.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("timeout %v: must not be negative", c.Timeout))
+	}
+	if c.MaxMessageBytes < 0 {
+		errs = append(errs, fmt.Errorf("max_message_bytes %d: must not be negative", c.MaxMessageBytes))
+	} else if c.MaxMessageBytes > 0 && c.MaxMessageBytes < 1024 {
+		errs = append(errs, fmt.Errorf("max_message_bytes %d: must be at least 1024", c.MaxMessageBytes))
+	}
+	switch c.Compression {
+	case 0, kafkago.Gzip, kafkago.Snappy, kafkago.Lz4, kafkago.Zstd:
+	default:
+		errs = append(errs, fmt.Errorf("compression %d: unknown codec", c.Compression))
+	}
+	return errors.Join(errs...)
+}
+
+// New validates cfg and returns a Sink named name (the "sink" log field). It does not contact
+// the brokers: the first Send or Check does. On error nothing was allocated that needs Close.
+func New(name string, cfg Config) (*Sink, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("kafka sink %q: %w", name, err)
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.MaxMessageBytes == 0 {
+		cfg.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if cfg.ClientID == "" {
+		cfg.ClientID = "outboxd"
+	}
+	addr := kafkago.TCP(cfg.Brokers...)
+	tr := &kafkago.Transport{
+		ClientID:    cfg.ClientID,
+		DialTimeout: cfg.Timeout,
+		MetadataTTL: metadataTTL,
+	}
+	return &Sink{
+		name:      name,
+		cfg:       cfg,
+		addr:      addr,
+		transport: tr,
+		// Client.Timeout bounds every request and, halved, is the broker's acks=all wait; with
+		// it unset kafka-go would ask the broker for a 500 ms wait regardless of ctx.
+		client: &kafkago.Client{Addr: addr, Timeout: cfg.Timeout, Transport: tr},
+		log:    cfg.Logger.With().Str("sink", name).Logger(),
+	}, nil
+}
+
+// Close releases the connections. It does not wait for Sends in flight, which fail or finish on
+// their own; later Sends fail with a transient error. Safe to call more than once.
+func (s *Sink) Close() error {
+	s.closed.Store(true)
+	s.transport.CloseIdleConnections()
+	return nil
+}
+
+// partBatch is the messages of one Send bound for one partition, in slice order.
+type partBatch struct {
+	topic     string
+	partition int
+	idx       []int
+}
+
+// Send produces msgs with acks=all and blocks until every partition answered, the per-request
+// Timeout passed, or ctx ended. It returns nil only when the broker acknowledged every message;
+// otherwise a *sink.SendError whose failures carry classify's verdict. Messages with the same
+// key go to the same partition in slice order; a failed message fails every later one with the
+// same key (across topics too) without sending it where that is still possible. Safe for
+// concurrent use; callers keep one key in at most one Send at a time.
+func (s *Sink) Send(ctx context.Context, msgs []*sink.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	if s.closed.Load() {
+		return sink.AllFailed(len(msgs), fmt.Errorf("kafka sink %q: %w", s.name, errClosed))
+	}
+	if err := ctx.Err(); err != nil {
+		return sink.AllFailed(len(msgs), fmt.Errorf("kafka sink %q: %w", s.name, err))
+	}
+	start := time.Now()
+	errs := make([]error, len(msgs))
+
+	topicSet := make(map[string]struct{})
+	for i, m := range msgs {
+		switch {
+		case m == nil:
+			errs[i] = classify(fmt.Errorf("message %d is nil: %w", i, errInvalidMessage))
+		case m.Topic == "":
+			errs[i] = classify(fmt.Errorf("message %d has no topic: %w", i, errInvalidMessage))
+		case singleBatchSize(m) > s.cfg.MaxMessageBytes:
+			errs[i] = classify(fmt.Errorf("topic %s: message %d encodes to %d bytes, over %d; raise max_message_bytes (and the broker's message.max.bytes) or shrink the event: %w",
+				m.Topic, i, singleBatchSize(m), s.cfg.MaxMessageBytes, errTooLarge))
+		default:
+			topicSet[m.Topic] = struct{}{}
+		}
+	}
+	topics := make([]string, 0, len(topicSet))
+	for t := range topicSet {
+		topics = append(topics, t)
+	}
+	sort.Strings(topics)
+	infos := s.resolve(ctx, start, topics)
+	for i, m := range msgs {
+		if errs[i] == nil {
+			if ti := infos[m.Topic]; ti.err != nil {
+				errs[i] = ti.err
+			}
+		}
+	}
+	cascade(msgs, errs)
+
+	batches := s.assign(msgs, errs, infos)
+	// kafka-go runs one request at a time per connection, so each concurrent partition request
+	// holds a connection of its own; the semaphore caps how many a wide Send opens.
+	sem := make(chan struct{}, maxInFlight)
+	var wg sync.WaitGroup
+	for _, b := range batches {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+				defer func() { <-sem }()
+			case <-ctx.Done():
+				for _, i := range b.idx {
+					errs[i] = fmt.Errorf("topic %s partition %d: %w", b.topic, b.partition, ctx.Err())
+				}
+				return
+			}
+			s.sendPartition(ctx, start, msgs, b, errs)
+		}()
+	}
+	wg.Wait()
+	cascade(msgs, errs)
+	if s.closed.Load() {
+		// A Send racing Close may have opened a fresh connection pool; drop it.
+		s.transport.CloseIdleConnections()
+	}
+
+	var fs []sink.Failure
+	for i, err := range errs {
+		if err != nil {
+			fs = append(fs, sink.Failure{Index: i, Err: err})
+		}
+	}
+	if len(fs) == 0 {
+		return nil
+	}
+	return &sink.SendError{Failures: fs}
+}
+
+// cascade fails every keyed message that follows a failed message with the same key, so the
+// caller's resend cannot put a later message before an earlier one.
+func cascade(msgs []*sink.Message, errs []error) {
+	first := make(map[string]int)
+	for i, m := range msgs {
+		if m == nil || m.Key == nil {
+			continue
+		}
+		k := string(m.Key)
+		if j, failed := first[k]; failed {
+			if errs[i] == nil {
+				errs[i] = fmt.Errorf("topic %s: message %d follows failed message %d with the same key: %w", m.Topic, i, j, errNotSent)
+			}
+			continue
+		}
+		if errs[i] != nil {
+			first[k] = i
+		}
+	}
+}
+
+// assign picks each pending message's partition and groups them per partition in slice order.
+// Keyed messages use Java's default partitioner (murmur2, positive, mod the partition count) so
+// placement matches other producers of the same keys; messages without a key of one topic go to
+// one partition per Send, rotating across Sends.
+func (s *Sink) assign(msgs []*sink.Message, errs []error, infos map[string]topicInfo) []*partBatch {
+	type tp struct {
+		topic string
+		p     int
+	}
+	byTP := make(map[tp]*partBatch)
+	var order []*partBatch
+	sticky := make(map[string]int)
+	balancer := kafkago.Murmur2Balancer{Consistent: true}
+	for i, m := range msgs {
+		if errs[i] != nil {
+			continue
+		}
+		parts := infos[m.Topic].partitions
+		var p int
+		if m.Key == nil {
+			var ok bool
+			if p, ok = sticky[m.Topic]; !ok {
+				p = parts[int(s.rr.Add(1)%uint64(len(parts)))]
+				sticky[m.Topic] = p
+			}
+		} else {
+			p = balancer.Balance(kafkago.Message{Key: m.Key}, parts...)
+		}
+		k := tp{m.Topic, p}
+		b := byTP[k]
+		if b == nil {
+			b = &partBatch{topic: m.Topic, partition: p}
+			byTP[k] = b
+			order = append(order, b)
+		}
+		b.idx = append(b.idx, i)
+	}
+	return order
+}
+
+// sendPartition sends b's messages as consecutive record batches of at most MaxMessageBytes,
+// each only after the previous one was acknowledged, and writes the failures into errs (each
+// index is written by one goroutine only). The first failure ends the partition: later batches
+// are not sent.
+func (s *Sink) sendPartition(ctx context.Context, start time.Time, msgs []*sink.Message, b *partBatch, errs []error) {
+	queue := chunk(msgs, b.idx, s.cfg.MaxMessageBytes)
+	failRest := func(from int, err error) {
+		for _, c := range queue[from:] {
+			for _, i := range c {
+				if errs[i] == nil {
+					errs[i] = err
+				}
+			}
+		}
+	}
+	for q := 0; q < len(queue); q++ {
+		c := queue[q]
+		if err := ctx.Err(); err != nil {
+			failRest(q, fmt.Errorf("topic %s partition %d: %w", b.topic, b.partition, err))
+			return
+		}
+		res, err := s.produce(ctx, b.topic, b.partition, msgs, c)
+		if err == nil && res != nil {
+			err = res.Error
+		}
+		if err == nil {
+			continue
+		}
+		if staleMetadata(err) && ctx.Err() == nil {
+			s.refresh(start, err)
+		}
+		// The broker rejects an oversized batch before appending anything, so sending its
+		// messages one by one is safe; it happens when the broker's message.max.bytes is below
+		// MaxMessageBytes, and each message then gets its own verdict.
+		if errors.Is(err, kafkago.MessageSizeTooLarge) && len(c) > 1 {
+			singles := make([][]int, 0, len(c)+len(queue)-q-1)
+			for _, i := range c {
+				singles = append(singles, []int{i})
+			}
+			queue = append(singles, queue[q+1:]...)
+			q = -1
+			continue
+		}
+		wrapped := classify(fmt.Errorf("produce to topic %s partition %d: %w", b.topic, b.partition, err))
+		if res != nil && len(res.RecordErrors) > 0 {
+			// Per-record errors reject the whole batch; only the named records are bad, the
+			// others are merely not stored and can be resent as they are. %v, not %w: the
+			// batch's error must not make them permanent.
+			for k, i := range c {
+				if recErr, bad := res.RecordErrors[k]; bad {
+					errs[i] = classify(fmt.Errorf("produce to topic %s partition %d: %w: record %d: %v", b.topic, b.partition, err, k, recErr))
+				} else {
+					errs[i] = fmt.Errorf("produce to topic %s partition %d: batch rejected for another record (%v): %w", b.topic, b.partition, err, errNotSent)
+				}
+			}
+		} else {
+			for _, i := range c {
+				errs[i] = wrapped
+			}
+		}
+		failRest(q+1, fmt.Errorf("topic %s partition %d: an earlier batch failed (%v): %w", b.topic, b.partition, err, errNotSent))
+		return
+	}
+}
+
+// produce sends one record batch with acks=all and blocks until the broker answered, Timeout
+// passed or ctx ended.
+func (s *Sink) produce(ctx context.Context, topic string, partition int, msgs []*sink.Message, idx []int) (*kafkago.ProduceResponse, error) {
+	recs := make([]kafkago.Record, len(idx))
+	for k, i := range idx {
+		m := msgs[i]
+		var hs []kafkago.Header
+		if len(m.Headers) > 0 {
+			hs = make([]kafkago.Header, len(m.Headers))
+			for j, h := range m.Headers {
+				hs[j] = kafkago.Header{Key: h.Key, Value: h.Value}
+			}
+		}
+		recs[k] = kafkago.Record{
+			Time:    m.Time, // zero: kafka-go stamps the encoding time
+			Key:     kafkago.NewBytes(m.Key),
+			Value:   kafkago.NewBytes(m.Value),
+			Headers: hs,
+		}
+	}
+	return s.client.Produce(ctx, &kafkago.ProduceRequest{
+		Topic:        topic,
+		Partition:    partition,
+		RequiredAcks: kafkago.RequireAll,
+		Records:      kafkago.NewRecordReader(recs...),
+		Compression:  s.cfg.Compression,
+	})
+}
+
+// topicInfo is a topic's sorted partition ids, or why messages for it cannot be sent.
+type topicInfo struct {
+	partitions []int
+	err        error // classified
+}
+
+// resolve returns every topic's partitions from the transport's metadata cache. A topic missing
+// from the cache is looked up again in metadata fetched after start (and created if allowed);
+// only when it is missing there too does it fail permanently.
+func (s *Sink) resolve(ctx context.Context, start time.Time, topics []string) map[string]topicInfo {
+	infos := make(map[string]topicInfo, len(topics))
+	if len(topics) == 0 {
+		return infos
+	}
+	failAll := func(ts []string, err error) {
+		for _, t := range ts {
+			infos[t] = topicInfo{err: classify(fmt.Errorf("metadata for topic %s: %w", t, err))}
+		}
+	}
+	md, err := s.metadata(ctx, topics)
+	if err != nil {
+		if staleMetadata(err) && ctx.Err() == nil {
+			s.refresh(start, err)
+		}
+		failAll(topics, err)
+		return infos
+	}
+	var missing []string
+	for _, t := range topics {
+		mt, ok := md[t]
+		switch {
+		case !ok || errors.Is(mt.Error, kafkago.UnknownTopicOrPartition):
+			missing = append(missing, t)
+		default:
+			infos[t] = s.topicInfo(start, mt)
+		}
+	}
+	if len(missing) == 0 {
+		return infos
+	}
+
+	s.refresh(start, fmt.Errorf("topics %s not in cached metadata", strings.Join(missing, ",")))
+	created := map[string]error{}
+	if s.cfg.AllowAutoTopicCreation {
+		if created, err = s.autoCreate(ctx, missing); err != nil {
+			failAll(missing, err)
+			return infos
+		}
+	}
+	md, err = s.metadata(ctx, missing)
+	if err != nil {
+		failAll(missing, err)
+		return infos
+	}
+	for _, t := range missing {
+		mt, ok := md[t]
+		if ok && !errors.Is(mt.Error, kafkago.UnknownTopicOrPartition) {
+			infos[t] = s.topicInfo(start, mt)
+			continue
+		}
+		cerr, asked := created[t]
+		switch {
+		case asked && (cerr == nil || errors.Is(cerr, kafkago.LeaderNotAvailable)):
+			// The broker created it; its partitions have no leader yet.
+			infos[t] = topicInfo{err: classify(fmt.Errorf("topic %s is being created: %w", t, kafkago.LeaderNotAvailable))}
+		case asked && !errors.Is(cerr, kafkago.UnknownTopicOrPartition):
+			infos[t] = topicInfo{err: classify(fmt.Errorf("creating topic %s: %w", t, cerr))}
+		case asked:
+			infos[t] = topicInfo{err: classify(fmt.Errorf("topic %s (broker refused to auto-create it; create the topic or set auto.create.topics.enable): %w", t, errTopicMissing))}
+		default:
+			infos[t] = topicInfo{err: classify(fmt.Errorf("topic %s (create it, or allow auto topic creation): %w", t, errTopicMissing))}
+		}
+	}
+	return infos
+}
+
+func (s *Sink) topicInfo(start time.Time, mt kafkago.Topic) topicInfo {
+	if mt.Error != nil {
+		if staleMetadata(mt.Error) {
+			s.refresh(start, mt.Error)
+		}
+		return topicInfo{err: classify(fmt.Errorf("metadata for topic %s: %w", mt.Name, mt.Error))}
+	}
+	if len(mt.Partitions) == 0 {
+		s.refresh(start, errors.New("topic without partitions"))
+		return topicInfo{err: classify(fmt.Errorf("metadata for topic %s: no partitions: %w", mt.Name, kafkago.LeaderNotAvailable))}
+	}
+	ids := make([]int, len(mt.Partitions))
+	for i, p := range mt.Partitions {
+		ids[i] = p.ID
+	}
+	sort.Ints(ids)
+	return topicInfo{partitions: ids}
+}
+
+// metadata returns the named topics from the transport's cache (fetching it first if the cache
+// is new). It blocks for at most Timeout.
+func (s *Sink) metadata(ctx context.Context, topics []string) (map[string]kafkago.Topic, error) {
+	res, err := s.client.Metadata(ctx, &kafkago.MetadataRequest{Topics: topics})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]kafkago.Topic, len(res.Topics))
+	for _, t := range res.Topics {
+		out[t.Name] = t
+	}
+	return out, nil
+}
+
+// autoCreate asks the broker for metadata of topics with auto-creation allowed, which creates
+// them when the broker permits it. It returns each topic's error code from the broker (nil when
+// the topic exists now). kafka-go's transport then waits for the created topics to show up in
+// its cache, bounded by Timeout.
+func (s *Sink) autoCreate(ctx context.Context, topics []string) (map[string]error, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	r, err := s.transport.RoundTrip(ctx, s.addr, &meta.Request{TopicNames: topics, AllowAutoTopicCreation: true})
+	if err != nil {
+		return nil, fmt.Errorf("auto-creating topics: %w", err)
+	}
+	res, ok := r.(*meta.Response)
+	if !ok {
+		return nil, fmt.Errorf("auto-creating topics: unexpected response %T", r)
+	}
+	out := make(map[string]error, len(res.Topics))
+	for _, t := range res.Topics {
+		if t.ErrorCode != 0 {
+			out[t.Name] = kafkago.Error(t.ErrorCode)
+		} else {
+			out[t.Name] = nil
+		}
+	}
+	return out, nil
+}
+
+// refresh makes the next request use metadata fetched after since: unless the cache was already
+// discarded after since, it drops kafka-go's connection pool, whose replacement fetches fresh
+// metadata before serving anything. Requests in flight keep the old pool until they finish.
+// This is the only way kafka-go's Transport offers to force a refresh; the mutex and since make
+// concurrent callers that saw the same failure share one. It does not block on the network.
+func (s *Sink) refresh(since time.Time, why error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.refreshedAt.After(since) {
+		return
+	}
+	s.refreshedAt = time.Now()
+	s.log.Debug().Str("reason", why.Error()).Msg("refreshing kafka metadata")
+	s.transport.CloseIdleConnections()
+}
+
+// Check blocks until fresh metadata arrived (or Timeout or ctx ended) and reports, in one error,
+// an unreachable cluster or every named topic that is missing (unless auto-creation is allowed)
+// or not writable.
+func (s *Sink) Check(ctx context.Context, topics []string) error {
+	if s.closed.Load() {
+		return fmt.Errorf("kafka sink %q: %w", s.name, errClosed)
+	}
+	s.refresh(time.Now(), errors.New("check"))
+	ts := topics
+	if ts == nil {
+		ts = []string{}
+	}
+	md, err := s.metadata(ctx, ts)
+	if err != nil {
+		return fmt.Errorf("kafka sink %q: brokers %s unreachable: %w", s.name, strings.Join(s.cfg.Brokers, ","), err)
+	}
+	var errs []error
+	for _, t := range topics {
+		mt, ok := md[t]
+		switch {
+		case !ok || errors.Is(mt.Error, kafkago.UnknownTopicOrPartition):
+			if !s.cfg.AllowAutoTopicCreation {
+				errs = append(errs, fmt.Errorf("topic %s does not exist: create it or allow auto topic creation", t))
+			}
+		case mt.Error != nil:
+			errs = append(errs, fmt.Errorf("topic %s: %w", t, mt.Error))
+		case len(mt.Partitions) == 0:
+			errs = append(errs, fmt.Errorf("topic %s has no partitions", t))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("kafka sink %q: %w", s.name, errors.Join(errs...))
+	}
+	return nil
+}
