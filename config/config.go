@@ -1,0 +1,330 @@
+// Package config loads and validates outboxd's YAML configuration.
+//
+// Decoding is strict: an unknown key anywhere is an error, and ${VAR} / ${VAR:-default} are
+// expanded in scalar values only after YAML parsing, so a secret holding '#' or ': ' is taken
+// literally instead of being read as YAML. Validate reports every problem at once, each naming the
+// field (source.server_id, routes[1].sink, sinks.main.brokers) and what is allowed.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/outboxd/outboxd/gtid"
+)
+
+// Accepted values of enumerated fields.
+const (
+	SinkKafka    = "kafka"
+	SinkRocketMQ = "rocketmq"
+
+	OnPoisonStop       = "stop"
+	OnPoisonDeadLetter = "dead_letter"
+
+	StartLatest   = "latest"
+	StartEarliest = "earliest"
+)
+
+// Defaults applied by ApplyDefaults to fields left empty.
+const (
+	DefaultStart              = StartLatest
+	DefaultKafkaClientID      = "outboxd"
+	DefaultKafkaTimeout       = 10 * time.Second
+	DefaultKafkaMaxMessage    = 1048576
+	DefaultRocketMQGroup      = "outboxd-producer"
+	DefaultRocketMQTimeout    = 3 * time.Second
+	DefaultRouteTopic         = "{topic}"
+	DefaultOnPoison           = OnPoisonStop
+	DefaultRetryInitial       = 100 * time.Millisecond
+	DefaultRetryMax           = 10 * time.Second
+	DefaultCheckpointPath     = "./data/checkpoint.json"
+	DefaultCheckpointInterval = time.Second
+	DefaultLogLevel           = "info"
+	DefaultLogFormat          = "json"
+)
+
+// Config is the whole configuration file. Log it with String or Redacted, which hide secrets.
+type Config struct {
+	Source     Source          `yaml:"source"`
+	Tables     []Table         `yaml:"tables"`
+	Sinks      map[string]Sink `yaml:"sinks"`
+	Routes     []Route         `yaml:"routes"`
+	OnPoison   string          `yaml:"on_poison"`
+	DeadLetter *DeadLetter     `yaml:"dead_letter"`
+	Retry      Retry           `yaml:"retry"`
+	Checkpoint Checkpoint      `yaml:"checkpoint"`
+	Log        Log             `yaml:"log"`
+
+	// lines maps a field path ("routes[1].sink") to its line in the file, so Validate can point
+	// at the line. Empty for a Config built in code.
+	lines map[string]int
+}
+
+// Source is the MySQL/MariaDB server whose binlog outboxd reads.
+type Source struct {
+	Flavor   gtid.Flavor `yaml:"flavor"`
+	Addr     string      `yaml:"addr"`
+	User     string      `yaml:"user"`
+	Password string      `yaml:"password"`
+	// ServerID is outboxd's replica id; it must differ from every other replica of the server.
+	ServerID uint32 `yaml:"server_id"`
+	// Start is where to begin without a checkpoint: "latest", "earliest" or a GTID set.
+	Start string `yaml:"start"`
+}
+
+// Table is one outbox table and the names of its columns.
+type Table struct {
+	// Table is "schema.table".
+	Table   string  `yaml:"table"`
+	Columns Columns `yaml:"columns"`
+}
+
+// Columns names the outbox table's columns; ApplyDefaults fills each empty one with its key.
+type Columns struct {
+	EventID   string `yaml:"event_id"`
+	Key       string `yaml:"key"`
+	Topic     string `yaml:"topic"`
+	Payload   string `yaml:"payload"`
+	EventType string `yaml:"event_type"`
+	Headers   string `yaml:"headers"`
+}
+
+// Sink is one broker cluster. Kafka fields and RocketMQ fields are exclusive by Type.
+type Sink struct {
+	Type string `yaml:"type"`
+
+	// Kafka.
+	Brokers         []string      `yaml:"brokers"`
+	ClientID        string        `yaml:"client_id"`
+	Timeout         time.Duration `yaml:"timeout"`
+	MaxMessageBytes int           `yaml:"max_message_bytes"`
+
+	// RocketMQ.
+	Nameservers []string      `yaml:"nameservers"`
+	Group       string        `yaml:"group"`
+	Namespace   string        `yaml:"namespace"`
+	AccessKey   string        `yaml:"access_key"`
+	SecretKey   string        `yaml:"secret_key"`
+	SendTimeout time.Duration `yaml:"send_timeout"`
+}
+
+// Route sends matching rows to a sink. Routes are tried in order; the first match wins.
+type Route struct {
+	Match Match  `yaml:"match"`
+	Sink  string `yaml:"sink"`
+	// Topic is the destination topic template; see ParseTemplate.
+	Topic string `yaml:"topic"`
+	// Tag is the RocketMQ tag template; empty means the row's event_type.
+	Tag string `yaml:"tag"`
+}
+
+// Match selects rows by path.Match globs. An empty glob matches everything.
+type Match struct {
+	// Table is matched against "schema.table".
+	Table string `yaml:"table"`
+	// Topic is matched against the row's topic column.
+	Topic string `yaml:"topic"`
+}
+
+// DeadLetter is where poison rows go with on_poison: dead_letter.
+type DeadLetter struct {
+	Sink  string `yaml:"sink"`
+	Topic string `yaml:"topic"`
+}
+
+// Retry bounds the exponential backoff of sink retries.
+type Retry struct {
+	Initial time.Duration `yaml:"initial"`
+	Max     time.Duration `yaml:"max"`
+}
+
+// Checkpoint says where and how often the acknowledged GTID position is saved.
+type Checkpoint struct {
+	Path     string        `yaml:"path"`
+	Interval time.Duration `yaml:"interval"`
+}
+
+// Log configures zerolog.
+type Log struct {
+	Level  string `yaml:"level"`
+	Format string `yaml:"format"`
+}
+
+// Schema returns the part of Table before the dot. Pure; safe for concurrent use.
+func (t Table) Schema() string {
+	s, _ := splitTable(t.Table)
+	return s
+}
+
+// Name returns the part of Table after the dot. Pure; safe for concurrent use.
+func (t Table) Name() string {
+	_, n := splitTable(t.Table)
+	return n
+}
+
+func splitTable(s string) (schema, name string) {
+	schema, name, ok := strings.Cut(s, ".")
+	if !ok {
+		return "", s
+	}
+	return schema, name
+}
+
+// Load reads and parses the file at path; see Parse. It blocks on file I/O only. On error the
+// returned Config is nil and the error names the file and every bad field.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes data strictly, expands ${VAR}, ${VAR:-default} and $$ in scalar values from the
+// process environment, applies defaults and validates. It does no I/O besides reading the
+// environment and is safe for concurrent use. On error the returned Config is nil.
+func Parse(data []byte) (*Config, error) {
+	return parse(data, os.LookupEnv)
+}
+
+func parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
+	var root yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("invalid YAML: %w", err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, errors.New("the file holds more than one YAML document; keep only one")
+	}
+
+	w := walker{lookup: lookup, lines: map[string]int{}}
+	w.walk(&root, configType, "")
+	c := &Config{}
+	if root.Kind != 0 {
+		if err := root.Decode(c); err != nil && len(w.errs) == 0 {
+			// The walk already checked every value against its field's type; this is a backstop.
+			return nil, fmt.Errorf("decode: %w", err)
+		}
+	}
+	c.lines = w.lines
+	c.ApplyDefaults()
+	err := c.Validate()
+	if len(w.errs) > 0 {
+		// Report the rest of the file's problems too, so one run shows everything to fix, but
+		// not the ones that only follow from a field already reported (a server_id that is not
+		// a number is also "missing").
+		return nil, errors.Join(append(w.errs, notUnder(err, w.errs)...)...)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// notUnder returns the problems joined in err whose field is neither one of the fields of
+// reported nor inside one.
+func notUnder(err error, reported []error) []error {
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return nil
+	}
+	var out []error
+	for _, e := range joined.Unwrap() {
+		fe, ok := e.(*FieldError)
+		if !ok || !coveredBy(fe.Field, reported) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func coveredBy(field string, reported []error) bool {
+	for _, r := range reported {
+		fe, ok := r.(*FieldError)
+		if !ok {
+			continue
+		}
+		rf := fe.Field
+		if rf == "" || field == rf || strings.HasPrefix(field, rf+".") || strings.HasPrefix(field, rf+"[") {
+			return true
+		}
+	}
+	return false
+}
+
+// ApplyDefaults fills empty optional fields with their defaults. Sink defaults depend on the
+// sink's type, so a sink of unknown type gets none. Idempotent; not safe for concurrent use with
+// readers of c.
+func (c *Config) ApplyDefaults() {
+	if c.Source.Start == "" {
+		c.Source.Start = DefaultStart
+	}
+	for i := range c.Tables {
+		col := &c.Tables[i].Columns
+		setDefault(&col.EventID, "event_id")
+		setDefault(&col.Key, "biz_key")
+		setDefault(&col.Topic, "topic")
+		setDefault(&col.Payload, "payload")
+		setDefault(&col.EventType, "event_type")
+		setDefault(&col.Headers, "headers")
+	}
+	for name, s := range c.Sinks {
+		switch s.Type {
+		case SinkKafka:
+			setDefault(&s.ClientID, DefaultKafkaClientID)
+			setDefaultDur(&s.Timeout, DefaultKafkaTimeout)
+			if s.MaxMessageBytes == 0 {
+				s.MaxMessageBytes = DefaultKafkaMaxMessage
+			}
+		case SinkRocketMQ:
+			setDefault(&s.Group, DefaultRocketMQGroup)
+			setDefaultDur(&s.SendTimeout, DefaultRocketMQTimeout)
+		}
+		c.Sinks[name] = s
+	}
+	for i := range c.Routes {
+		setDefault(&c.Routes[i].Topic, DefaultRouteTopic)
+	}
+	setDefault(&c.OnPoison, DefaultOnPoison)
+	setDefaultDur(&c.Retry.Initial, DefaultRetryInitial)
+	setDefaultDur(&c.Retry.Max, DefaultRetryMax)
+	setDefault(&c.Checkpoint.Path, DefaultCheckpointPath)
+	setDefaultDur(&c.Checkpoint.Interval, DefaultCheckpointInterval)
+	setDefault(&c.Log.Level, DefaultLogLevel)
+	setDefault(&c.Log.Format, DefaultLogFormat)
+}
+
+func setDefault(p *string, v string) {
+	if *p == "" {
+		*p = v
+	}
+}
+
+func setDefaultDur(p *time.Duration, v time.Duration) {
+	if *p == 0 {
+		*p = v
+	}
+}
+
+// TableByName returns the configured table "schema.table", if any. Safe for concurrent use
+// with other readers of c.
+func (c *Config) TableByName(schemaTable string) (Table, bool) {
+	for _, t := range c.Tables {
+		if t.Table == schemaTable {
+			return t, true
+		}
+	}
+	return Table{}, false
+}

@@ -1,0 +1,300 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/outboxd/outboxd/gtid"
+)
+
+// problems collects every FieldError of one Validate call.
+type problems struct {
+	c    *Config
+	errs []error
+}
+
+func (p *problems) add(field, format string, args ...any) {
+	p.errs = append(p.errs, &FieldError{Field: field, Line: p.c.line(field), Problem: fmt.Sprintf(format, args...)})
+}
+
+// Validate checks the whole configuration and returns every problem joined (errors.Join), each
+// a *FieldError naming the field and what is allowed; nil when the configuration is usable.
+// Call ApplyDefaults first (Parse does): Validate does not treat empty optional fields as
+// defaulted. It does no I/O and does not modify c; safe for concurrent use with other readers.
+func (c *Config) Validate() error {
+	p := &problems{c: c}
+	c.validateSource(p)
+	c.validateTables(p)
+	c.validateSinks(p)
+	c.validateRoutes(p)
+	c.validatePoison(p)
+
+	if c.Retry.Initial <= 0 {
+		p.add("retry.initial", "must be positive, such as 100ms; got %s", c.Retry.Initial)
+	}
+	if c.Retry.Max < c.Retry.Initial {
+		p.add("retry.max", "must be at least retry.initial (%s); got %s", c.Retry.Initial, c.Retry.Max)
+	}
+	if c.Checkpoint.Path == "" {
+		p.add("checkpoint.path", "is required; set the checkpoint file, such as %s", DefaultCheckpointPath)
+	}
+	if c.Checkpoint.Interval <= 0 {
+		p.add("checkpoint.interval", "must be positive, such as 1s; got %s", c.Checkpoint.Interval)
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		p.add("log.level", "%q is not allowed; use debug, info, warn or error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "json", "console":
+	default:
+		p.add("log.format", "%q is not allowed; use json or console", c.Log.Format)
+	}
+	return errors.Join(p.errs...)
+}
+
+func (c *Config) validateSource(p *problems) {
+	s := c.Source
+	flavorOK := false
+	switch s.Flavor {
+	case gtid.MySQL, gtid.MariaDB:
+		flavorOK = true
+	case "":
+		p.add("source.flavor", "is required; use mysql or mariadb")
+	default:
+		p.add("source.flavor", "%q is not allowed; use mysql or mariadb", s.Flavor)
+	}
+	if s.Addr == "" {
+		p.add("source.addr", "is required; set the server's host:port, such as 127.0.0.1:3306")
+	} else if err := checkHostPort(s.Addr); err != nil {
+		p.add("source.addr", "%v", err)
+	}
+	if s.User == "" {
+		p.add("source.user", "is required; set a user with REPLICATION SLAVE and REPLICATION CLIENT")
+	}
+	if s.ServerID == 0 {
+		p.add("source.server_id", "is required; set an id from 1 to 4294967295 that no other replica of the server uses")
+	}
+	switch s.Start {
+	case StartLatest, StartEarliest:
+	case "":
+		p.add("source.start", "is required; use latest, earliest or a GTID set")
+	default:
+		if flavorOK {
+			if _, err := gtid.Parse(s.Flavor, s.Start); err != nil {
+				p.add("source.start", "%q is not latest, earliest or a %s GTID set: %v", s.Start, s.Flavor, err)
+			}
+		}
+	}
+}
+
+func (c *Config) validateTables(p *problems) {
+	if len(c.Tables) == 0 {
+		p.add("tables", "at least one outbox table is required")
+	}
+	seen := map[string]int{}
+	for i, t := range c.Tables {
+		field := fmt.Sprintf("tables[%d]", i)
+		if !validTableName(t.Table) {
+			p.add(field+".table", "%q is not \"schema.table\" (one dot, no spaces, quotes or glob characters)", t.Table)
+			continue
+		}
+		if first, dup := seen[t.Table]; dup {
+			p.add(field+".table", "%q is already listed as tables[%d]", t.Table, first)
+			continue
+		}
+		seen[t.Table] = i
+		cols := []struct{ name, val string }{
+			{"event_id", t.Columns.EventID}, {"key", t.Columns.Key}, {"topic", t.Columns.Topic},
+			{"payload", t.Columns.Payload}, {"event_type", t.Columns.EventType}, {"headers", t.Columns.Headers},
+		}
+		for _, col := range cols {
+			if col.val == "" {
+				p.add(field+".columns."+col.name, "is empty; name the column, or omit it for the default %q", col.name)
+			} else if strings.ContainsAny(col.val, "`\x00") {
+				p.add(field+".columns."+col.name, "%q is not a column name", col.val)
+			}
+		}
+	}
+}
+
+func validTableName(s string) bool {
+	schema, name, ok := strings.Cut(s, ".")
+	if !ok || schema == "" || name == "" || strings.Contains(name, ".") {
+		return false
+	}
+	return !strings.ContainsAny(s, " \t\r\n`'\"*?[]\\/\x00")
+}
+
+func (c *Config) validateSinks(p *problems) {
+	if len(c.Sinks) == 0 {
+		p.add("sinks", "at least one sink is required, such as main: {type: kafka, brokers: [\"127.0.0.1:9092\"]}")
+	}
+	for _, name := range sortedKeys(c.Sinks) {
+		s := c.Sinks[name]
+		field := "sinks." + name
+		if name == "" {
+			p.add("sinks", "a sink has an empty name")
+		}
+		// wrong lists the fields of the other sink type that are set: a setting that would be
+		// silently ignored is a mistake worth stopping for.
+		var wrong []string
+		switch s.Type {
+		case SinkKafka:
+			checkAddrs(p, field+".brokers", s.Brokers, "broker", "127.0.0.1:9092")
+			if s.ClientID == "" {
+				p.add(field+".client_id", "is required")
+			}
+			if s.Timeout <= 0 {
+				p.add(field+".timeout", "must be positive, such as 10s; got %s", s.Timeout)
+			}
+			if s.MaxMessageBytes <= 0 {
+				p.add(field+".max_message_bytes", "must be positive, such as 1048576; got %d", s.MaxMessageBytes)
+			}
+			wrong = setFields(map[string]bool{
+				"nameservers": len(s.Nameservers) > 0, "group": s.Group != "", "namespace": s.Namespace != "",
+				"access_key": s.AccessKey != "", "secret_key": s.SecretKey != "", "send_timeout": s.SendTimeout != 0,
+			})
+		case SinkRocketMQ:
+			checkAddrs(p, field+".nameservers", s.Nameservers, "NameServer", "127.0.0.1:9876")
+			if s.Group == "" {
+				p.add(field+".group", "is required")
+			}
+			if s.SendTimeout <= 0 {
+				p.add(field+".send_timeout", "must be positive, such as 3s; got %s", s.SendTimeout)
+			}
+			if (s.AccessKey == "") != (s.SecretKey == "") {
+				p.add(field+".secret_key", "access_key and secret_key must be set together or not at all")
+			}
+			wrong = setFields(map[string]bool{
+				"brokers": len(s.Brokers) > 0, "client_id": s.ClientID != "", "timeout": s.Timeout != 0,
+				"max_message_bytes": s.MaxMessageBytes != 0,
+			})
+		case "":
+			p.add(field+".type", "is required; use kafka or rocketmq")
+		default:
+			p.add(field+".type", "%q is not allowed; use kafka or rocketmq", s.Type)
+		}
+		for _, f := range wrong {
+			p.add(field+"."+f, "is not a %s setting; remove it or change type", s.Type)
+		}
+	}
+}
+
+func setFields(m map[string]bool) []string {
+	var out []string
+	for _, k := range sortedKeys(m) {
+		if m[k] {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func checkAddrs(p *problems, field string, addrs []string, what, example string) {
+	if len(addrs) == 0 {
+		p.add(field, "at least one %s host:port is required, such as %s", what, example)
+	}
+	for i, a := range addrs {
+		if err := checkHostPort(a); err != nil {
+			p.add(fmt.Sprintf("%s[%d]", field, i), "%v", err)
+		}
+	}
+}
+
+func checkHostPort(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %w", addr, err)
+	}
+	if host == "" {
+		return fmt.Errorf("%q has no host", addr)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("%q has port %q; want 1 to 65535", addr, port)
+	}
+	return nil
+}
+
+func (c *Config) validateRoutes(p *problems) {
+	if len(c.Routes) == 0 {
+		p.add("routes", "at least one route is required, such as {sink: main}")
+	}
+	sinkNames := strings.Join(sortedKeys(c.Sinks), ", ")
+	for i, r := range c.Routes {
+		field := fmt.Sprintf("routes[%d]", i)
+		tableGlobOK := checkGlob(p, field+".match.table", r.Match.Table)
+		checkGlob(p, field+".match.topic", r.Match.Topic)
+		if tableGlobOK && r.Match.Table != "" && len(c.Tables) > 0 {
+			matched := false
+			for _, t := range c.Tables {
+				if ok, _ := path.Match(r.Match.Table, t.Table); ok {
+					matched = true
+					break
+				}
+			}
+			if !matched {
+				p.add(field+".match.table", "%q matches none of the configured tables, so the route can never be used", r.Match.Table)
+			}
+		}
+		sink, sinkOK := c.Sinks[r.Sink]
+		switch {
+		case r.Sink == "":
+			p.add(field+".sink", "is required; name one of the sinks: %s", sinkNames)
+		case !sinkOK:
+			p.add(field+".sink", "%q is not a configured sink; defined: %s", r.Sink, sinkNames)
+		}
+		if _, err := ParseTemplate(r.Topic); err != nil {
+			p.add(field+".topic", "%v", err)
+		}
+		if r.Tag != "" {
+			if _, err := ParseTemplate(r.Tag); err != nil {
+				p.add(field+".tag", "%v", err)
+			}
+			if sinkOK && sink.Type != SinkRocketMQ {
+				p.add(field+".tag", "is only used by rocketmq sinks; sink %q is %s", r.Sink, sink.Type)
+			}
+		}
+	}
+}
+
+func checkGlob(p *problems, field, glob string) bool {
+	if glob == "" {
+		return true
+	}
+	if _, err := path.Match(glob, ""); err != nil {
+		p.add(field, "%q is not a valid glob (path.Match syntax: * ? [a-z] and \\ to escape): %v", glob, err)
+		return false
+	}
+	return true
+}
+
+func (c *Config) validatePoison(p *problems) {
+	switch c.OnPoison {
+	case OnPoisonStop, OnPoisonDeadLetter:
+	default:
+		p.add("on_poison", "%q is not allowed; use stop or dead_letter", c.OnPoison)
+	}
+	dl := c.DeadLetter
+	if dl == nil {
+		if c.OnPoison == OnPoisonDeadLetter {
+			p.add("dead_letter", "is required with on_poison: dead_letter; set {sink: <name>, topic: <topic>}")
+		}
+		return
+	}
+	if dl.Sink == "" {
+		p.add("dead_letter.sink", "is required; name one of the sinks: %s", strings.Join(sortedKeys(c.Sinks), ", "))
+	} else if _, ok := c.Sinks[dl.Sink]; !ok {
+		p.add("dead_letter.sink", "%q is not a configured sink; defined: %s", dl.Sink, strings.Join(sortedKeys(c.Sinks), ", "))
+	}
+	if dl.Topic == "" {
+		p.add("dead_letter.topic", "is required, such as outbox.dead_letter")
+	} else if strings.ContainsAny(dl.Topic, "{}") {
+		p.add("dead_letter.topic", "%q: the dead-letter topic is literal; placeholders are not supported", dl.Topic)
+	}
+}

@@ -1,0 +1,406 @@
+// Package router turns outbox rows read from the binlog into fully encoded sink messages: it
+// picks the sink and topic by the configured routes and builds the final key, value and headers,
+// so that a retry resends bytes and never encodes again.
+package router
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+
+	"github.com/outboxd/outboxd/binlog"
+	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/sink"
+)
+
+// Header names set by outboxd. A row's own headers column cannot override them: an entry with
+// one of these names is dropped, so consumers can trust them.
+const (
+	HeaderEventID          = "event_id"
+	HeaderEventType        = "event_type"
+	HeaderTable            = "outbox_table"
+	HeaderGTID             = "outbox_gtid"
+	HeaderDeadLetterReason = "outbox_dead_letter_reason"
+	HeaderOriginalTopic    = "outbox_original_topic"
+)
+
+// ReasonNoRoute is PoisonError.Reason when no route matches a row.
+const ReasonNoRoute = "no route matches"
+
+func reserved(key string) bool {
+	switch key {
+	case HeaderEventID, HeaderEventType, HeaderTable, HeaderGTID, HeaderDeadLetterReason, HeaderOriginalTopic:
+		return true
+	}
+	return false
+}
+
+// PoisonError reports a row that can never be delivered as it is: retrying cannot help, so the
+// pipeline either stops (on_poison: stop) or diverts the row with DeadLetter.
+type PoisonError struct {
+	// Reason says what is wrong with the row or its routing.
+	Reason string
+	// Schema and Table name the outbox table; ID is the row's id column, if it has one.
+	Schema, Table, ID string
+	// EventID and Topic are the row's columns as text ("" when NULL or absent).
+	EventID, Topic string
+	// GTID is the row's transaction.
+	GTID string
+}
+
+func (e *PoisonError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "poison outbox row in %s.%s (", e.Schema, e.Table)
+	if e.ID != "" {
+		fmt.Fprintf(&b, "id %s, ", e.ID)
+	}
+	fmt.Fprintf(&b, "event_id %q, topic %q, gtid %s): %s; ", e.EventID, e.Topic, e.GTID, e.Reason)
+	if e.Reason == ReasonNoRoute {
+		b.WriteString("add a route matching it, or set on_poison: dead_letter")
+	} else {
+		b.WriteString("the row is committed and cannot be changed: set on_poison: dead_letter to divert such rows, and fix the code that writes them")
+	}
+	return b.String()
+}
+
+// Router maps outbox rows to sinks and messages. It is immutable after New and safe for
+// concurrent use.
+type Router struct {
+	routes     []route
+	tables     map[string]config.Columns
+	deadLetter *config.DeadLetter
+}
+
+type route struct {
+	index                int
+	tableGlob, topicGlob string
+	sink                 string
+	topic                config.Template
+	tag                  config.Template
+	hasTag               bool
+}
+
+// New compiles cfg's routes. cfg should have passed config.Validate; New still rejects what it
+// cannot compile (bad glob or template, unknown sink) instead of failing later. It does not keep
+// cfg. On error the Router is nil.
+func New(cfg *config.Config) (*Router, error) {
+	if cfg == nil {
+		return nil, errors.New("router: no configuration")
+	}
+	r := &Router{tables: make(map[string]config.Columns, len(cfg.Tables))}
+	for _, t := range cfg.Tables {
+		r.tables[t.Table] = t.Columns
+	}
+	for i, rc := range cfg.Routes {
+		rt := route{index: i, tableGlob: rc.Match.Table, topicGlob: rc.Match.Topic, sink: rc.Sink}
+		for _, g := range []string{rc.Match.Table, rc.Match.Topic} {
+			if _, err := path.Match(g, ""); err != nil {
+				return nil, fmt.Errorf("router: routes[%d]: glob %q: %w", i, g, err)
+			}
+		}
+		if _, ok := cfg.Sinks[rc.Sink]; !ok {
+			return nil, fmt.Errorf("router: routes[%d].sink %q is not a configured sink", i, rc.Sink)
+		}
+		topic := rc.Topic
+		if topic == "" {
+			topic = config.DefaultRouteTopic
+		}
+		var err error
+		if rt.topic, err = config.ParseTemplate(topic); err != nil {
+			return nil, fmt.Errorf("router: routes[%d].topic: %w", i, err)
+		}
+		if rc.Tag != "" {
+			if rt.tag, err = config.ParseTemplate(rc.Tag); err != nil {
+				return nil, fmt.Errorf("router: routes[%d].tag: %w", i, err)
+			}
+			rt.hasTag = true
+		}
+		r.routes = append(r.routes, rt)
+	}
+	if dl := cfg.DeadLetter; dl != nil {
+		if _, ok := cfg.Sinks[dl.Sink]; !ok {
+			return nil, fmt.Errorf("router: dead_letter.sink %q is not a configured sink", dl.Sink)
+		}
+		if dl.Topic == "" {
+			return nil, errors.New("router: dead_letter.topic is empty")
+		}
+		copied := *dl
+		r.deadLetter = &copied
+	}
+	return r, nil
+}
+
+// Route maps one outbox row to its destination: the sink name and the fully encoded message.
+// It never does I/O and is safe for concurrent use. It returns a *PoisonError when the row can
+// never be delivered (no route matches, a required column is absent or NULL, the headers column
+// is not a JSON object, the topic renders empty); then sinkName and msg are empty.
+//
+// The message's Key and Value share memory with ev's bytes: ev must not be modified afterwards.
+// A NULL payload is poison rather than an empty value, because an empty or null Kafka value
+// means "delete" to compacted topics and RocketMQ refuses empty bodies.
+func (r *Router) Route(txn *binlog.Txn, ev *binlog.Event) (sinkName string, msg *sink.Message, err error) {
+	if txn == nil || ev == nil {
+		return "", nil, errors.New("router: Route called without a transaction or event")
+	}
+	if reason := r.malformed(ev); reason != "" {
+		return "", nil, poison(txn, ev, reason)
+	}
+	vars := config.TemplateVars{
+		Topic:     string(ev.Topic.Bytes),
+		Schema:    ev.Schema,
+		Table:     ev.Table,
+		EventType: text(ev.EventType),
+	}
+	rt := r.match(ev.Schema+"."+ev.Table, vars.Topic)
+	if rt == nil {
+		return "", nil, poison(txn, ev, ReasonNoRoute)
+	}
+	dest := rt.topic.Render(vars)
+	if dest == "" {
+		return "", nil, poison(txn, ev, fmt.Sprintf("routes[%d] renders topic template %q to an empty topic", rt.index, rt.topic))
+	}
+	headers, err := appendRowHeaders(baseHeaders(txn, ev), ev.Headers)
+	if err != nil {
+		return "", nil, poison(txn, ev, err.Error())
+	}
+	tag := vars.EventType
+	if rt.hasTag {
+		tag = rt.tag.Render(vars)
+	}
+	return rt.sink, &sink.Message{
+		Topic:   dest,
+		Key:     key(ev.Key),
+		Value:   nonNil(ev.Payload.Bytes),
+		Headers: headers,
+		Time:    txn.CommitTime,
+		EventID: string(ev.EventID.Bytes),
+		Tag:     tag,
+	}, nil
+}
+
+// DeadLetter builds the dead-letter message for a row that Route or a sink rejected for good
+// (on_poison: dead_letter): the row's key, value and headers plus outbox_dead_letter_reason
+// (reason's text) and outbox_original_topic (the row's topic column), to dead_letter.topic. It
+// accepts malformed rows: absent or NULL columns are left out, and a headers column that is not
+// a JSON object contributes no headers. It never does I/O and is safe for concurrent use. It
+// returns an error only when dead_letter is not configured or txn or ev is nil.
+func (r *Router) DeadLetter(txn *binlog.Txn, ev *binlog.Event, reason error) (sinkName string, msg *sink.Message, err error) {
+	if r.deadLetter == nil {
+		return "", nil, errors.New("router: dead_letter is not configured; set on_poison: dead_letter and dead_letter: {sink, topic}")
+	}
+	if txn == nil || ev == nil {
+		return "", nil, errors.New("router: DeadLetter called without a transaction or event")
+	}
+	headers := baseHeaders(txn, ev)
+	if withRow, err := appendRowHeaders(headers, ev.Headers); err == nil {
+		headers = withRow
+	}
+	why := "unknown"
+	if reason != nil {
+		why = reason.Error()
+	}
+	headers = append(headers,
+		sink.Header{Key: HeaderDeadLetterReason, Value: []byte(why)},
+		sink.Header{Key: HeaderOriginalTopic, Value: []byte(text(ev.Topic))},
+	)
+	var value []byte
+	if present(ev.Payload) {
+		value = nonNil(ev.Payload.Bytes)
+	}
+	return r.deadLetter.Sink, &sink.Message{
+		Topic:   r.deadLetter.Topic,
+		Key:     key(ev.Key),
+		Value:   value,
+		Headers: headers,
+		Time:    txn.CommitTime,
+		EventID: text(ev.EventID),
+		Tag:     text(ev.EventType),
+	}, nil
+}
+
+// malformed returns why ev can never be delivered regardless of routing, or "".
+func (r *Router) malformed(ev *binlog.Event) string {
+	cols, ok := r.tables[ev.Schema+"."+ev.Table]
+	if !ok {
+		cols = config.Columns{EventID: "event_id", Key: "biz_key", Topic: "topic", Payload: "payload"}
+	}
+	required := []struct {
+		f          binlog.Field
+		name, conf string
+	}{
+		{ev.EventID, cols.EventID, "event_id"},
+		{ev.Key, cols.Key, "key"},
+		{ev.Topic, cols.Topic, "topic"},
+		{ev.Payload, cols.Payload, "payload"},
+	}
+	for _, c := range required {
+		if c.f.Missing {
+			return fmt.Sprintf("the table has no column %q (tables[].columns.%s); add the column or name the right one in the config", c.name, c.conf)
+		}
+	}
+	switch {
+	case ev.EventID.Null:
+		return fmt.Sprintf("event id column %q is NULL", cols.EventID)
+	case ev.Topic.Null:
+		return fmt.Sprintf("topic column %q is NULL", cols.Topic)
+	case len(ev.Topic.Bytes) == 0:
+		return fmt.Sprintf("topic column %q is empty", cols.Topic)
+	case ev.Payload.Null:
+		return fmt.Sprintf("payload column %q is NULL (write an empty value explicitly if that is meant)", cols.Payload)
+	}
+	return ""
+}
+
+func (r *Router) match(table, topic string) *route {
+	for i := range r.routes {
+		rt := &r.routes[i]
+		if globMatch(rt.tableGlob, table) && globMatch(rt.topicGlob, topic) {
+			return rt
+		}
+	}
+	return nil
+}
+
+func globMatch(glob, s string) bool {
+	if glob == "" {
+		return true
+	}
+	ok, err := path.Match(glob, s)
+	return err == nil && ok
+}
+
+// baseHeaders returns the headers outboxd sets itself, in their fixed order.
+func baseHeaders(txn *binlog.Txn, ev *binlog.Event) []sink.Header {
+	hs := make([]sink.Header, 0, 8)
+	if present(ev.EventID) {
+		hs = append(hs, sink.Header{Key: HeaderEventID, Value: nonNil(ev.EventID.Bytes)})
+	}
+	if present(ev.EventType) {
+		hs = append(hs, sink.Header{Key: HeaderEventType, Value: nonNil(ev.EventType.Bytes)})
+	}
+	return append(hs,
+		sink.Header{Key: HeaderTable, Value: []byte(ev.Schema + "." + ev.Table)},
+		sink.Header{Key: HeaderGTID, Value: []byte(txn.GTID)},
+	)
+}
+
+// appendRowHeaders appends the entries of the headers column, a JSON object, in the object's own
+// order (a map would lose it): strings as their text, other values as compact JSON. Entries with
+// a reserved name are dropped. A NULL, absent or blank column adds nothing.
+func appendRowHeaders(hs []sink.Header, f binlog.Field) ([]sink.Header, error) {
+	if !present(f) || len(bytes.TrimSpace(f.Bytes)) == 0 {
+		return hs, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(f.Bytes))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, fmt.Errorf("headers column is not valid JSON: %w", err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, fmt.Errorf("headers column is not a JSON object (it starts with %s)", describeToken(tok))
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("headers column is not valid JSON: %w", err)
+		}
+		name, ok := tok.(string)
+		if !ok {
+			return nil, errors.New("headers column is not valid JSON: object key is not a string")
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, fmt.Errorf("headers column is not valid JSON: value of %q: %w", name, err)
+		}
+		if reserved(name) {
+			continue
+		}
+		value, err := headerValue(raw)
+		if err != nil {
+			return nil, fmt.Errorf("headers column: value of %q: %w", name, err)
+		}
+		hs = append(hs, sink.Header{Key: name, Value: value})
+	}
+	if _, err := dec.Token(); err != nil { // the closing '}'
+		return nil, fmt.Errorf("headers column is not valid JSON: %w", err)
+	}
+	if tok, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return nil, fmt.Errorf("headers column has data after the JSON object: %w", err)
+		}
+		return nil, fmt.Errorf("headers column has data after the JSON object (%s)", describeToken(tok))
+	}
+	return hs, nil
+}
+
+func headerValue(raw json.RawMessage) ([]byte, error) {
+	if len(raw) > 0 && raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, err
+		}
+		return []byte(s), nil
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+func describeToken(tok json.Token) string {
+	switch v := tok.(type) {
+	case json.Delim:
+		return fmt.Sprintf("%q", string(v))
+	case string:
+		return "a string"
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	default:
+		return "a number"
+	}
+}
+
+func present(f binlog.Field) bool { return !f.Missing && !f.Null }
+
+// text returns the field as a string, "" when NULL or absent.
+func text(f binlog.Field) string {
+	if !present(f) {
+		return ""
+	}
+	return string(f.Bytes)
+}
+
+// key returns nil for a NULL or absent key and a non-nil slice otherwise, because Kafka tells a
+// null key (spread over partitions) from an empty one (hashed like any other).
+func key(f binlog.Field) []byte {
+	if !present(f) {
+		return nil
+	}
+	return nonNil(f.Bytes)
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+func poison(txn *binlog.Txn, ev *binlog.Event, reason string) *PoisonError {
+	return &PoisonError{
+		Reason:  reason,
+		Schema:  ev.Schema,
+		Table:   ev.Table,
+		ID:      ev.ID,
+		EventID: text(ev.EventID),
+		Topic:   text(ev.Topic),
+		GTID:    txn.GTID,
+	}
+}
