@@ -1,0 +1,356 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxd/outboxd/testenv/mariadb"
+)
+
+type demoOptions struct {
+	Outboxd   string
+	Duration  time.Duration
+	Every     time.Duration
+	KafkaPort int
+	Out       io.Writer
+}
+
+// demoResult is what a run saw, for the demo's own test.
+type demoResult struct {
+	Ordered, Received int
+}
+
+var topics = []string{"order.created", "order.paid"}
+
+const schemaSQL = `
+CREATE DATABASE shop;
+CREATE TABLE shop.orders (
+  id BIGINT PRIMARY KEY AUTO_INCREMENT,
+  customer VARCHAR(64) NOT NULL,
+  amount_cents BIGINT NOT NULL,
+  status VARCHAR(16) NOT NULL,
+  created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+);
+CREATE TABLE shop.outbox_event (
+  id         BIGINT PRIMARY KEY AUTO_INCREMENT,
+  event_id   VARCHAR(64)  NOT NULL,
+  biz_key    VARCHAR(64)  NOT NULL,
+  topic      VARCHAR(128) NOT NULL,
+  event_type VARCHAR(64)  NULL,
+  payload    JSON         NOT NULL,
+  headers    JSON         NULL,
+  created_at DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+  UNIQUE KEY uk_event_id (event_id)
+);
+CREATE USER 'outboxd'@'127.0.0.1' IDENTIFIED BY 'demo-secret';
+GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO 'outboxd'@'127.0.0.1';
+GRANT SELECT ON shop.outbox_event TO 'outboxd'@'127.0.0.1';
+`
+
+const configTemplate = `# written by outboxd-demo
+source:
+  flavor: mariadb
+  addr: %s
+  user: outboxd
+  password: ${OUTBOXD_MYSQL_PASSWORD}
+  server_id: 4242
+  start: latest
+tables:
+  - table: shop.outbox_event
+sinks:
+  main: {type: kafka, brokers: ["%s"]}
+routes:
+  - match: {table: "shop.*", topic: "order.*"}
+    sink: main
+    topic: "{topic}"
+checkpoint: {path: %s, interval: 1s}
+log: {level: info, format: console}
+`
+
+func runDemo(ctx context.Context, o demoOptions) (demoResult, error) {
+	var res demoResult
+	out := &syncWriter{w: o.Out}
+	say := func(format string, args ...any) { fmt.Fprintf(out, "demo    | "+format+"\n", args...) }
+
+	dir, err := os.MkdirTemp("", "outboxd-demo-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+
+	say("starting a throwaway MariaDB (ROW binlog, FULL row image and metadata, GTID strict)")
+	db, err := mariadb.Start(ctx, mariadb.Options{Dir: dir})
+	if err != nil {
+		return res, fmt.Errorf("start MariaDB: %w", err)
+	}
+	defer db.Close()
+	root, err := db.DB(ctx, "")
+	if err != nil {
+		return res, err
+	}
+	defer root.Close()
+	if err := execScript(ctx, root, schemaSQL); err != nil {
+		return res, fmt.Errorf("create the shop schema: %w", err)
+	}
+	say("MariaDB on %s; shop.orders and shop.outbox_event created; user outboxd has REPLICATION SLAVE, BINLOG MONITOR, SELECT", db.Addr)
+
+	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(3, topics...)}
+	if o.KafkaPort != 0 {
+		opts = append(opts, kfake.Ports(o.KafkaPort))
+	}
+	cluster, err := kfake.NewCluster(opts...)
+	if err != nil {
+		return res, fmt.Errorf("start kfake: %w", err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+	say("Kafka (kfake, in process) on %s with topics %v, 3 partitions each", brokers[0], topics)
+
+	cfgPath := filepath.Join(dir, "outboxd.yaml")
+	cfgText := fmt.Sprintf(configTemplate, db.Addr, brokers[0], filepath.Join(dir, "checkpoint.json"))
+	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o600); err != nil {
+		return res, err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	relay, err := startOutboxd(ctx, o.Outboxd, cfgPath, out)
+	if err != nil {
+		return res, err
+	}
+	defer relay.stop()
+
+	client, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topics...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return res, err
+	}
+	defer client.Close()
+
+	shop, err := db.DB(ctx, "shop")
+	if err != nil {
+		return res, err
+	}
+	defer shop.Close()
+
+	// Give outboxd a moment to connect before the first order, so `start: latest` includes it.
+	if err := waitForStreaming(ctx, relay); err != nil {
+		return res, err
+	}
+	say("outboxd is streaming; the shop app places an order every %s (Ctrl-C to stop)", o.Every)
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		n := placeOrders(ctx, shop, o.Every, out)
+		mu.Lock()
+		res.Ordered = n
+		mu.Unlock()
+	}()
+	for ctx.Err() == nil {
+		fetches := client.PollFetches(ctx)
+		fetches.EachRecord(func(r *kgo.Record) {
+			res.Received++
+			var evID string
+			for _, h := range r.Headers {
+				if h.Key == "event_id" {
+					evID = string(h.Value)
+				}
+			}
+			fmt.Fprintf(out, "kafka   | %-13s p%d key=%-9s event_id=%s latency=%s\n          %s\n",
+				r.Topic, r.Partition, r.Key, evID[:8], time.Since(r.Timestamp).Round(time.Millisecond), r.Value)
+		})
+		if relay.exited() {
+			cancel()
+			wg.Wait()
+			return res, fmt.Errorf("outboxd exited early: %w", relay.wait())
+		}
+	}
+	wg.Wait()
+	say("stopping: %d events committed, %d received", res.Ordered, res.Received)
+	if err := relay.stop(); err != nil {
+		return res, fmt.Errorf("outboxd did not stop cleanly: %w", err)
+	}
+	return res, nil
+}
+
+// placeOrders writes one order and its outbox event in a single transaction every tick. It
+// returns how many transactions committed.
+func placeOrders(ctx context.Context, db *sql.DB, every time.Duration, out io.Writer) int {
+	customers := []string{"alice", "bob", "carol", "dave", "erin"}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	n := 0
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return n
+		case <-t.C:
+		}
+		cust := customers[i%len(customers)]
+		topic, typ := "order.created", "OrderCreated"
+		if i%3 == 2 {
+			topic, typ = "order.paid", "OrderPaid"
+		}
+		if err := placeOrder(ctx, db, cust, topic, typ, int64(1000+i*7)); err != nil {
+			if ctx.Err() == nil {
+				fmt.Fprintf(out, "app     | order failed: %v\n", err)
+			}
+			continue
+		}
+		n++
+	}
+}
+
+func placeOrder(ctx context.Context, db *sql.DB, customer, topic, typ string, cents int64) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	r, err := tx.ExecContext(ctx, `INSERT INTO orders (customer, amount_cents, status) VALUES (?, ?, 'NEW')`, customer, cents)
+	if err != nil {
+		return err
+	}
+	id, _ := r.LastInsertId()
+	payload := fmt.Sprintf(`{"order_id": %d, "customer": %q, "amount_cents": %d}`, id, customer, cents)
+	if _, err := tx.ExecContext(ctx,
+		`INSERT INTO outbox_event (event_id, biz_key, topic, event_type, payload, headers) VALUES (?, ?, ?, ?, ?, ?)`,
+		newEventID(), customer, topic, typ, payload, `{"source": "shop-app", "schema_version": 1}`); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+func newEventID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func execScript(ctx context.Context, db *sql.DB, script string) error {
+	for _, stmt := range splitStatements(script) {
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("%s: %w", stmt, err)
+		}
+	}
+	return nil
+}
+
+func splitStatements(s string) []string {
+	var out []string
+	for _, stmt := range strings.Split(s, ";") {
+		if stmt = strings.TrimSpace(stmt); stmt != "" {
+			out = append(out, stmt)
+		}
+	}
+	return out
+}
+
+// relayProc is the outboxd child process.
+type relayProc struct {
+	cmd       *exec.Cmd
+	done      chan struct{}
+	err       error
+	streaming chan struct{}
+	once      sync.Once
+}
+
+func startOutboxd(ctx context.Context, bin, cfgPath string, out io.Writer) (*relayProc, error) {
+	if _, err := os.Stat(bin); err != nil {
+		return nil, fmt.Errorf("outboxd binary %s: %w (run `make build` first)", bin, err)
+	}
+	cmd := exec.Command(bin, "run", "--config", cfgPath)
+	cmd.Env = append(os.Environ(), "OUTBOXD_MYSQL_PASSWORD=demo-secret")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &relayProc{cmd: cmd, done: make(chan struct{}), streaming: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			fmt.Fprintf(out, "outboxd | %s\n", line)
+			if strings.Contains(line, "starting") && strings.Contains(line, "gtid_set") {
+				p.once.Do(func() { close(p.streaming) })
+			}
+		}
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func waitForStreaming(ctx context.Context, p *relayProc) error {
+	select {
+	case <-p.streaming:
+		time.Sleep(300 * time.Millisecond) // the dump connection registers right after
+		return nil
+	case <-p.done:
+		return fmt.Errorf("outboxd exited before streaming: %w", p.err)
+	case <-time.After(30 * time.Second):
+		return errors.New("outboxd did not start streaming within 30s")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (p *relayProc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *relayProc) wait() error { <-p.done; return p.err }
+
+// stop sends SIGTERM and waits for the graceful drain; it is idempotent.
+func (p *relayProc) stop() error {
+	if !p.exited() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(40 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return errors.New("killed after 40s without exiting")
+	}
+	return p.err
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(b)
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/rs/zerolog"
+
+	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/checkpoint"
+	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/daemon"
+	"github.com/outboxd/outboxd/gtid"
+)
+
+func loadConfig(path string) (*config.Config, error) {
+	if path == "" {
+		return nil, &exitError{code: 2, err: errors.New("--config is required")}
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, &exitError{code: 2, err: err}
+	}
+	return cfg, nil
+}
+
+func newLogger(c config.Log, w io.Writer) zerolog.Logger {
+	if c.Format == "console" {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
+	}
+	lvl, err := zerolog.ParseLevel(c.Level)
+	if err != nil || c.Level == "" {
+		lvl = zerolog.InfoLevel
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+}
+
+func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := newFlags("run", stderr)
+	path := fs.String("config", "", "config file (YAML)")
+	from := fs.String("from-gtid", "", "replay from this executed GTID set instead of the checkpoint")
+	force := fs.Bool("force", false, "accept a start GTID set that lacks a source the server has")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*path)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg.Log, stderr)
+	log.Info().Str("version", version).Msg("outboxd starting")
+	err = daemon.Run(ctx, cfg, daemon.Options{FromGTID: *from, Force: *force, Logger: log})
+	if err != nil {
+		log.Error().Err(err).Msg("outboxd stopped with an error")
+		return fmt.Errorf("%w: %w", errReported, err)
+	}
+	return nil
+}
+
+func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("check", stderr)
+	path := fs.String("config", "", "config file (YAML)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*path)
+	if err != nil {
+		return err
+	}
+	problems, warnings, err := daemon.Check(ctx, cfg, newLogger(cfg.Log, stderr))
+	if err != nil {
+		return err
+	}
+	for _, w := range warnings {
+		fmt.Fprintln(stdout, "WARN ", w)
+	}
+	for _, p := range problems {
+		fmt.Fprintln(stdout, "FAIL ", p)
+	}
+	if len(problems) > 0 {
+		return &exitError{code: 1, err: fmt.Errorf("%d problem(s) found", len(problems))}
+	}
+	fmt.Fprintln(stdout, "OK    source and sinks are ready for outboxd")
+	return nil
+}
+
+func cmdCheckpointShow(args []string, stdout io.Writer) error {
+	fs := newFlags("checkpoint show", os.Stderr)
+	path := fs.String("config", "", "config file (YAML)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*path)
+	if err != nil {
+		return err
+	}
+	cp, err := checkpoint.Read(cfg.Checkpoint.Path)
+	if err != nil {
+		return err
+	}
+	if cp == nil {
+		return &exitError{code: 1, err: fmt.Errorf("no checkpoint at %s yet: outboxd run saves one after the first acknowledged transaction", cfg.Checkpoint.Path)}
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(cp)
+}
+
+func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("checkpoint set", stderr)
+	path := fs.String("config", "", "config file (YAML)")
+	set := fs.String("gtid", "", "the executed GTID set to resume after (required)")
+	force := fs.Bool("force", false, "accept a set that lacks a source the server has")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*path)
+	if err != nil {
+		return err
+	}
+	if *set == "" {
+		return &exitError{code: 2, err: errors.New("--gtid is required")}
+	}
+	parsed, err := gtid.Parse(cfg.Source.Flavor, *set)
+	if err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("--gtid: %w", err)}
+	}
+	// The lock makes this fail while outboxd runs on the same checkpoint.
+	store, err := checkpoint.Open(cfg.Checkpoint.Path)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if !*force {
+		db, err := server.Open(ctx, server.Conn{Flavor: cfg.Source.Flavor, Addr: cfg.Source.Addr, User: cfg.Source.User, Password: cfg.Source.Password})
+		if err != nil {
+			return fmt.Errorf("connect to source to validate --gtid (pass --force to skip): %w", err)
+		}
+		defer db.Close()
+		if _, _, err := daemon.ResolveStart(ctx, db, cfg, store, parsed.String(), false); err != nil {
+			return err
+		}
+	}
+	old, err := store.Load()
+	if err != nil {
+		return err
+	}
+	cp := checkpoint.Checkpoint{Flavor: cfg.Source.Flavor, GTIDSet: parsed.String(), SavedAt: timeNow()}
+	if err := store.Save(cp); err != nil {
+		return err
+	}
+	prev := "(none)"
+	if old != nil {
+		prev = old.GTIDSet
+	}
+	fmt.Fprintf(stdout, "checkpoint %s: %s -> %s\n", cfg.Checkpoint.Path, prev, cp.GTIDSet)
+	return nil
+}

@@ -1,0 +1,103 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxd/outboxd/daemon"
+)
+
+// Two outbox tables and two Kafka clusters, routed by table and topic globs.
+func TestRoutingTwoTablesTwoClusters(t *testing.T) {
+	w := newWorld(t, sharedServer(t))
+	w.exec(fmt.Sprintf(strings.Replace(outboxDDL, "outbox_event", "billing_outbox", 1), w.schema))
+	orders := kafkaCluster(t, "order.created", "order.other")
+	billing := kafkaCluster(t, "billing.Invoiced", "billing.misc")
+	o := cfgOpts{
+		Srv: w.srv, Start: w.position(), Dir: t.TempDir(),
+		Tables: []string{w.schema + ".outbox_event", w.schema + ".billing_outbox"},
+		Sinks:  map[string]string{"orders": orders.ListenAddrs()[0], "billing": billing.ListenAddrs()[0]},
+		Routes: fmt.Sprintf(`  - match: {table: "%[1]s.billing_*"}
+    sink: billing
+    topic: "billing.{event_type}"
+  - match: {table: "%[1]s.outbox_event", topic: "order.created"}
+    sink: orders
+    topic: "{topic}"
+  - match: {topic: "order.*"}
+    sink: orders
+    topic: "order.other"
+`, w.schema),
+	}
+	startRelay(t, o, daemon.Options{})
+	w.commit(row{EventID: "o1", Key: "a", Topic: "order.created", Payload: []byte("1")},
+		row{EventID: "o2", Key: "a", Topic: "order.shipped", Payload: []byte("2")})
+	w.commitTo("billing_outbox", row{EventID: "b1", Key: "a", Topic: "order.created", EventType: str("Invoiced"), Payload: []byte("3")})
+
+	oc := newConsumer(t, orders, "order.created", "order.other")
+	bc := newConsumer(t, billing, "billing.Invoiced", "billing.misc")
+	got := map[string]string{}
+	for _, r := range oc.waitFor(2, 20*time.Second) {
+		got[header(r, "event_id")] = "orders/" + r.Topic
+	}
+	for _, r := range bc.waitFor(1, 20*time.Second) {
+		got[header(r, "event_id")] = "billing/" + r.Topic + "/" + header(r, "outbox_table")
+	}
+	want := map[string]string{"o1": "orders/order.created", "o2": "orders/order.other",
+		"b1": "billing/billing.Invoiced/" + w.schema + ".billing_outbox"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("routed %v, want %v", got, want)
+	}
+}
+
+// An unroutable row under on_poison: stop ends the run with an error that names the row and
+// the remedies, and the checkpoint stays before it; under dead_letter it goes to the
+// dead-letter topic with the reason and the stream goes on.
+func TestUnroutableRow(t *testing.T) {
+	w := newWorld(t, sharedServer(t))
+	kc := kafkaCluster(t, "order.created", "outbox.dead_letter")
+	base := cfgOpts{
+		Srv: w.srv, Start: w.position(), Tables: []string{w.schema + ".outbox_event"},
+		Sinks:  map[string]string{"main": kc.ListenAddrs()[0]},
+		Routes: "  - match: {topic: \"order.*\"}\n    sink: main\n    topic: \"{topic}\"\n",
+	}
+	good := w.commit(row{EventID: "ok1", Key: "k", Topic: "order.created", Payload: []byte("1")})
+	bad := w.commit(row{EventID: "lost1", Key: "k", Topic: "inventory.changed", Payload: []byte("2")})
+	w.commit(row{EventID: "ok2", Key: "k", Topic: "order.created", Payload: []byte("3")})
+
+	t.Run("stop", func(t *testing.T) {
+		o := base
+		o.Dir = t.TempDir()
+		code, out := runBinary(t, "run", "--config", writeCfg(t, o))
+		if code == 0 {
+			t.Fatalf("outboxd exited 0 on an unroutable row:\n%s", out)
+		}
+		for _, want := range []string{w.schema + ".outbox_event", "lost1", "inventory.changed", bad, "dead_letter", "route"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("error output lacks %q:\n%s", want, out)
+			}
+		}
+		if got := readCheckpoint(t, o.Dir); got != good {
+			t.Fatalf("checkpoint %q, want %q (the last transaction before the poison row)", got, good)
+		}
+	})
+	t.Run("dead_letter", func(t *testing.T) {
+		o := base
+		o.Dir = t.TempDir()
+		o.OnPoison = "dead_letter"
+		o.DeadLetter = "{sink: main, topic: outbox.dead_letter}"
+		startRelay(t, o, daemon.Options{})
+		dl := newConsumer(t, kc, "outbox.dead_letter")
+		rs := dl.waitFor(1, 20*time.Second)
+		r := rs[0]
+		if header(r, "event_id") != "lost1" || string(r.Value) != "2" || string(r.Key) != "k" {
+			t.Fatalf("dead letter %s key %q value %q", header(r, "event_id"), r.Key, r.Value)
+		}
+		if reason := header(r, "outbox_dead_letter_reason"); !strings.Contains(reason, "no route") {
+			t.Fatalf("dead letter reason %q", reason)
+		}
+		oc := newConsumer(t, kc, "order.created")
+		oc.waitForEvent("ok2", 20*time.Second)
+	})
+}
