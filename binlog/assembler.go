@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
@@ -424,7 +425,13 @@ func (p projection) field(i int, row []any, skipped []int) Field {
 			return Field{Bytes: []byte(labels[n-1])}
 		}
 	}
-	return valueField(v)
+	f := valueField(v)
+	if !f.Null && i < len(p.tm.ColumnType) && p.tm.ColumnType[i] == mysql.MYSQL_TYPE_JSON {
+		// MySQL's binary JSON: print it with MySQL's own spacing. (MariaDB's JSON is LONGTEXT
+		// and arrives as the text inserted.)
+		f.Bytes = mysqlJSONSpacing(f.Bytes)
+	}
+	return f
 }
 
 // valueField is the one conversion from a decoded binlog value to a Field. Byte values are

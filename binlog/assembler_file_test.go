@@ -225,7 +225,7 @@ func TestFixtureMySQL80CompressedJSON(t *testing.T) {
 	wantField(t, "event_id", e.EventID, "6666")
 	wantField(t, "key", e.Key, "product_item_value_2")
 	wantField(t, "topic (BLOB)", e.Topic, "description_1")
-	wantField(t, "payload (JSON)", e.Payload, `{"c":1}`)
+	wantField(t, "payload (JSON)", e.Payload, `{"c": 1}`)
 	wantField(t, "event_type", e.EventType, "<missing>")
 	wantField(t, "headers", e.Headers, "<missing>")
 	b := txns[1].Events[0]
@@ -320,14 +320,14 @@ func TestFixtureMySQL90JSONOpaque(t *testing.T) {
 	wantGTIDs(t, txns, "", "", "")
 	wantEventCounts(t, txns, 0, 0, 8)
 	want := []string{
-		`{"a":"base64:type15:VQ=="}`, // opaque of an unknown type, as mysqld prints it
-		`{"b":"2012-03-18"}`,
-		`{"c":"2012-03-18 11:30:45.000000"}`,
-		`{"c":"87:31:46.654321"}`,
-		`{"d":123.456}`, // opaque DECIMAL: unquoted
-		`{"e":9.00}`,
-		`{"e":[0,1,true,false]}`,
-		`{"e":null}`,
+		`{"a": "base64:type15:VQ=="}`, // opaque of an unknown type, as mysqld prints it
+		`{"b": "2012-03-18"}`,
+		`{"c": "2012-03-18 11:30:45.000000"}`,
+		`{"c": "87:31:46.654321"}`,
+		`{"d": 123.456}`, // opaque DECIMAL: unquoted
+		`{"e": 9.00}`,
+		`{"e": [0, 1, true, false]}`,
+		`{"e": null}`,
 	}
 	for i, w := range want {
 		wantField(t, fmt.Sprintf("row %d", i), txns[2].Events[i].Payload, w)
@@ -345,7 +345,7 @@ func TestFixtureMySQL80PartialJSONIgnored(t *testing.T) {
 	// ALTER USER, CREATE TABLE, 4 INSERT txns (1,1,1,3 rows), UPDATE, PARTIAL_UPDATE.
 	wantEventCounts(t, txns, 0, 0, 1, 1, 1, 3, 0, 0)
 	e := txns[2].Events[0]
-	wantField(t, "json", e.Payload, `{"age":24,"data":"xxxxxxxxxx","name":"Joe"}`)
+	wantField(t, "json", e.Payload, `{"age": 24, "data": "xxxxxxxxxx", "name": "Joe"}`)
 	wantField(t, "generated name", e.Key, "Joe")
 	if txns[5].Events[2].ID != "6" {
 		t.Errorf("id = %q", txns[5].Events[2].ID)
