@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -133,4 +134,24 @@ func TestOnlyCommittedInsertsAreSent(t *testing.T) {
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A non-transactional outbox table (MyISAM) ends its binlog transaction with a COMMIT query
+// instead of an XID: its rows are delivered and the checkpoint passes them.
+func TestNonTransactionalOutboxTable(t *testing.T) {
+	w := newWorld(t, sharedServer(t))
+	w.exec(fmt.Sprintf(strings.Replace(outboxDDL, "outbox_event", "outbox_myisam", 1), w.schema) + " ENGINE=MyISAM")
+	kc := kafkaCluster(t, "t")
+	o := simpleCfg(t, w, kc, w.position())
+	o.Tables = []string{w.schema + ".outbox_myisam"}
+	startRelay(t, o, daemon.Options{})
+	w.exec("INSERT INTO "+w.schema+".outbox_myisam (event_id, biz_key, topic, payload) VALUES (?,?,?,?), (?,?,?,?)",
+		"m1", "k", "t", "a", "m2", "k", "t", "b")
+	g := w.position()
+	c := newConsumer(t, kc, "t")
+	rs := c.waitFor(2, 20*time.Second)
+	if got := fmt.Sprint(eventIDs(rs)); got != "[m1 m2]" {
+		t.Fatalf("got %s", got)
+	}
+	waitCheckpoint(t, o.Dir, g, 10*time.Second)
 }

@@ -149,7 +149,7 @@ func runDemo(ctx context.Context, o demoOptions) (demoResult, error) {
 	}
 	defer shop.Close()
 
-	// Give outboxd a moment to connect before the first order, so `start: latest` includes it.
+	// The first order waits for the stream, so `start: latest` includes it.
 	if err := waitForStreaming(ctx, relay); err != nil {
 		return res, err
 	}
@@ -157,27 +157,32 @@ func runDemo(ctx context.Context, o demoOptions) (demoResult, error) {
 
 	var wg sync.WaitGroup
 	var mu sync.Mutex
+	var committedAt sync.Map // event_id -> time COMMIT returned, for the end-to-end latency
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		n := placeOrders(ctx, shop, o.Every, out)
+		n := placeOrders(ctx, shop, o.Every, out, &committedAt)
 		mu.Lock()
 		res.Ordered = n
 		mu.Unlock()
 	}()
-	for ctx.Err() == nil {
-		fetches := client.PollFetches(ctx)
-		fetches.EachRecord(func(r *kgo.Record) {
-			res.Received++
-			var evID string
-			for _, h := range r.Headers {
-				if h.Key == "event_id" {
-					evID = string(h.Value)
-				}
+	show := func(r *kgo.Record) {
+		res.Received++
+		var evID string
+		for _, h := range r.Headers {
+			if h.Key == "event_id" {
+				evID = string(h.Value)
 			}
-			fmt.Fprintf(out, "kafka   | %-13s p%d key=%-9s event_id=%s latency=%s\n          %s\n",
-				r.Topic, r.Partition, r.Key, evID[:8], time.Since(r.Timestamp).Round(time.Millisecond), r.Value)
-		})
+		}
+		latency := "?"
+		if t, ok := committedAt.Load(evID); ok {
+			latency = time.Since(t.(time.Time)).Round(100 * time.Microsecond).String()
+		}
+		fmt.Fprintf(out, "kafka   | %-13s p%d key=%-6s event_id=%.8s…  commit→consumer %s\n          %s\n",
+			r.Topic, r.Partition, r.Key, evID, latency, r.Value)
+	}
+	for ctx.Err() == nil {
+		client.PollFetches(ctx).EachRecord(show)
 		if relay.exited() {
 			cancel()
 			wg.Wait()
@@ -185,6 +190,12 @@ func runDemo(ctx context.Context, o demoOptions) (demoResult, error) {
 		}
 	}
 	wg.Wait()
+	// Orders committed just before the stop are still on their way: wait for them briefly.
+	drain, cancelDrain := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancelDrain()
+	for res.Received < res.Ordered && drain.Err() == nil {
+		client.PollFetches(drain).EachRecord(show)
+	}
 	say("stopping: %d events committed, %d received", res.Ordered, res.Received)
 	if err := relay.stop(); err != nil {
 		return res, fmt.Errorf("outboxd did not stop cleanly: %w", err)
@@ -194,7 +205,7 @@ func runDemo(ctx context.Context, o demoOptions) (demoResult, error) {
 
 // placeOrders writes one order and its outbox event in a single transaction every tick. It
 // returns how many transactions committed.
-func placeOrders(ctx context.Context, db *sql.DB, every time.Duration, out io.Writer) int {
+func placeOrders(ctx context.Context, db *sql.DB, every time.Duration, out io.Writer, committedAt *sync.Map) int {
 	customers := []string{"alice", "bob", "carol", "dave", "erin"}
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -210,17 +221,19 @@ func placeOrders(ctx context.Context, db *sql.DB, every time.Duration, out io.Wr
 		if i%3 == 2 {
 			topic, typ = "order.paid", "OrderPaid"
 		}
-		if err := placeOrder(ctx, db, cust, topic, typ, int64(1000+i*7)); err != nil {
+		id := newEventID()
+		if err := placeOrder(ctx, db, id, cust, topic, typ, int64(1000+i*7)); err != nil {
 			if ctx.Err() == nil {
 				fmt.Fprintf(out, "app     | order failed: %v\n", err)
 			}
 			continue
 		}
+		committedAt.Store(id, time.Now())
 		n++
 	}
 }
 
-func placeOrder(ctx context.Context, db *sql.DB, customer, topic, typ string, cents int64) error {
+func placeOrder(ctx context.Context, db *sql.DB, eventID, customer, topic, typ string, cents int64) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -234,7 +247,7 @@ func placeOrder(ctx context.Context, db *sql.DB, customer, topic, typ string, ce
 	payload := fmt.Sprintf(`{"order_id": %d, "customer": %q, "amount_cents": %d}`, id, customer, cents)
 	if _, err := tx.ExecContext(ctx,
 		`INSERT INTO outbox_event (event_id, biz_key, topic, event_type, payload, headers) VALUES (?, ?, ?, ?, ?, ?)`,
-		newEventID(), customer, topic, typ, payload, `{"source": "shop-app", "schema_version": 1}`); err != nil {
+		eventID, customer, topic, typ, payload, `{"source": "shop-app", "schema_version": 1}`); err != nil {
 		return err
 	}
 	return tx.Commit()
@@ -294,7 +307,7 @@ func startOutboxd(ctx context.Context, bin, cfgPath string, out io.Writer) (*rel
 		for sc.Scan() {
 			line := sc.Text()
 			fmt.Fprintf(out, "outboxd | %s\n", line)
-			if strings.Contains(line, "starting") && strings.Contains(line, "gtid_set") {
+			if strings.Contains(line, "binlog stream started") {
 				p.once.Do(func() { close(p.streaming) })
 			}
 		}
@@ -307,7 +320,6 @@ func startOutboxd(ctx context.Context, bin, cfgPath string, out io.Writer) (*rel
 func waitForStreaming(ctx context.Context, p *relayProc) error {
 	select {
 	case <-p.streaming:
-		time.Sleep(300 * time.Millisecond) // the dump connection registers right after
 		return nil
 	case <-p.done:
 		return fmt.Errorf("outboxd exited before streaming: %w", p.err)

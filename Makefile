@@ -1,0 +1,34 @@
+# outboxd — see README.md. `make demo` runs the main job, `make test` passes the tests; both
+# install what they need on a fresh Debian/Ubuntu machine with Go.
+GO        ?= go
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -s -w -X main.version=$(VERSION)
+BIN       := bin/outboxd
+
+.PHONY: all build deps test test-unit vet demo clean
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/outboxd
+
+deps:
+	./scripts/install-deps.sh
+
+vet:
+	$(GO) vet ./...
+
+# Everything, including the integration tests against a real MariaDB and kfake.
+test: deps vet
+	$(GO) test -count=1 -timeout 15m ./...
+
+# Only what needs no server.
+test-unit:
+	$(GO) test -count=1 -short -timeout 5m ./...
+
+# A throwaway MariaDB, an in-process Kafka (kfake), outboxd and a sample app; Ctrl-C stops all.
+demo: deps build
+	$(GO) run ./cmd/outboxd-demo --outboxd $(BIN)
+
+clean:
+	rm -rf bin data

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxd/outboxd/testenv/mariadb"
+)
+
+// The demo, as `make demo` runs it, shows every committed order arriving through Kafka.
+func TestDemoDeliversEveryOrder(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: needs MariaDB")
+	}
+	if _, err := mariadb.Binary(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("mariadbd not found in CI: %v", err)
+		}
+		t.Skip("mariadbd not found: apt-get install -y mariadb-server")
+	}
+	bin := filepath.Join(t.TempDir(), "outboxd")
+	build := exec.Command("go", "build", "-o", bin, "../outboxd")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	res, err := runDemo(ctx, demoOptions{Outboxd: bin, Every: 100 * time.Millisecond, Out: &out})
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, out.String())
+	}
+	if res.Ordered < 5 || res.Received < res.Ordered {
+		t.Fatalf("ordered %d, received %d\n%s", res.Ordered, res.Received, out.String())
+	}
+	if !strings.Contains(out.String(), "commit→consumer") {
+		t.Fatalf("no events shown:\n%s", out.String())
+	}
+}
