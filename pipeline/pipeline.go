@@ -115,9 +115,9 @@ func (p *Pipeline) Acked() gtid.Set { return p.acked.Clone() }
 // Run takes transactions from in until ctx ends or in is closed, delivers their events and
 // checkpoints acknowledged progress. When ctx ends it stops taking transactions, lets the
 // round in flight finish (bounded by DrainTimeout), saves the checkpoint and returns nil. It
-// returns an error for a poison row under on_poison: stop, a failed checkpoint write, or a
-// sink that was not acknowledged when the drain timed out; in every case the checkpoint
-// written covers only acknowledged transactions.
+// returns an error for a poison row under on_poison: stop or a failed checkpoint write. In
+// every case the checkpoint written covers only acknowledged transactions; sends still
+// unacknowledged when the drain times out are logged and left for the next start.
 func (p *Pipeline) Run(ctx context.Context, in <-chan *binlog.Txn) error {
 	// Sends outlive ctx by at most DrainTimeout so a shutdown does not abandon a round that
 	// the broker is about to acknowledge.
@@ -151,6 +151,14 @@ func (p *Pipeline) Run(ctx context.Context, in <-chan *binlog.Txn) error {
 		}
 		batch := p.gather(first, in)
 		if err := p.deliver(sendCtx, batch); err != nil {
+			var pe *PoisonError
+			if ctx.Err() != nil && sendCtx.Err() != nil && !errors.As(err, &pe) {
+				// A requested shutdown whose drain timed out loses nothing: the checkpoint
+				// covers only what was acknowledged, and the rest is resent on the next start.
+				p.cfg.Logger.Warn().Err(err).Dur("drain_timeout", p.cfg.DrainTimeout).
+					Msg("shutdown: sends still unacknowledged after the drain timeout; they will be resent on the next start")
+				return p.finish(nil)
+			}
 			return p.finish(err)
 		}
 		if err := p.maybeSave(false); err != nil {

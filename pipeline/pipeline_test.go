@@ -216,9 +216,8 @@ func TestCheckpointNeverPassesUnacknowledged(t *testing.T) {
 	go func() { done <- p.Run(ctx, in) }()
 	time.Sleep(100 * time.Millisecond)
 	cancel()
-	err := <-done
-	if err == nil || !strings.Contains(err.Error(), "unacknowledged at shutdown") {
-		t.Fatalf("Run = %v, want an unacknowledged-at-shutdown error", err)
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v: a shutdown whose drain timed out loses nothing and is no error", err)
 	}
 	// Transactions 1 to 3 may have been gathered into one round; either way nothing after 0
 	// or 1 may be checkpointed.
