@@ -6,29 +6,8 @@ package binlog
 // RenderJSONAsMySQLText already matches MySQL's key order and number forms but prints compact.
 // The input must be valid compact JSON (no whitespace outside strings), which go-mysql emits.
 func mysqlJSONSpacing(in []byte) []byte {
-	extra := 0
+	out := make([]byte, 0, len(in)+len(in)/8)
 	inStr, esc := false, false
-	for _, c := range in {
-		switch {
-		case inStr:
-			if esc {
-				esc = false
-			} else if c == '\\' {
-				esc = true
-			} else if c == '"' {
-				inStr = false
-			}
-		case c == '"':
-			inStr = true
-		case c == ':' || c == ',':
-			extra++
-		}
-	}
-	if extra == 0 {
-		return in
-	}
-	out := make([]byte, 0, len(in)+extra)
-	inStr, esc = false, false
 	for _, c := range in {
 		out = append(out, c)
 		switch {

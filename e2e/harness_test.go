@@ -66,18 +66,10 @@ var (
 // test works in its own schema so their binlog streams do not interfere.
 func sharedServer(t *testing.T) *mariadb.Server {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("integration test: needs MariaDB")
-	}
+	mariadb.RequireT(t)
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
 	if shared == nil {
-		if _, err := mariadb.Binary(); err != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatalf("mariadbd not found in CI: %v", err)
-			}
-			t.Skip("mariadbd not found: apt-get install -y mariadb-server")
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		s, err := mariadb.Start(ctx, mariadb.Options{})

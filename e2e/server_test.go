@@ -16,9 +16,6 @@ import (
 // With binlog_row_metadata=MINIMAL the TABLE_MAP has no column names: they come from
 // information_schema, and an ALTER TABLE that shifts the columns while streaming is followed.
 func TestMinimalRowMetadataAndAlter(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: needs MariaDB")
-	}
 	srv := mariadb.StartT(t, mariadb.Options{RowMetadata: "FULL"})
 	if err := srv.Restart(context.Background(), mariadb.Options{RowMetadata: "MINIMAL"}); err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -15,15 +14,7 @@ import (
 
 // The demo, as `make demo` runs it, shows every committed order arriving through Kafka.
 func TestDemoDeliversEveryOrder(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: needs MariaDB")
-	}
-	if _, err := mariadb.Binary(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("mariadbd not found in CI: %v", err)
-		}
-		t.Skip("mariadbd not found: apt-get install -y mariadb-server")
-	}
+	mariadb.RequireT(t)
 	bin := filepath.Join(t.TempDir(), "outboxd")
 	build := exec.Command("go", "build", "-o", bin, "../outboxd")
 	if out, err := build.CombinedOutput(); err != nil {

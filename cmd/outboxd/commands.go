@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +17,25 @@ import (
 	"github.com/outboxd/outboxd/daemon"
 	"github.com/outboxd/outboxd/gtid"
 )
+
+// configFlags is a command's flag set with the --config every command but version takes.
+type configFlags struct {
+	*flag.FlagSet
+	path *string
+}
+
+func newConfigFlags(name string, stderr io.Writer) configFlags {
+	fs := newFlags(name, stderr)
+	return configFlags{FlagSet: fs, path: fs.String("config", "", "config file (YAML)")}
+}
+
+// load parses args and loads the config they name.
+func (f configFlags) load(args []string) (*config.Config, error) {
+	if err := parseFlags(f.FlagSet, args); err != nil {
+		return nil, err
+	}
+	return loadConfig(*f.path)
+}
 
 func loadConfig(path string) (*config.Config, error) {
 	if path == "" {
@@ -40,14 +60,10 @@ func newLogger(c config.Log, w io.Writer) zerolog.Logger {
 }
 
 func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := newFlags("run", stderr)
-	path := fs.String("config", "", "config file (YAML)")
+	fs := newConfigFlags("run", stderr)
 	from := fs.String("from-gtid", "", "replay from this executed GTID set instead of the checkpoint")
 	force := fs.Bool("force", false, "accept a start GTID set that lacks a source the server has")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	cfg, err := loadConfig(*path)
+	cfg, err := fs.load(args)
 	if err != nil {
 		return err
 	}
@@ -62,12 +78,8 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 }
 
 func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("check", stderr)
-	path := fs.String("config", "", "config file (YAML)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	cfg, err := loadConfig(*path)
+	fs := newConfigFlags("check", stderr)
+	cfg, err := fs.load(args)
 	if err != nil {
 		return err
 	}
@@ -89,12 +101,8 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 func cmdCheckpointShow(args []string, stdout io.Writer) error {
-	fs := newFlags("checkpoint show", os.Stderr)
-	path := fs.String("config", "", "config file (YAML)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	cfg, err := loadConfig(*path)
+	fs := newConfigFlags("checkpoint show", os.Stderr)
+	cfg, err := fs.load(args)
 	if err != nil {
 		return err
 	}
@@ -111,14 +119,10 @@ func cmdCheckpointShow(args []string, stdout io.Writer) error {
 }
 
 func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("checkpoint set", stderr)
-	path := fs.String("config", "", "config file (YAML)")
+	fs := newConfigFlags("checkpoint set", stderr)
 	set := fs.String("gtid", "", "the executed GTID set to resume after (required)")
 	force := fs.Bool("force", false, "accept a set that lacks a source the server has")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	cfg, err := loadConfig(*path)
+	cfg, err := fs.load(args)
 	if err != nil {
 		return err
 	}
