@@ -21,6 +21,7 @@ import (
 	"github.com/outboxd/outboxd/router"
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/sink/kafka"
+	"github.com/outboxd/outboxd/sink/rocketmq"
 )
 
 // Options are the run command's flags.
@@ -180,6 +181,13 @@ func ResolveStart(ctx context.Context, db *sql.DB, cfg *config.Config, store *ch
 // OpenSinks creates every configured sink.
 func OpenSinks(cfg *config.Config, log zerolog.Logger) (map[string]sink.Sink, error) {
 	sinks := make(map[string]sink.Sink, len(cfg.Sinks))
+	for _, sc := range cfg.Sinks {
+		if sc.Type == "rocketmq" {
+			// The RocketMQ client's logger is process-wide: route it once, warnings and up.
+			rocketmq.RouteClientLog(log.With().Str("component", "rocketmq-client").Logger(), zerolog.WarnLevel)
+			break
+		}
+	}
 	for name, sc := range cfg.Sinks {
 		var s sink.Sink
 		var err error
@@ -191,6 +199,17 @@ func OpenSinks(cfg *config.Config, log zerolog.Logger) (map[string]sink.Sink, er
 				Timeout:         sc.Timeout,
 				MaxMessageBytes: sc.MaxMessageBytes,
 				Logger:          log.With().Str("sink", name).Logger(),
+			})
+		case "rocketmq":
+			s, err = rocketmq.New(name, rocketmq.Config{
+				NameServers: sc.Nameservers,
+				Group:       sc.Group,
+				Namespace:   sc.Namespace,
+				AccessKey:   sc.AccessKey,
+				SecretKey:   sc.SecretKey,
+				SendTimeout: sc.SendTimeout,
+				Name:        name,
+				Logger:      log.With().Str("sink", name).Logger(),
 			})
 		default:
 			err = fmt.Errorf("sink type %q is not supported by this build", sc.Type)

@@ -198,9 +198,9 @@ func kafkaCluster(t *testing.T, topics ...string) *kfake.Cluster {
 type cfgOpts struct {
 	Srv        *mariadb.Server
 	Start      string
-	Tables     []string // "schema.table"
-	Sinks      map[string]string
-	Routes     string // YAML list items
+	Tables     []string          // "schema.table"
+	Sinks      map[string]string // name -> the sink's YAML flow map (kafkaSink, rmqSink)
+	Routes     string            // YAML list items
 	OnPoison   string
 	DeadLetter string
 	Dir        string
@@ -229,8 +229,8 @@ func (o cfgOpts) yaml() string {
 		fmt.Fprintf(&b, "  - table: %s\n", t)
 	}
 	b.WriteString("sinks:\n")
-	for name, brokers := range o.Sinks {
-		fmt.Fprintf(&b, "  %s: {type: kafka, brokers: [%q], timeout: 2s}\n", name, brokers)
+	for name, sinkYAML := range o.Sinks {
+		fmt.Fprintf(&b, "  %s: %s\n", name, sinkYAML)
 	}
 	b.WriteString("routes:\n" + o.Routes)
 	if o.OnPoison != "" {
@@ -248,11 +248,15 @@ func (o cfgOpts) yaml() string {
 	return b.String()
 }
 
+func kafkaSink(c *kfake.Cluster) string {
+	return fmt.Sprintf("{type: kafka, brokers: [%q], timeout: 2s}", c.ListenAddrs()[0])
+}
+
 // simpleCfg routes every row of w's outbox table to one cluster under its own topic.
 func simpleCfg(t *testing.T, w *world, c *kfake.Cluster, start string) cfgOpts {
 	return cfgOpts{
 		Srv: w.srv, Start: start, Tables: []string{w.schema + ".outbox_event"},
-		Sinks:  map[string]string{"main": c.ListenAddrs()[0]},
+		Sinks:  map[string]string{"main": kafkaSink(c)},
 		Routes: "  - sink: main\n    topic: \"{topic}\"\n",
 		Dir:    t.TempDir(),
 	}

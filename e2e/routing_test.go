@@ -18,7 +18,7 @@ func TestRoutingTwoTablesTwoClusters(t *testing.T) {
 	o := cfgOpts{
 		Srv: w.srv, Start: w.position(), Dir: t.TempDir(),
 		Tables: []string{w.schema + ".outbox_event", w.schema + ".billing_outbox"},
-		Sinks:  map[string]string{"orders": orders.ListenAddrs()[0], "billing": billing.ListenAddrs()[0]},
+		Sinks:  map[string]string{"orders": kafkaSink(orders), "billing": kafkaSink(billing)},
 		Routes: fmt.Sprintf(`  - match: {table: "%[1]s.billing_*"}
     sink: billing
     topic: "billing.{event_type}"
@@ -59,7 +59,7 @@ func TestUnroutableRow(t *testing.T) {
 	kc := kafkaCluster(t, "order.created", "outbox.dead_letter")
 	base := cfgOpts{
 		Srv: w.srv, Start: w.position(), Tables: []string{w.schema + ".outbox_event"},
-		Sinks:  map[string]string{"main": kc.ListenAddrs()[0]},
+		Sinks:  map[string]string{"main": kafkaSink(kc)},
 		Routes: "  - match: {topic: \"order.*\"}\n    sink: main\n    topic: \"{topic}\"\n",
 	}
 	good := w.commit(row{EventID: "ok1", Key: "k", Topic: "order.created", Payload: []byte("1")})

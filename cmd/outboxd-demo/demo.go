@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxd/outboxd/testenv/mariadb"
+	"github.com/outboxd/outboxd/testenv/rocketmq"
 )
 
 type demoOptions struct {
@@ -36,7 +38,10 @@ type demoResult struct {
 	Ordered, Received int
 }
 
-var topics = []string{"order.created", "order.paid"}
+// Orders go to Kafka; payments to RocketMQ, as many shops split them.
+var topics = []string{"order.created"}
+
+const rmqTopic = "ORDER_PAID"
 
 const schemaSQL = `
 CREATE DATABASE shop;
@@ -74,11 +79,16 @@ source:
 tables:
   - table: shop.outbox_event
 sinks:
-  main: {type: kafka, brokers: ["%s"]}
+  kafka: {type: kafka, brokers: ["%s"]}
+  rmq: {type: rocketmq, nameservers: ["%s"], group: outboxd-demo}
 routes:
-  - match: {table: "shop.*", topic: "order.*"}
-    sink: main
+  - match: {table: "shop.*", topic: "order.created"}
+    sink: kafka
     topic: "{topic}"
+  - match: {table: "shop.*", topic: "order.paid"}
+    sink: rmq
+    topic: ORDER_PAID
+    tag: "{event_type}"
 checkpoint: {path: %s, interval: 1s}
 log: {level: info, format: console}
 `
@@ -122,8 +132,15 @@ func runDemo(ctx context.Context, o demoOptions) (demoResult, error) {
 	brokers := cluster.ListenAddrs()
 	say("Kafka (kfake, in process) on %s with topics %v, 3 partitions each", brokers[0], topics)
 
+	mq, err := rocketmq.Start(rocketmq.Options{Topics: []string{rmqTopic}, Queues: 4})
+	if err != nil {
+		return res, fmt.Errorf("start the RocketMQ test broker: %w", err)
+	}
+	defer mq.Close()
+	say("RocketMQ (protocol-level test NameServer and Broker, in process) at %s with topic %s, 4 queues", mq.NameServer(), rmqTopic)
+
 	cfgPath := filepath.Join(dir, "outboxd.yaml")
-	cfgText := fmt.Sprintf(configTemplate, db.Addr, brokers[0], filepath.Join(dir, "checkpoint.json"))
+	cfgText := fmt.Sprintf(configTemplate, db.Addr, brokers[0], mq.NameServer(), filepath.Join(dir, "checkpoint.json"))
 	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o600); err != nil {
 		return res, err
 	}
@@ -137,7 +154,7 @@ func runDemo(ctx context.Context, o demoOptions) (demoResult, error) {
 	defer relay.stop()
 
 	client, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topics...),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
 	if err != nil {
 		return res, err
 	}
@@ -181,8 +198,29 @@ func runDemo(ctx context.Context, o demoOptions) (demoResult, error) {
 		fmt.Fprintf(out, "kafka   | %-13s p%d key=%-6s event_id=%.8s…  commit→consumer %s\n          %s\n",
 			r.Topic, r.Partition, r.Key, evID, latency, r.Value)
 	}
+	showMQ := func(m rocketmq.Message) {
+		res.Received++
+		latency := "?"
+		if t, ok := committedAt.Load(m.Keys); ok { // the broker's store time, not when we looked
+			latency = m.StoredAt.Sub(t.(time.Time)).Round(100 * time.Microsecond).String()
+		}
+		fmt.Fprintf(out, "rocketmq| %-13s q%d key=%-6s event_id=%.8s…  tag=%s commit→broker %s\n          %s\n",
+			m.Topic, m.Queue, m.Properties["SHARDING_KEY"], m.Keys, m.Tags, latency, m.Body)
+	}
+	mqShown := 0
+	pollMQ := func() {
+		ms := mq.Messages(rmqTopic)
+		// Messages come ordered by queue and offset; show the new ones by store time.
+		sort.Slice(ms, func(i, j int) bool { return ms[i].StoredAt.Before(ms[j].StoredAt) })
+		for ; mqShown < len(ms); mqShown++ {
+			showMQ(ms[mqShown])
+		}
+	}
 	for ctx.Err() == nil {
-		client.PollFetches(ctx).EachRecord(show)
+		poll, cancelPoll := context.WithTimeout(ctx, 100*time.Millisecond)
+		client.PollFetches(poll).EachRecord(show)
+		cancelPoll()
+		pollMQ()
 		if relay.exited() {
 			cancel()
 			wg.Wait()
@@ -194,7 +232,10 @@ func runDemo(ctx context.Context, o demoOptions) (demoResult, error) {
 	drain, cancelDrain := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancelDrain()
 	for res.Received < res.Ordered && drain.Err() == nil {
-		client.PollFetches(drain).EachRecord(show)
+		poll, cancelPoll := context.WithTimeout(drain, 100*time.Millisecond)
+		client.PollFetches(poll).EachRecord(show)
+		cancelPoll()
+		pollMQ()
 	}
 	say("stopping: %d events committed, %d received", res.Ordered, res.Received)
 	if err := relay.stop(); err != nil {

@@ -30,7 +30,7 @@ func TestDemoDeliversEveryOrder(t *testing.T) {
 	if res.Ordered < 5 || res.Received < res.Ordered {
 		t.Fatalf("ordered %d, received %d\n%s", res.Ordered, res.Received, out.String())
 	}
-	if !strings.Contains(out.String(), "commit→consumer") {
+	if !strings.Contains(out.String(), "commit→consumer") || !strings.Contains(out.String(), "commit→broker") {
 		t.Fatalf("no events shown:\n%s", out.String())
 	}
 }

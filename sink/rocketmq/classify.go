@@ -1,0 +1,111 @@
+package rocketmq
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/outboxd/outboxd/sink"
+)
+
+// Errors the sink raises itself. classify decides whether each is permanent.
+var (
+	// errTopicMissing: the NameServer answered TOPIC_NOT_EXIST for a topic this sink never saw
+	// a route for.
+	errTopicMissing = errors.New("topic does not exist")
+	// errTooLarge: the body is over MaxMessageBytes, or the properties over RocketMQ's limit.
+	errTooLarge = errors.New("message too large")
+	// errInvalidMessage: a nil message, a bad topic name or an empty body.
+	errInvalidMessage = errors.New("invalid message")
+	// errNotSent marks a message held back because an earlier one failed; it is always
+	// retryable on its own.
+	errNotSent = errors.New("not sent because an earlier message failed")
+	// errNotOK: the broker answered with a status other than SEND_OK. The message may be stored
+	// (not flushed or not replicated as configured): a resend can duplicate it, which
+	// at-least-once allows, while losing it would not be.
+	errNotOK = errors.New("broker did not answer SEND_OK")
+	// errClosed: Send after (or during) Close.
+	errClosed = errors.New("sink closed")
+)
+
+// RocketMQ response codes (ResponseCode in the Java broker) that classify looks at.
+const (
+	codeSystemError    = 1
+	codeMessageIllegal = 13
+	codeNoPermission   = 16
+	codeTopicNotExist  = 17
+)
+
+// brokerCode extracts n from the client's error text "CODE: n, DESC: …" (or "CODE: n  DESC:
+// …"), which is the only form in which it reports a broker's error response.
+func brokerCode(err error) (int, bool) {
+	if err == nil {
+		return 0, false
+	}
+	text := err.Error()
+	i := strings.Index(text, "CODE: ")
+	if i < 0 {
+		return 0, false
+	}
+	rest := text[i+len("CODE: "):]
+	j := 0
+	for j < len(rest) && (rest[j] == '-' && j == 0 || rest[j] >= '0' && rest[j] <= '9') {
+		j++
+	}
+	n, perr := strconv.Atoi(rest[:j])
+	if perr != nil || !strings.Contains(rest[j:], "DESC:") {
+		return 0, false
+	}
+	return n, true
+}
+
+// needsRouteCheck reports whether err says the topic has no route (the client's "route info
+// not found", when neither the topic nor the auto-create template TBW102 has one) or the
+// broker does not know the topic (17). Either can be a topic that does not exist or a
+// NameServer that is down or restarting, so the caller asks the NameServer before classify
+// may call it permanent.
+func needsRouteCheck(err error) bool {
+	if err == nil {
+		return false
+	}
+	if code, ok := brokerCode(err); ok {
+		return code == codeTopicNotExist
+	}
+	return strings.Contains(err.Error(), "route info not found")
+}
+
+// classify is the one place that decides whether retrying err can succeed: it returns err
+// wrapped with sink.Permanent when it cannot, and err unchanged otherwise. Permanent: a topic
+// the NameServer confirmed missing, a message the broker calls illegal (13) or too large, no
+// permission (16) or an ACL rejection (SYSTEM_ERROR with an AclException: credentials or
+// grants must change), an empty body or a bad topic name. Everything else is transient:
+// SYSTEM_ERROR (1), SYSTEM_BUSY (2), SERVICE_NOT_AVAILABLE (14), the non-OK statuses,
+// timeouts, connection errors, a missing route not confirmed by the NameServer, a cancelled
+// ctx, because the same bytes can succeed once the cluster heals.
+func classify(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errNotSent), errors.Is(err, errClosed), errors.Is(err, errNotOK),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// Checked first: these may quote a permanent cause in their text, never in their
+		// chain, and must stay retryable.
+		return err
+	case errors.Is(err, errTopicMissing), errors.Is(err, errTooLarge), errors.Is(err, errInvalidMessage):
+		return sink.Permanent(err)
+	}
+	if code, ok := brokerCode(err); ok {
+		switch code {
+		case codeMessageIllegal, codeNoPermission:
+			return sink.Permanent(err)
+		case codeSystemError:
+			// RocketMQ 4.x's plain ACL answers a bad AccessKey, signature or grant with
+			// SYSTEM_ERROR and the exception's text.
+			if strings.Contains(err.Error(), "AclException") {
+				return sink.Permanent(err)
+			}
+		}
+	}
+	return err
+}

@@ -1,0 +1,32 @@
+// Package rocketmq is the RocketMQ sink: it sends through rocketmq-client-go's producer, one
+// message per SendSync, and turns the broker's SEND_OK into a nil error.
+//
+// The client's defaults do not keep outboxd's guarantees (see TRAPS.md), so the sink:
+//   - treats only Status == SEND_OK as an acknowledgement: FLUSH_DISK_TIMEOUT,
+//     FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE come back with a nil error from SendSync
+//     but are retryable failures here;
+//   - never batches (a batch ignores the sharding key) and turns the client's own retries off
+//     (a retry may pick another queue or broker and reorder), because outboxd's pipeline
+//     retries failed messages itself, in key order;
+//   - picks queues itself: FNV-1a of the key modulo the topic's writable queues (the placement
+//     of the client's hash selector for a text sharding key), so one key always lands in one
+//     queue; messages without a key rotate over the queues;
+//   - keeps one message in flight per queue and at most maxLanes queues in flight per Send
+//     (before it has seen a topic's route, per hash modulo maxLanes: still one key per lane);
+//   - never lets a header overwrite a system property (KEYS, TAGS, DELAY, WAIT, …): such
+//     headers are dropped and logged once per name;
+//   - gives each producer its own instance name, so two sinks in one process never share the
+//     client's per-instance state (the client keys its connections, routes and producer
+//     groups by instance name).
+//
+// # Mapping
+//
+// Body is Message.Value; the KEYS property is EventID, TAGS is Tag, SHARDING_KEY is the
+// message key, and every header is a user property. RocketMQ properties are text (the
+// protocol's separators are the bytes 0x01 and 0x02, and a Java broker decodes them as
+// UTF-8), so a value that is empty, not valid UTF-8, contains a byte 0x00–0x02, or starts with
+// "base64:" is sent as "base64:" followed by its standard base64 encoding. Every other value
+// is sent as is. DecodeProperties inverts this for consumers and tests. RocketMQ has no
+// settable message timestamp: Message.Time is not sent (the commit time travels in no
+// header either).
+package rocketmq
