@@ -84,8 +84,14 @@ type AssemblerConfig struct {
 	Flavor  gtid.Flavor
 	Tables  []TableSpec
 	Columns ColumnResolver // optional; needed only for MINIMAL row metadata
-	Logger  zerolog.Logger
+	// PieceEvents makes a transaction with more outbox rows than this come out in pieces of
+	// about this many events (see Txn.Partial); 0 means DefaultPieceEvents, negative never.
+	PieceEvents int
+	Logger      zerolog.Logger
 }
+
+// DefaultPieceEvents is the piece size of large transactions.
+const DefaultPieceEvents = 512
 
 // txnState is where the Assembler is between transaction boundaries.
 type txnState int
@@ -113,6 +119,9 @@ type Assembler struct {
 	tables   map[tableKey]*tableState
 	resolver ColumnResolver
 	log      zerolog.Logger
+	piece    int // PieceEvents; 0 = never
+	// emitted is set once a piece of the current transaction went out.
+	emitted bool
 
 	file string
 	pos  uint32
@@ -132,6 +141,12 @@ func NewAssembler(cfg AssemblerConfig) *Assembler {
 		tables:   make(map[tableKey]*tableState, len(cfg.Tables)),
 		resolver: cfg.Columns,
 		log:      cfg.Logger,
+		piece:    cfg.PieceEvents,
+	}
+	if a.piece == 0 {
+		a.piece = DefaultPieceEvents
+	} else if a.piece < 0 {
+		a.piece = 0
 	}
 	for _, t := range cfg.Tables {
 		t.Columns = t.Columns.withDefaults()
@@ -194,7 +209,10 @@ func (a *Assembler) Handle(ctx context.Context, ev *replication.BinlogEvent) (*T
 			return a.complete(), nil
 		}
 	case *replication.RowsEvent:
-		return nil, a.handleRows(ctx, ev, e)
+		if err := a.handleRows(ctx, ev, e); err != nil {
+			return nil, err
+		}
+		return a.maybePiece(), nil
 	case *replication.TransactionPayloadEvent:
 		return a.handlePayload(ctx, ev, e)
 	case *replication.HeartbeatEvent:
@@ -225,21 +243,42 @@ func (a *Assembler) handlePayload(ctx context.Context, ev *replication.BinlogEve
 	return done, nil
 }
 
+// maybePiece splits off the events gathered so far when the open transaction has grown past
+// the piece size. Rows in the binlog are committed (the server writes a transaction at its
+// commit), so sending them before the XID arrives is safe; the checkpoint still waits for the
+// last piece. The events of a compressed MySQL payload are in memory anyway and stay whole.
+func (a *Assembler) maybePiece() *Txn {
+	if a.piece == 0 || a.cur == nil || a.inPayload || len(a.cur.Events) < a.piece {
+		return nil
+	}
+	p := &Txn{GTID: a.cur.GTID, CommitTime: a.cur.CommitTime, Events: a.cur.Events, Partial: true}
+	a.cur.Events = make([]Event, 0, a.piece)
+	a.emitted = true
+	return p
+}
+
 // begin opens a transaction. A still-open one was never committed in this stream (a binlog
 // truncated by a crash); its rows are dropped, as the server did.
 func (a *Assembler) begin(gt string, at time.Time, st txnState) {
 	if a.cur != nil {
-		a.log.Warn().Str("gtid", a.cur.GTID).Str("next_gtid", gt).
+		ev := a.log.Warn()
+		if a.emitted {
+			// Only a server crash in the middle of writing a large transaction to the binlog
+			// can do this; pieces of it were already sent.
+			ev = a.log.Error().Bool("pieces_sent", true)
+		}
+		ev.Str("gtid", a.cur.GTID).Str("next_gtid", gt).
 			Msg("binlog transaction without commit dropped: a new transaction started before its XID/COMMIT")
 	}
 	a.cur = &Txn{GTID: gt, CommitTime: at}
+	a.emitted = false
 	a.state = st
 }
 
 func (a *Assembler) complete() *Txn {
 	t := a.cur
 	t.File, t.Pos = a.file, a.pos
-	a.cur, a.state = nil, stateIdle
+	a.cur, a.state, a.emitted = nil, stateIdle, false
 	return t
 }
 

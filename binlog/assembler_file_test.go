@@ -530,3 +530,55 @@ func TestFilterSkipsRowDecoding(t *testing.T) {
 		t.Fatalf("outbox table: %d rows, err %v", rows, err)
 	}
 }
+
+// A transaction with more rows than PieceEvents comes out in pieces: every piece but the last
+// is Partial and carries the same GTID, the last one carries the position, and the events
+// concatenated are exactly the unsplit transaction's.
+func TestLargeTransactionsComeOutInPieces(t *testing.T) {
+	cfg := func(piece int) AssemblerConfig {
+		return AssemblerConfig{
+			Tables:      []TableSpec{spec("test", "testFlashback", ColumnNames{Payload: "v"})},
+			Columns:     &staticColumns{cols: map[string][]string{"test.testFlashback": {"id", "v"}}},
+			PieceEvents: piece,
+		}
+	}
+	whole := parseFixture(t, "mysql57_gtid_rows_myflash.binlog", cfg(-1))
+	pieces := parseFixture(t, "mysql57_gtid_rows_myflash.binlog", cfg(10))
+	var joined []*Txn
+	var open *Txn
+	for _, p := range pieces {
+		if open == nil {
+			open = &Txn{GTID: p.GTID, CommitTime: p.CommitTime}
+		}
+		if p.GTID != open.GTID {
+			t.Fatalf("piece of %s interleaved with %s", p.GTID, open.GTID)
+		}
+		if p.Partial && (p.File != "" || p.Pos != 0) {
+			t.Fatalf("partial piece of %s carries a position %s:%d", p.GTID, p.File, p.Pos)
+		}
+		open.Events = append(open.Events, p.Events...)
+		if !p.Partial {
+			open.File, open.Pos = p.File, p.Pos
+			joined = append(joined, open)
+			open = nil
+		}
+	}
+	if len(pieces) <= len(whole) {
+		t.Fatalf("%d pieces for %d transactions: nothing was split", len(pieces), len(whole))
+	}
+	if len(joined) != len(whole) {
+		t.Fatalf("%d transactions from pieces, want %d", len(joined), len(whole))
+	}
+	for i := range whole {
+		w, j := whole[i], joined[i]
+		if w.GTID != j.GTID || w.Pos != j.Pos || w.File != j.File || len(w.Events) != len(j.Events) {
+			t.Fatalf("txn %d: %s %s:%d %d events, pieces give %s %s:%d %d events",
+				i, w.GTID, w.File, w.Pos, len(w.Events), j.GTID, j.File, j.Pos, len(j.Events))
+		}
+		for k := range w.Events {
+			if w.Events[k].ID != j.Events[k].ID || str(w.Events[k].Payload) != str(j.Events[k].Payload) {
+				t.Fatalf("txn %d event %d differs", i, k)
+			}
+		}
+	}
+}

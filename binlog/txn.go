@@ -13,6 +13,11 @@ type Txn struct {
 	// CommitTime is when the source committed (MySQL 8: immediate_commit_timestamp, microsecond
 	// precision; MariaDB and MySQL 5.7: the event header's whole seconds).
 	CommitTime time.Time
+	// Partial is set on a piece of a large transaction: more events of the same transaction
+	// (same GTID) follow in later Txn values, and only the last piece, with Partial unset,
+	// completes it. Pieces let a transaction of any size stream through bounded memory; the
+	// position fields below are set on the last piece only.
+	Partial bool
 	// File and Pos are the binlog coordinates just past the transaction's last event.
 	File string
 	Pos  uint32

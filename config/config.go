@@ -60,6 +60,7 @@ type Config struct {
 	DeadLetter *DeadLetter     `yaml:"dead_letter"`
 	Retry      Retry           `yaml:"retry"`
 	Checkpoint Checkpoint      `yaml:"checkpoint"`
+	Pipeline   Pipeline        `yaml:"pipeline"`
 	Log        Log             `yaml:"log"`
 
 	// lines maps a field path ("routes[1].sink") to its line in the file, so Validate can point
@@ -150,6 +151,20 @@ type Checkpoint struct {
 	Path     string        `yaml:"path"`
 	Interval time.Duration `yaml:"interval"`
 }
+
+// Pipeline bounds what is read from the binlog but not yet acknowledged by the brokers: the
+// memory outboxd holds, and, when full, the backpressure that pauses binlog reading. Zero
+// values take the defaults.
+type Pipeline struct {
+	MaxInflightEvents int `yaml:"max_inflight_events"`
+	MaxInflightBytes  int `yaml:"max_inflight_bytes"`
+}
+
+// Defaults of the pipeline section.
+const (
+	DefaultMaxInflightEvents = 50_000
+	DefaultMaxInflightBytes  = 64 << 20
+)
 
 // Log configures zerolog.
 type Log struct {
@@ -270,6 +285,12 @@ func coveredBy(field string, reported []error) bool {
 func (c *Config) ApplyDefaults() {
 	if c.Source.Start == "" {
 		c.Source.Start = DefaultStart
+	}
+	if c.Pipeline.MaxInflightEvents == 0 {
+		c.Pipeline.MaxInflightEvents = DefaultMaxInflightEvents
+	}
+	if c.Pipeline.MaxInflightBytes == 0 {
+		c.Pipeline.MaxInflightBytes = DefaultMaxInflightBytes
 	}
 	for i := range c.Tables {
 		col := &c.Tables[i].Columns

@@ -70,6 +70,7 @@ func TestDefaults(t *testing.T) {
 		OnPoison:   "stop",
 		Retry:      Retry{Initial: 100 * time.Millisecond, Max: 10 * time.Second},
 		Checkpoint: Checkpoint{Path: "./data/checkpoint.json", Interval: time.Second},
+		Pipeline:   Pipeline{MaxInflightEvents: DefaultMaxInflightEvents, MaxInflightBytes: DefaultMaxInflightBytes},
 		Log:        Log{Level: "info", Format: "json"},
 	}
 	c.lines = nil
@@ -153,6 +154,7 @@ func TestFull(t *testing.T) {
 		DeadLetter: &DeadLetter{Sink: "main", Topic: "outbox.dead_letter"},
 		Retry:      Retry{Initial: 50 * time.Millisecond, Max: time.Minute},
 		Checkpoint: Checkpoint{Path: "/var/lib/outboxd/cp.json", Interval: 250 * time.Millisecond},
+		Pipeline:   Pipeline{MaxInflightEvents: DefaultMaxInflightEvents, MaxInflightBytes: DefaultMaxInflightBytes},
 		Log:        Log{Level: "debug", Format: "console"},
 	}
 	c.lines = nil

@@ -42,6 +42,12 @@ func (c *Config) Validate() error {
 	if c.Checkpoint.Path == "" {
 		p.add("checkpoint.path", "is required; set the checkpoint file, such as %s", DefaultCheckpointPath)
 	}
+	if c.Pipeline.MaxInflightEvents < 0 {
+		p.add("pipeline.max_inflight_events", "must be positive (default %d); got %d", DefaultMaxInflightEvents, c.Pipeline.MaxInflightEvents)
+	}
+	if c.Pipeline.MaxInflightBytes < 0 {
+		p.add("pipeline.max_inflight_bytes", "must be positive (default %d); got %d", DefaultMaxInflightBytes, c.Pipeline.MaxInflightBytes)
+	}
 	if c.Checkpoint.Interval <= 0 {
 		p.add("checkpoint.interval", "must be positive, such as 1s; got %s", c.Checkpoint.Interval)
 	}

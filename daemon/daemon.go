@@ -92,6 +92,8 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 		RetryInitial:       cfg.Retry.Initial,
 		RetryMax:           cfg.Retry.Max,
 		CheckpointInterval: cfg.Checkpoint.Interval,
+		MaxInflightEvents:  cfg.Pipeline.MaxInflightEvents,
+		MaxInflightBytes:   cfg.Pipeline.MaxInflightBytes,
 		Logger:             log.With().Str("component", "pipeline").Logger(),
 	})
 	if err != nil {
@@ -100,7 +102,8 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 
 	// The reader stops at once on shutdown; the pipeline gets the same signal but drains the
 	// round in flight and saves the checkpoint before it returns.
-	txns := make(chan *binlog.Txn, 64)
+	// Small: the tracker's capacity is the real bound, and a piece holds up to 512 events.
+	txns := make(chan *binlog.Txn, 16)
 	readCtx, stopReading := context.WithCancel(ctx)
 	defer stopReading()
 	g := new(errgroup.Group)

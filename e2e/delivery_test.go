@@ -155,3 +155,45 @@ func TestNonTransactionalOutboxTable(t *testing.T) {
 	}
 	waitCheckpoint(t, o.Dir, g, 10*time.Second)
 }
+
+// A transaction far larger than the pipeline's capacity streams through in pieces: every row
+// arrives in per-key order, and the checkpoint moves past it only at the end.
+func TestLargeTransactionStreamsThroughBoundedPipeline(t *testing.T) {
+	w := newWorld(t, sharedServer(t))
+	kc := kafkaCluster(t, "t")
+	o := simpleCfg(t, w, kc, w.position())
+	o.Extra = "pipeline: {max_inflight_events: 300, max_inflight_bytes: 1048576}\n"
+	startRelay(t, o, daemon.Options{})
+
+	const n = 5000
+	tx, err := w.db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var committed []string
+	for i := 0; i < n; i += 500 {
+		var q strings.Builder
+		var args []any
+		q.WriteString("INSERT INTO " + w.schema + ".outbox_event (event_id, biz_key, topic, payload) VALUES ")
+		for j := i; j < i+500; j++ {
+			if j > i {
+				q.WriteString(",")
+			}
+			q.WriteString("(?,?,?,?)")
+			id := fmt.Sprintf("big%05d", j)
+			committed = append(committed, id)
+			args = append(args, id, fmt.Sprintf("k%d", j%13), "t", strings.Repeat("x", 200))
+		}
+		if _, err := tx.Exec(q.String(), args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	g := w.position()
+	c := newConsumer(t, kc, "t")
+	rs := c.waitFor(n, 60*time.Second)
+	checkPerKeyOrder(t, rs, committed)
+	waitCheckpoint(t, o.Dir, g, 10*time.Second)
+}

@@ -207,6 +207,7 @@ type cfgOpts struct {
 	Interval   string
 	User, Pass string
 	ServerID   int
+	Extra      string // more top-level YAML
 }
 
 var serverIDs atomic.Int64
@@ -243,6 +244,7 @@ func (o cfgOpts) yaml() string {
 	if interval == "" {
 		interval = "100ms"
 	}
+	b.WriteString(o.Extra)
 	fmt.Fprintf(&b, "retry: {initial: 20ms, max: 200ms}\ncheckpoint: {path: %s, interval: %s}\nlog: {level: debug, format: json}\n",
 		filepath.Join(o.Dir, "checkpoint.json"), interval)
 	return b.String()

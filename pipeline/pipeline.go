@@ -1,13 +1,20 @@
 // Package pipeline moves transactions from the binlog reader to the sinks and owns the
 // at-least-once rule: the checkpoint advances only over transactions whose every event, and
 // every earlier transaction's events, a broker acknowledged.
+//
+// The shape: one dispatcher goroutine routes each transaction's events and hands them to
+// lanes; each sink has several lanes, and a key always maps to the same lane, so one lane
+// sending one batch at a time keeps per-key order while the lanes together keep many batches
+// in flight. A tracker orders the transactions in flight, counts their unacknowledged events,
+// and bounds the events and bytes held: when it is full the dispatcher, and through it the
+// binlog reader, waits.
 package pipeline
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"hash/fnv"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -36,6 +43,15 @@ const (
 	PoisonDeadLetter = "dead_letter"
 )
 
+// Defaults for the zero values of Config.
+const (
+	DefaultMaxInflightEvents = 50_000
+	DefaultMaxInflightBytes  = 64 << 20
+	DefaultLanes             = 16
+	DefaultMaxBatchEvents    = 2048
+	DefaultMaxBatchBytes     = 4 << 20
+)
+
 // Config is what a Pipeline needs. Router, Sinks, Saver and Start are required.
 type Config struct {
 	Router Router
@@ -50,11 +66,15 @@ type Config struct {
 	RetryInitial, RetryMax time.Duration
 	// CheckpointInterval is how often an advanced checkpoint is written (default 1s).
 	CheckpointInterval time.Duration
-	// MaxBatchEvents and MaxBatchBytes bound one round of sends (defaults 4096 events, 8 MiB).
-	// A single transaction larger than that is still sent in one round.
+	// MaxInflightEvents and MaxInflightBytes bound the events read but not yet acknowledged:
+	// the pipeline's memory and its backpressure on the binlog reader.
+	MaxInflightEvents, MaxInflightBytes int
+	// Lanes is the number of concurrent senders per sink; a key always uses the same lane.
+	Lanes int
+	// MaxBatchEvents and MaxBatchBytes bound one Send of a lane.
 	MaxBatchEvents, MaxBatchBytes int
-	// DrainTimeout bounds how long in-flight sends may go on after the input context ends
-	// (default 30s). Unacknowledged events are then left for the next run.
+	// DrainTimeout bounds how long sends may go on after the input context ends (default
+	// 30s). Unacknowledged events are then left for the next run.
 	DrainTimeout time.Duration
 	Logger       zerolog.Logger
 	// Now is the clock; nil means time.Now.
@@ -63,14 +83,9 @@ type Config struct {
 
 // Pipeline delivers transactions. Create with New, then call Run once.
 type Pipeline struct {
-	cfg Config
-
-	acked     gtid.Set // the executed set through the newest fully acknowledged transaction
-	ackedFile string
-	ackedPos  uint32
-	ackedTime time.Time
-	dirty     bool // acked moved since the last save
-	lastSave  time.Time
+	cfg     Config
+	tracker *tracker
+	lanes   map[string][]*lane
 }
 
 // New validates cfg and returns a Pipeline.
@@ -90,36 +105,53 @@ func New(cfg Config) (*Pipeline, error) {
 	if cfg.RetryMax < cfg.RetryInitial {
 		cfg.RetryMax = max(10*time.Second, cfg.RetryInitial)
 	}
-	if cfg.CheckpointInterval <= 0 {
-		cfg.CheckpointInterval = time.Second
-	}
-	if cfg.MaxBatchEvents <= 0 {
-		cfg.MaxBatchEvents = 4096
-	}
-	if cfg.MaxBatchBytes <= 0 {
-		cfg.MaxBatchBytes = 8 << 20
-	}
-	if cfg.DrainTimeout <= 0 {
-		cfg.DrainTimeout = 30 * time.Second
-	}
+	setDefault(&cfg.CheckpointInterval, time.Second)
+	setDefault(&cfg.MaxInflightEvents, DefaultMaxInflightEvents)
+	setDefault(&cfg.MaxInflightBytes, DefaultMaxInflightBytes)
+	setDefault(&cfg.Lanes, DefaultLanes)
+	setDefault(&cfg.MaxBatchEvents, DefaultMaxBatchEvents)
+	setDefault(&cfg.MaxBatchBytes, DefaultMaxBatchBytes)
+	setDefault(&cfg.DrainTimeout, 30*time.Second)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Pipeline{cfg: cfg, acked: cfg.Start.Clone()}, nil
+	p := &Pipeline{
+		cfg:     cfg,
+		tracker: newTracker(cfg.Start, cfg.MaxInflightEvents, cfg.MaxInflightBytes),
+		lanes:   make(map[string][]*lane, len(cfg.Sinks)),
+	}
+	for name, s := range cfg.Sinks {
+		ls := make([]*lane, cfg.Lanes)
+		for i := range ls {
+			ls[i] = newLane(p, name, s)
+		}
+		p.lanes[name] = ls
+	}
+	return p, nil
+}
+
+func setDefault[T int | time.Duration](p *T, v T) {
+	if *p <= 0 {
+		*p = v
+	}
 }
 
 // Acked returns a copy of the executed set through the newest fully acknowledged transaction.
-// Not safe to call concurrently with Run.
-func (p *Pipeline) Acked() gtid.Set { return p.acked.Clone() }
+// Safe for concurrent use.
+func (p *Pipeline) Acked() gtid.Set { return p.tracker.ackedSet() }
+
+// InFlight reports the events and bytes read but not yet acknowledged. Safe for concurrent use.
+func (p *Pipeline) InFlight() (events, bytes int) { return p.tracker.inFlight() }
 
 // Run takes transactions from in until ctx ends or in is closed, delivers their events and
 // checkpoints acknowledged progress. When ctx ends it stops taking transactions, lets the
-// round in flight finish (bounded by DrainTimeout), saves the checkpoint and returns nil. It
-// returns an error for a poison row under on_poison: stop or a failed checkpoint write. In
-// every case the checkpoint written covers only acknowledged transactions; sends still
-// unacknowledged when the drain times out are logged and left for the next start.
+// sends in flight finish (bounded by DrainTimeout), saves the checkpoint and returns nil;
+// sends still unacknowledged then are logged and left for the next start. It returns an
+// error for a poison row under on_poison: stop (after delivering and checkpointing what came
+// before it) or a failed checkpoint write. In every case the checkpoint written covers only
+// acknowledged transactions.
 func (p *Pipeline) Run(ctx context.Context, in <-chan *binlog.Txn) error {
-	// Sends outlive ctx by at most DrainTimeout so a shutdown does not abandon a round that
+	// Sends outlive ctx by at most DrainTimeout so a shutdown does not abandon batches that
 	// the broker is about to acknowledge.
 	sendCtx, cancelSend := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSend()
@@ -129,180 +161,149 @@ func (p *Pipeline) Run(ctx context.Context, in <-chan *binlog.Txn) error {
 	})
 	defer stopDrain()
 
-	tick := time.NewTicker(p.cfg.CheckpointInterval)
-	defer tick.Stop()
-	p.lastSave = p.cfg.Now()
+	lanes, lanesCtx := errgroup.WithContext(sendCtx)
+	for _, ls := range p.lanes {
+		for _, l := range ls {
+			lanes.Go(func() error { return l.run(lanesCtx) })
+		}
+	}
+	saverDone := make(chan struct{})
+	saverErr := make(chan error, 1)
+	go func() { saverErr <- p.saveLoop(saverDone) }()
 
+	// The dispatcher stops when ctx ends (shutdown) or a lane failed (lanesCtx).
+	dispatchCtx, cancelDispatch := context.WithCancel(ctx)
+	defer cancelDispatch()
+	stopOnLaneErr := context.AfterFunc(lanesCtx, cancelDispatch)
+	defer stopOnLaneErr()
+	dispatchErr := p.dispatch(dispatchCtx, in)
+
+	for _, ls := range p.lanes {
+		for _, l := range ls {
+			l.close() // each lane sends what it holds, then returns
+		}
+	}
+	laneErr := lanes.Wait()
+	p.tracker.close()
+	close(saverDone)
+	saveErr := <-saverErr
+
+	if laneErr != nil {
+		var pe *PoisonError
+		if ctx.Err() != nil && sendCtx.Err() != nil && !errors.As(laneErr, &pe) {
+			// A requested shutdown whose drain timed out loses nothing: the checkpoint covers
+			// only what was acknowledged, and the rest is resent on the next start.
+			p.cfg.Logger.Warn().Err(laneErr).Dur("drain_timeout", p.cfg.DrainTimeout).
+				Msg("shutdown: sends still unacknowledged after the drain timeout; they will be resent on the next start")
+			laneErr = nil
+		}
+	}
+	return errors.Join(dispatchErr, laneErr, saveErr)
+}
+
+// dispatch routes each transaction's events to lanes until ctx ends or in closes. It returns
+// a *PoisonError for an unroutable row under on_poison: stop; nil otherwise.
+func (p *Pipeline) dispatch(ctx context.Context, in <-chan *binlog.Txn) error {
+	var open *entry // the transaction whose pieces are arriving
 	for {
-		var first *binlog.Txn
+		var t *binlog.Txn
 		select {
 		case <-ctx.Done():
-			return p.finish(nil)
-		case <-tick.C:
-			if err := p.maybeSave(false); err != nil {
-				return err
-			}
-			continue
-		case t, ok := <-in:
+			return nil
+		case x, ok := <-in:
 			if !ok {
-				return p.finish(nil)
+				return nil
 			}
-			first = t
+			t = x
 		}
-		batch := p.gather(first, in)
-		if err := p.deliver(sendCtx, batch); err != nil {
-			var pe *PoisonError
-			if ctx.Err() != nil && sendCtx.Err() != nil && !errors.As(err, &pe) {
-				// A requested shutdown whose drain timed out loses nothing: the checkpoint
-				// covers only what was acknowledged, and the rest is resent on the next start.
-				p.cfg.Logger.Warn().Err(err).Dur("drain_timeout", p.cfg.DrainTimeout).
-					Msg("shutdown: sends still unacknowledged after the drain timeout; they will be resent on the next start")
-				return p.finish(nil)
-			}
-			return p.finish(err)
-		}
-		if err := p.maybeSave(false); err != nil {
+		items, size, err := p.route(t)
+		if err != nil {
 			return err
 		}
-	}
-}
-
-// gather takes first and whatever else is already waiting, up to the batch limits. It never
-// waits for more: at low rates each transaction goes out at once, at high rates rounds fill.
-func (p *Pipeline) gather(first *binlog.Txn, in <-chan *binlog.Txn) []*binlog.Txn {
-	batch := []*binlog.Txn{first}
-	events, size := countTxn(first)
-	for events < p.cfg.MaxBatchEvents && size < p.cfg.MaxBatchBytes {
-		select {
-		case t, ok := <-in:
-			if !ok {
-				return batch
-			}
-			batch = append(batch, t)
-			n, b := countTxn(t)
-			events += n
-			size += b
-		default:
-			return batch
+		if err := p.tracker.admit(ctx, len(items), size); err != nil {
+			return nil // shutting down; this piece was never sent, so nothing moves past it
+		}
+		if open == nil {
+			open = p.tracker.begin(t.GTID, t.CommitTime)
+		}
+		p.tracker.extend(open, len(items))
+		for i := range items {
+			items[i].entry = open
+			p.laneFor(items[i].sink, items[i].msg.Key).push(items[i])
+		}
+		if !t.Partial {
+			p.tracker.finish(open, t.File, t.Pos)
+			open = nil
 		}
 	}
-	return batch
 }
 
-func countTxn(t *binlog.Txn) (events, size int) {
+// route maps every event of t to an item, applying on_poison to rows that cannot be routed.
+func (p *Pipeline) route(t *binlog.Txn) ([]item, int, error) {
+	items := make([]item, 0, len(t.Events))
+	size := 0
 	for i := range t.Events {
-		size += t.Events[i].Size()
+		ev := &t.Events[i]
+		name, msg, err := p.cfg.Router.Route(t, ev)
+		dead := false
+		if err != nil {
+			if name, msg, err = p.poison(t, ev, err); err != nil {
+				return nil, 0, err
+			}
+			dead = true
+		}
+		it := item{txn: t, ev: ev, sink: name, msg: msg, dead: dead, size: msg.Size()}
+		size += it.size
+		items = append(items, it)
 	}
-	return len(t.Events), size
+	return items, size, nil
 }
 
-// finish saves what is acknowledged and returns cause (or the save's error).
-func (p *Pipeline) finish(cause error) error {
-	if err := p.maybeSave(true); err != nil {
-		return errors.Join(cause, err)
+func (p *Pipeline) laneFor(sinkName string, key []byte) *lane {
+	ls := p.lanes[sinkName]
+	if len(ls) == 1 {
+		return ls[0]
 	}
-	return cause
+	h := fnv.New32a()
+	h.Write(key)
+	return ls[h.Sum32()%uint32(len(ls))]
 }
 
-// maybeSave writes the checkpoint when it moved and the interval has passed (or force).
-func (p *Pipeline) maybeSave(force bool) error {
-	if !p.dirty {
+// saveLoop writes the checkpoint every interval while it moves, and once more when done
+// closes.
+func (p *Pipeline) saveLoop(done <-chan struct{}) error {
+	tick := time.NewTicker(p.cfg.CheckpointInterval)
+	defer tick.Stop()
+	var saved uint64
+	save := func() error {
+		c, version, err := p.tracker.snapshot()
+		if err != nil {
+			return err
+		}
+		if version == saved {
+			return nil
+		}
+		// The tracker's set only ever holds transactions whose events, and all earlier
+		// transactions' events, were acknowledged: saving anything newer could lose
+		// messages on a crash.
+		c.SavedAt = p.cfg.Now().UTC()
+		if err := p.cfg.Saver.Save(c); err != nil {
+			return fmt.Errorf("save checkpoint %s: %w", c.GTIDSet, err)
+		}
+		saved = version
+		p.cfg.Logger.Debug().Str("gtid_set", c.GTIDSet).Msg("checkpoint saved")
 		return nil
 	}
-	now := p.cfg.Now()
-	if !force && now.Sub(p.lastSave) < p.cfg.CheckpointInterval {
-		return nil
-	}
-	// p.acked only ever holds transactions whose events, and all earlier ones', were
-	// acknowledged (see markAcked): saving anything newer could lose messages on a crash.
-	c := checkpoint.Checkpoint{
-		Flavor:     p.acked.Flavor(),
-		GTIDSet:    p.acked.String(),
-		File:       p.ackedFile,
-		Pos:        p.ackedPos,
-		CommitTime: p.ackedTime,
-		SavedAt:    now,
-	}
-	if err := p.cfg.Saver.Save(c); err != nil {
-		return fmt.Errorf("save checkpoint %s: %w", c.GTIDSet, err)
-	}
-	p.dirty = false
-	p.lastSave = now
-	p.cfg.Logger.Debug().Str("gtid_set", c.GTIDSet).Msg("checkpoint saved")
-	return nil
-}
-
-// markAcked records that every event of batch was acknowledged. Rounds run one after the
-// other, so every earlier transaction was acknowledged before this one.
-func (p *Pipeline) markAcked(batch []*binlog.Txn) error {
-	for _, t := range batch {
-		if t.GTID != "" {
-			if err := p.acked.Add(t.GTID); err != nil {
-				return fmt.Errorf("record acknowledged transaction %s: %w", t.GTID, err)
+	for {
+		select {
+		case <-done:
+			return save()
+		case <-tick.C:
+			if err := save(); err != nil {
+				return err
 			}
 		}
-		if t.File != "" {
-			p.ackedFile = t.File
-		}
-		p.ackedPos = t.Pos
-		p.ackedTime = t.CommitTime
-		p.dirty = true
 	}
-	return nil
-}
-
-// item is one message on its way to a sink, with the row it came from for dead letters and
-// error messages.
-type item struct {
-	txn  *binlog.Txn
-	ev   *binlog.Event
-	msg  *sink.Message
-	dead bool // msg is already the dead letter
-}
-
-// deliver routes every event of batch and sends the messages until all are acknowledged.
-func (p *Pipeline) deliver(ctx context.Context, batch []*binlog.Txn) error {
-	bySink := map[string][]item{}
-	for k, t := range batch {
-		// Route the whole transaction before adding any of it, so a poison row under stop
-		// leaves the transactions before it to be delivered and checkpointed.
-		var txnItems []struct {
-			name string
-			it   item
-		}
-		for i := range t.Events {
-			ev := &t.Events[i]
-			name, msg, err := p.cfg.Router.Route(t, ev)
-			dead := false
-			if err != nil {
-				if name, msg, err = p.poison(t, ev, err); err != nil {
-					if k > 0 {
-						if derr := p.deliverRouted(ctx, batch[:k], bySink); derr != nil {
-							return errors.Join(err, derr)
-						}
-					}
-					return err
-				}
-				dead = true
-			}
-			txnItems = append(txnItems, struct {
-				name string
-				it   item
-			}{name, item{txn: t, ev: ev, msg: msg, dead: dead}})
-		}
-		for _, x := range txnItems {
-			bySink[x.name] = append(bySink[x.name], x.it)
-		}
-	}
-	return p.deliverRouted(ctx, batch, bySink)
-}
-
-// deliverRouted sends the routed messages of batch and marks batch acknowledged.
-func (p *Pipeline) deliverRouted(ctx context.Context, batch []*binlog.Txn, bySink map[string][]item) error {
-	if err := p.sendAll(ctx, bySink); err != nil {
-		return err
-	}
-	return p.markAcked(batch)
 }
 
 // poison applies on_poison to a row that can never be delivered: under stop it returns the
@@ -329,112 +330,3 @@ func (e *PoisonError) Error() string {
 }
 
 func (e *PoisonError) Unwrap() error { return e.Err }
-
-// sendAll sends each sink's messages concurrently and returns when all are acknowledged,
-// when a poison row stops the run, or when ctx ends.
-func (p *Pipeline) sendAll(ctx context.Context, bySink map[string][]item) error {
-	var dlMu sync.Mutex
-	var deadLetters map[string][]item
-	g, gctx := errgroup.WithContext(ctx)
-	for name, items := range bySink {
-		s, ok := p.cfg.Sinks[name]
-		if !ok {
-			return fmt.Errorf("route names sink %q, which is not configured", name)
-		}
-		g.Go(func() error {
-			rejected, err := p.sendUntilAcked(gctx, name, s, items)
-			if err != nil || len(rejected) == 0 {
-				return err
-			}
-			dlMu.Lock()
-			defer dlMu.Unlock()
-			for _, it := range rejected {
-				dn, dm, err := p.poison(it.txn, it.ev, it.err)
-				if err != nil {
-					return err
-				}
-				if deadLetters == nil {
-					deadLetters = map[string][]item{}
-				}
-				deadLetters[dn] = append(deadLetters[dn], item{txn: it.txn, ev: it.ev, msg: dm, dead: true})
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return err
-	}
-	if len(deadLetters) > 0 {
-		return p.sendAll(ctx, deadLetters)
-	}
-	return nil
-}
-
-// rejection is a message a broker refused for good.
-type rejection struct {
-	item
-	err error
-}
-
-// sendUntilAcked sends items to s, resending unacknowledged ones with capped exponential
-// backoff, forever: a broker outage stalls the stream rather than skipping events. Resends keep
-// slice order and the Sink contract fails every same-key follower of a failed message, so a
-// later event of a key never overtakes an earlier one. It returns the messages the broker
-// rejected permanently, for the caller's poison policy.
-func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink, items []item) ([]rejection, error) {
-	var rejected []rejection
-	backoff := p.cfg.RetryInitial
-	attempt := 0
-	var lastLog time.Time
-	for len(items) > 0 {
-		msgs := make([]*sink.Message, len(items))
-		for i := range items {
-			msgs[i] = items[i].msg
-		}
-		err := s.Send(ctx, msgs)
-		if err == nil {
-			return rejected, nil
-		}
-		var se *sink.SendError
-		if !errors.As(err, &se) {
-			se = sink.AllFailed(len(items), err)
-		}
-		retry := make([]item, 0, len(se.Failures))
-		for _, f := range se.Failures {
-			if f.Index < 0 || f.Index >= len(items) {
-				return nil, fmt.Errorf("sink %s reported failure of message %d of %d", name, f.Index, len(items))
-			}
-			it := items[f.Index]
-			if sink.IsPermanent(f.Err) {
-				if it.dead {
-					return nil, &PoisonError{Err: fmt.Errorf("dead letter for event %s rejected by sink %s: %w",
-						it.msg.EventID, name, f.Err)}
-				}
-				rejected = append(rejected, rejection{item: it, err: fmt.Errorf("rejected by sink %s topic %s: %w",
-					name, it.msg.Topic, f.Err)})
-				continue
-			}
-			retry = append(retry, it)
-		}
-		if len(retry) < len(items) {
-			backoff, attempt = p.cfg.RetryInitial, 0 // progress: start the backoff over
-		}
-		items = retry
-		if len(items) == 0 {
-			break
-		}
-		attempt++
-		if now := p.cfg.Now(); now.Sub(lastLog) >= 5*time.Second || attempt == 1 {
-			lastLog = now
-			p.cfg.Logger.Warn().Str("sink", name).Int("unacked", len(items)).Int("attempt", attempt).
-				Dur("backoff", backoff).Str("gtid", items[0].txn.GTID).Err(err).Msg("send not acknowledged, retrying")
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("sink %s: %d message(s) still unacknowledged at shutdown: %w", name, len(items), ctx.Err())
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, p.cfg.RetryMax)
-	}
-	return rejected, nil
-}

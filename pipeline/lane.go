@@ -1,0 +1,223 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/outboxd/outboxd/binlog"
+	"github.com/outboxd/outboxd/sink"
+)
+
+// item is one message on its way to a sink, with the row it came from (for dead letters and
+// error messages) and the transaction it acknowledges.
+type item struct {
+	txn   *binlog.Txn
+	ev    *binlog.Event
+	sink  string
+	msg   *sink.Message
+	dead  bool // msg is already the dead letter
+	size  int
+	entry *entry
+}
+
+// lane sends one sink's messages for a subset of keys, one batch at a time: a key always maps
+// to the same lane, so no key ever has two batches in flight.
+type lane struct {
+	p    *Pipeline
+	name string
+	s    sink.Sink
+
+	mu     sync.Mutex
+	queue  []item
+	closed bool
+	wake   chan struct{}
+}
+
+func newLane(p *Pipeline, name string, s sink.Sink) *lane {
+	return &lane{p: p, name: name, s: s, wake: make(chan struct{}, 1)}
+}
+
+// push queues it; it never blocks (the tracker's capacity bounds what is queued).
+func (l *lane) push(it item) {
+	l.mu.Lock()
+	l.queue = append(l.queue, it)
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// close makes run return once the queue is empty.
+func (l *lane) close() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take removes up to a batch of queued items; it returns nil when the lane is closed and
+// empty. It waits while the queue is empty.
+func (l *lane) take(ctx context.Context) ([]item, error) {
+	for {
+		l.mu.Lock()
+		if n := len(l.queue); n > 0 {
+			cfg := l.p.cfg
+			k, size := 0, 0
+			for k < n && k < cfg.MaxBatchEvents && (k == 0 || size+l.queue[k].size <= cfg.MaxBatchBytes) {
+				size += l.queue[k].size
+				k++
+			}
+			batch := make([]item, k)
+			copy(batch, l.queue[:k])
+			clear(l.queue[:k])
+			l.queue = l.queue[k:]
+			if len(l.queue) == 0 {
+				l.queue = nil // let the backing array go
+			}
+			l.mu.Unlock()
+			return batch, nil
+		}
+		closed := l.closed
+		l.mu.Unlock()
+		if closed {
+			return nil, nil
+		}
+		select {
+		case <-l.wake:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// run sends batches until the lane is closed and empty or a fatal error.
+func (l *lane) run(ctx context.Context) error {
+	for {
+		batch, err := l.take(ctx)
+		if err != nil || batch == nil {
+			return err
+		}
+		if err := l.deliver(ctx, batch); err != nil {
+			return err
+		}
+	}
+}
+
+// deliver sends batch until every message is acknowledged, applies on_poison to messages the
+// broker rejected for good, and then acknowledges the batch's events to the tracker.
+func (l *lane) deliver(ctx context.Context, batch []item) error {
+	p := l.p
+	rejected, err := p.sendUntilAcked(ctx, l.name, l.s, batch)
+	if err != nil {
+		return err
+	}
+	if len(rejected) > 0 {
+		bySink := map[string][]item{}
+		for _, r := range rejected {
+			dn, dm, err := p.poison(r.txn, r.ev, r.err)
+			if err != nil {
+				return err
+			}
+			bySink[dn] = append(bySink[dn], item{txn: r.txn, ev: r.ev, sink: dn, msg: dm, dead: true})
+		}
+		for dn, dls := range bySink {
+			ds, ok := p.cfg.Sinks[dn]
+			if !ok {
+				return fmt.Errorf("dead_letter.sink %q is not configured", dn)
+			}
+			if _, err := p.sendUntilAcked(ctx, dn, ds, dls); err != nil {
+				return err
+			}
+		}
+	}
+	for i := range batch {
+		p.tracker.ack(batch[i].entry, batch[i].size)
+	}
+	return nil
+}
+
+// rejection is a message a broker refused for good.
+type rejection struct {
+	item
+	err error
+}
+
+// sendUntilAcked sends items to s, resending unacknowledged ones with capped exponential
+// backoff, forever: a broker outage stalls the stream rather than skipping events. Resends keep
+// slice order and the Sink contract fails every same-key follower of a failed message, so a
+// later event of a key never overtakes an earlier one. It returns the messages the broker
+// rejected permanently, for the caller's poison policy, or an error when ctx ends first or a
+// dead letter itself is rejected.
+func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink, items []item) ([]rejection, error) {
+	var rejected []rejection
+	backoff := p.cfg.RetryInitial
+	attempt := 0
+	var lastLog time.Time
+	msgs := make([]*sink.Message, 0, len(items))
+	for len(items) > 0 {
+		msgs = msgs[:0]
+		for i := range items {
+			msgs = append(msgs, items[i].msg)
+		}
+		err := s.Send(ctx, msgs)
+		if err == nil {
+			return rejected, nil
+		}
+		var se *sink.SendError
+		if !errors.As(err, &se) {
+			se = sink.AllFailed(len(items), err)
+		}
+		retry := make([]item, 0, len(se.Failures))
+		for _, f := range se.Failures {
+			if f.Index < 0 || f.Index >= len(items) {
+				return nil, fmt.Errorf("sink %s reported failure of message %d of %d", name, f.Index, len(items))
+			}
+			it := items[f.Index]
+			if sink.IsPermanent(f.Err) {
+				if it.dead {
+					return nil, &PoisonError{Err: fmt.Errorf("dead letter for %s rejected by sink %s: %w", describe(it), name, f.Err)}
+				}
+				rejected = append(rejected, rejection{item: it, err: fmt.Errorf("%s rejected by sink %s topic %s: %w",
+					describe(it), name, it.msg.Topic, f.Err)})
+				continue
+			}
+			retry = append(retry, it)
+		}
+		if len(retry) < len(items) {
+			backoff, attempt = p.cfg.RetryInitial, 0 // progress: start the backoff over
+		}
+		items = retry
+		if len(items) == 0 {
+			break
+		}
+		attempt++
+		if now := p.cfg.Now(); attempt == 1 || now.Sub(lastLog) >= 5*time.Second {
+			lastLog = now
+			p.cfg.Logger.Warn().Str("sink", name).Int("unacked", len(items)).Int("attempt", attempt).
+				Dur("backoff", backoff).Str("gtid", items[0].txn.GTID).Err(err).Msg("send not acknowledged, retrying")
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("sink %s: %d message(s) still unacknowledged at shutdown: %w", name, len(items), ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, p.cfg.RetryMax)
+	}
+	return rejected, nil
+}
+
+// describe names an item's row for operators.
+func describe(it item) string {
+	id := ""
+	if it.ev.ID != "" {
+		id = "id " + it.ev.ID + ", "
+	}
+	return fmt.Sprintf("outbox row in %s.%s (%sevent_id %q, gtid %s)", it.ev.Schema, it.ev.Table, id, it.ev.EventID.Bytes, it.txn.GTID)
+}

@@ -1,0 +1,191 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/outboxd/outboxd/checkpoint"
+	"github.com/outboxd/outboxd/gtid"
+)
+
+// entry is one transaction in flight: how many of its events are not yet acknowledged, and
+// whether its last piece has arrived.
+type entry struct {
+	gtid       string
+	commitTime time.Time
+	file       string
+	pos        uint32
+	pending    int
+	final      bool
+	// done is set when the entry left the tracker (acknowledged and folded into the set).
+	done bool
+}
+
+// tracker orders the transactions in flight and holds the capacity that is the pipeline's
+// backpressure. Safe for concurrent use: lanes acknowledge from their own goroutines.
+type tracker struct {
+	mu        sync.Mutex
+	space     *sync.Cond // signalled when capacity frees up or the tracker closes
+	maxEvents int
+	maxBytes  int
+	events    int // unacknowledged events held
+	bytes     int // and their size
+	closed    bool
+
+	queue []*entry // in binlog order; queue[0] is the oldest transaction not yet checkpointable
+
+	// acked is the executed set through the newest transaction whose events, and all earlier
+	// transactions' events, were acknowledged. Only this set is ever checkpointed.
+	acked     gtid.Set
+	ackedFile string
+	ackedPos  uint32
+	ackedTime time.Time
+	version   uint64 // bumped whenever acked moves
+	err       error  // a GTID the set could not take; ends the run
+}
+
+func newTracker(start gtid.Set, maxEvents, maxBytes int) *tracker {
+	t := &tracker{maxEvents: maxEvents, maxBytes: maxBytes, acked: start.Clone()}
+	t.space = sync.NewCond(&t.mu)
+	return t
+}
+
+// admit reserves capacity for a piece of n events and size bytes, blocking while the pipeline
+// is full. A piece larger than the whole capacity is admitted when nothing else is in flight,
+// so a huge transaction still moves, one piece at a time. It returns ctx's error if ctx ends
+// first, or errClosed after close.
+func (t *tracker) admit(ctx context.Context, n, size int) error {
+	if n == 0 {
+		return nil
+	}
+	stop := context.AfterFunc(ctx, func() {
+		t.mu.Lock()
+		t.space.Broadcast()
+		t.mu.Unlock()
+	})
+	defer stop()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for {
+		if t.closed {
+			return errClosed
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		fits := t.events+n <= t.maxEvents && t.bytes+size <= t.maxBytes
+		if fits || t.events == 0 {
+			t.events += n
+			t.bytes += size
+			return nil
+		}
+		t.space.Wait()
+	}
+}
+
+var errClosed = fmt.Errorf("pipeline stopped")
+
+// begin adds a new transaction at the end of the queue; the caller adds its events with
+// extend before they are sent.
+func (t *tracker) begin(gtidStr string, commit time.Time) *entry {
+	e := &entry{gtid: gtidStr, commitTime: commit}
+	t.mu.Lock()
+	t.queue = append(t.queue, e)
+	t.mu.Unlock()
+	return e
+}
+
+// extend counts n more events of e as pending. Call before any of them can be acknowledged.
+func (t *tracker) extend(e *entry, n int) {
+	t.mu.Lock()
+	e.pending += n
+	t.mu.Unlock()
+}
+
+// finish records that e's last piece arrived, with the position after it.
+func (t *tracker) finish(e *entry, file string, pos uint32) {
+	t.mu.Lock()
+	e.final = true
+	e.file, e.pos = file, pos
+	t.advance()
+	t.mu.Unlock()
+}
+
+// ack records that one event of e, of the given size, was acknowledged by its broker, and
+// frees its capacity.
+func (t *tracker) ack(e *entry, size int) {
+	t.mu.Lock()
+	e.pending--
+	t.events--
+	t.bytes -= size
+	if e.pending == 0 {
+		t.advance()
+	}
+	t.space.Broadcast()
+	t.mu.Unlock()
+}
+
+// advance folds every leading transaction that is complete and fully acknowledged into the
+// acknowledged set. Holding mu.
+func (t *tracker) advance() {
+	n := 0
+	for _, e := range t.queue {
+		if !e.final || e.pending > 0 {
+			break
+		}
+		if e.gtid != "" {
+			if err := t.acked.Add(e.gtid); err != nil && t.err == nil {
+				t.err = fmt.Errorf("record acknowledged transaction %s: %w", e.gtid, err)
+			}
+		}
+		if e.file != "" {
+			t.ackedFile = e.file
+		}
+		t.ackedPos = e.pos
+		t.ackedTime = e.commitTime
+		e.done = true
+		n++
+	}
+	if n > 0 {
+		clear(t.queue[:n])
+		t.queue = t.queue[n:]
+		t.version++
+	}
+}
+
+// close wakes and fails every admit waiting for capacity.
+func (t *tracker) close() {
+	t.mu.Lock()
+	t.closed = true
+	t.space.Broadcast()
+	t.mu.Unlock()
+}
+
+// snapshot returns the checkpoint of everything acknowledged so far and its version.
+func (t *tracker) snapshot() (checkpoint.Checkpoint, uint64, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return checkpoint.Checkpoint{
+		Flavor:     t.acked.Flavor(),
+		GTIDSet:    t.acked.String(),
+		File:       t.ackedFile,
+		Pos:        t.ackedPos,
+		CommitTime: t.ackedTime,
+	}, t.version, t.err
+}
+
+// ackedSet returns a copy of the acknowledged set.
+func (t *tracker) ackedSet() gtid.Set {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.acked.Clone()
+}
+
+// inFlight reports the unacknowledged events and bytes held.
+func (t *tracker) inFlight() (events, bytes int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.events, t.bytes
+}
