@@ -40,10 +40,10 @@ func newLane(p *Pipeline, name string, s sink.Sink) *lane {
 	return &lane{p: p, name: name, s: s, wake: make(chan struct{}, 1)}
 }
 
-// push queues it; it never blocks (the tracker's capacity bounds what is queued).
-func (l *lane) push(it item) {
+// push queues items; it never blocks (the tracker's capacity bounds what is queued).
+func (l *lane) push(items ...item) {
 	l.mu.Lock()
-	l.queue = append(l.queue, it)
+	l.queue = append(l.queue, items...)
 	l.mu.Unlock()
 	select {
 	case l.wake <- struct{}{}:
@@ -137,9 +137,7 @@ func (l *lane) deliver(ctx context.Context, batch []item) error {
 			}
 		}
 	}
-	for i := range batch {
-		p.tracker.ack(batch[i].entry, batch[i].size)
-	}
+	p.tracker.ack(batch)
 	return nil
 }
 

@@ -113,14 +113,19 @@ func (t *tracker) finish(e *entry, file string, pos uint32) {
 	t.mu.Unlock()
 }
 
-// ack records that one event of e, of the given size, was acknowledged by its broker, and
-// frees its capacity.
-func (t *tracker) ack(e *entry, size int) {
+// ack records that the events of items were acknowledged by their broker, and frees their
+// capacity.
+func (t *tracker) ack(items []item) {
 	t.mu.Lock()
-	e.pending--
-	t.events--
-	t.bytes -= size
-	if e.pending == 0 {
+	complete := false
+	for i := range items {
+		e := items[i].entry
+		e.pending--
+		t.events--
+		t.bytes -= items[i].size
+		complete = complete || e.pending == 0
+	}
+	if complete {
 		t.advance()
 	}
 	t.space.Broadcast()
