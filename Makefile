@@ -5,7 +5,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 BIN       := bin/outboxd
 
-.PHONY: all build deps test test-unit vet demo clean
+.PHONY: all build deps test test-unit vet demo bench clean
 
 all: build
 
@@ -29,6 +29,11 @@ test-unit:
 # A throwaway MariaDB, an in-process Kafka (kfake), outboxd and a sample app; Ctrl-C stops all.
 demo: deps build
 	$(GO) run ./cmd/outboxd-demo --outboxd $(BIN)
+
+# Throughput, latency, memory and a polling baseline on this machine (see bench/README.md); about
+# 10 minutes. Quick: go run ./bench -out bench/results -rows 100000 -steady 5s -big-rows 100000
+bench: deps build
+	$(GO) run ./bench -out bench/results -outboxd $(BIN)
 
 clean:
 	rm -rf bin data

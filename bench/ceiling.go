@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/client"
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+
+	"github.com/outboxd/outboxd/binlog"
+)
+
+// ceilingResult is go-mysql alone reading and decoding a binlog range.
+type ceilingResult struct {
+	Rows    int
+	Elapsed time.Duration
+	CPU     time.Duration // the harness's own CPU meanwhile (nothing else runs in it)
+}
+
+// readCeiling streams the binlog from start with go-mysql configured as outboxd's reader
+// (binlog.Reader's syncerConfig) and no sink, counting the rows of WRITE_ROWS events on schema.
+// tableName, until want rows were seen. It blocks; it fails on a stream error or ctx's end.
+func readCeiling(ctx context.Context, addr string, serverID uint32, start, schema, tableName string, want int) (ceilingResult, error) {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ceilingResult{}, err
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		return ceilingResult{}, err
+	}
+	filter := binlog.NewTableFilter([]binlog.TableSpec{{Schema: schema, Table: tableName}})
+	cfg := replication.BinlogSyncerConfig{
+		ServerID: serverID,
+		Flavor:   mysql.MariaDBFlavor,
+		Host:     host,
+		Port:     uint16(port),
+		User:     "root",
+		Charset:  "utf8mb4",
+		Option: func(c *client.Conn) error {
+			_, err := c.Execute("SET NAMES utf8mb4 COLLATE utf8mb4_general_ci")
+			return err
+		},
+		RenderJSONAsMySQLText: true,
+		HeartbeatPeriod:       5 * time.Second,
+		ReadTimeout:           15 * time.Second,
+		DisableRetrySync:      true,
+		VerifyChecksum:        true,
+		EventCacheCount:       256, // binlog.eventCacheCount
+		DiscardGTIDSet:        true,
+		RowsEventDecodeFunc:   filter.DecodeRows,
+		Logger:                slog.New(slog.DiscardHandler),
+	}
+	set, err := mysql.ParseMariadbGTIDSet(start)
+	if err != nil {
+		return ceilingResult{}, fmt.Errorf("ceiling: parse start %q: %w", start, err)
+	}
+	cpu0 := selfCPU()
+	t0 := time.Now()
+	syncer := replication.NewBinlogSyncer(cfg)
+	defer syncer.Close()
+	streamer, err := syncer.StartSyncGTID(set)
+	if err != nil {
+		return ceilingResult{}, fmt.Errorf("ceiling: start binlog stream at %s: %w", start, err)
+	}
+	n := 0
+	for n < want {
+		ev, err := streamer.GetEvent(ctx)
+		if err != nil {
+			return ceilingResult{Rows: n}, fmt.Errorf("ceiling: after %d of %d rows: %w", n, want, err)
+		}
+		re, ok := ev.Event.(*replication.RowsEvent)
+		if !ok || re.Type() != replication.EnumRowsEventTypeInsert || re.Table == nil {
+			continue
+		}
+		if string(re.Table.Schema) == schema && string(re.Table.Table) == tableName {
+			n += len(re.Rows)
+		}
+	}
+	return ceilingResult{Rows: n, Elapsed: time.Since(t0), CPU: selfCPU() - cpu0}, nil
+}

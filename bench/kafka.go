@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// benchPartitions is the partition count of every benchmark topic.
+const benchPartitions = 12
+
+// newKafka starts a fresh in-process Kafka (kfake) holding topic. Each workload gets its own, so
+// end offsets count only its messages and the memory of the previous one is released on Close.
+func newKafka(topic string) (*kfake.Cluster, error) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(benchPartitions, topic))
+	if err != nil {
+		return nil, fmt.Errorf("start kfake: %w", err)
+	}
+	return c, nil
+}
+
+func kafkaSinkYAML(c *kfake.Cluster) string {
+	return fmt.Sprintf("{type: kafka, brokers: [%q]}", c.ListenAddrs()[0])
+}
+
+// endOffsets sums the topic's end offsets: the number of messages stored (no deletes here).
+func endOffsets(ctx context.Context, adm *kadm.Client, topic string) (int64, error) {
+	lo, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return 0, fmt.Errorf("list end offsets of %s: %w", topic, err)
+	}
+	var sum int64
+	var ferr error
+	lo.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			ferr = o.Err
+			return
+		}
+		sum += o.Offset
+	})
+	if ferr != nil {
+		return 0, fmt.Errorf("list end offsets of %s: %w", topic, ferr)
+	}
+	return sum, nil
+}
+
+// waitEndOffsets polls until topic holds at least n messages, check reports a failure (the relay
+// died), or ctx ends. It returns when the count was first seen, so the resolution is the period.
+func waitEndOffsets(ctx context.Context, c *kfake.Cluster, topic string, n int64, period time.Duration, check func() error) (time.Time, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	var have int64
+	for {
+		have, err = endOffsets(ctx, adm, topic)
+		if err == nil && have >= n {
+			return time.Now(), nil
+		}
+		if check != nil {
+			if cerr := check(); cerr != nil {
+				return time.Time{}, fmt.Errorf("%d of %d messages in %s: %w", have, n, topic, cerr)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("%d of %d messages in %s: %w", have, n, topic, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// tracker holds one steady run's commit and receive times, indexed by the generator's sequence
+// number, as nanoseconds since the harness's epoch (monotonic clock) plus one, 0 meaning "none".
+type tracker struct {
+	commit, recv []atomic.Int64
+}
+
+func newTracker(capacity int) *tracker {
+	return &tracker{commit: make([]atomic.Int64, capacity), recv: make([]atomic.Int64, capacity)}
+}
+
+// eventID names message i of run w; parseEventID reverses it.
+func eventID(prefix string, w, i int) string { return prefix + strconv.Itoa(w) + "-" + strconv.Itoa(i) }
+
+func parseEventID(prefix, id string) (w, i int, ok bool) {
+	rest, ok := strings.CutPrefix(id, prefix)
+	if !ok {
+		return 0, 0, false
+	}
+	a, b, ok := strings.Cut(rest, "-")
+	if !ok {
+		return 0, 0, false
+	}
+	w, err1 := strconv.Atoi(a)
+	i, err2 := strconv.Atoi(b)
+	return w, i, err1 == nil && err2 == nil
+}
+
+// consumer reads a topic with franz-go and stamps each message's receive time into the tracker of
+// its run. Stamps are taken when a fetch returns, before the records are walked.
+type consumer struct {
+	cl       *kgo.Client
+	prefix   string
+	trackers []atomic.Pointer[tracker]
+	epoch    time.Time
+	received atomic.Int64
+	done     chan struct{}
+}
+
+func startConsumer(c *kfake.Cluster, topic, prefix string, runs int, epoch time.Time) (*consumer, error) {
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(c.ListenAddrs()...),
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(500*time.Millisecond), // kfake answers as soon as data arrives
+	)
+	if err != nil {
+		return nil, fmt.Errorf("kafka consumer: %w", err)
+	}
+	k := &consumer{cl: cl, prefix: prefix, trackers: make([]atomic.Pointer[tracker], runs), epoch: epoch, done: make(chan struct{})}
+	go k.loop()
+	return k, nil
+}
+
+func (k *consumer) loop() {
+	defer close(k.done)
+	for {
+		fs := k.cl.PollFetches(context.Background())
+		now := int64(time.Since(k.epoch)) + 1
+		if fs.IsClientClosed() {
+			return
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			k.received.Add(1)
+			for _, h := range r.Headers {
+				if h.Key != "event_id" {
+					continue
+				}
+				w, i, ok := parseEventID(k.prefix, string(h.Value))
+				if !ok || w >= len(k.trackers) {
+					return
+				}
+				if t := k.trackers[w].Load(); t != nil && i < len(t.recv) {
+					t.recv[i].CompareAndSwap(0, now) // the first copy counts
+				}
+				return
+			}
+		})
+	}
+}
+
+func (k *consumer) close() {
+	k.cl.Close()
+	<-k.done
+}

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/outboxd/outboxd/testenv/rocketmq"
+)
+
+// benchSink is a broker outboxd relays to in one workload: its config entry and a way to tell
+// when n messages are stored.
+type benchSink interface {
+	kind() string // "kafka" or "rocketmq"
+	sinkYAML() string
+	topic() string
+	// waitCount blocks until n messages are stored, check fails, or ctx ends, and returns when
+	// the count was first seen.
+	waitCount(ctx context.Context, n int64, check func() error) (time.Time, error)
+	close()
+}
+
+type kafkaSink struct {
+	c *kfake.Cluster
+	t string
+}
+
+func newKafkaSink(topic string) (*kafkaSink, error) {
+	c, err := newKafka(topic)
+	if err != nil {
+		return nil, err
+	}
+	return &kafkaSink{c: c, t: topic}, nil
+}
+
+func (k *kafkaSink) kind() string     { return "kafka" }
+func (k *kafkaSink) sinkYAML() string { return kafkaSinkYAML(k.c) }
+func (k *kafkaSink) topic() string    { return k.t }
+func (k *kafkaSink) close()           { k.c.Close() }
+func (k *kafkaSink) waitCount(ctx context.Context, n int64, check func() error) (time.Time, error) {
+	return waitEndOffsets(ctx, k.c, k.t, n, 50*time.Millisecond, check)
+}
+
+// rmqQueues is the queue count of the RocketMQ benchmark topic.
+const rmqQueues = 8
+
+type rmqSink struct {
+	c *rocketmq.Cluster
+	t string
+}
+
+func newRMQSink(topic string) (*rmqSink, error) {
+	c, err := rocketmq.Start(rocketmq.Options{Topics: []string{topic}, Queues: rmqQueues})
+	if err != nil {
+		return nil, fmt.Errorf("start RocketMQ test broker: %w", err)
+	}
+	return &rmqSink{c: c, t: topic}, nil
+}
+
+func (r *rmqSink) kind() string { return "rocketmq" }
+func (r *rmqSink) sinkYAML() string {
+	return fmt.Sprintf("{type: rocketmq, nameservers: [%q], group: outboxd-bench}", r.c.NameServer())
+}
+func (r *rmqSink) topic() string { return r.t }
+func (r *rmqSink) close()        { r.c.Close() }
+
+// sends counts send requests the broker answered; without injected faults each stored one
+// message. It is cheap, unlike Messages, which copies every stored body.
+func (r *rmqSink) sends() int64 {
+	req := r.c.Requests()
+	return int64(req[rocketmq.ReqSendMessage] + req[rocketmq.ReqSendMessageV2] + req[rocketmq.ReqSendBatchMessage])
+}
+
+func (r *rmqSink) waitCount(ctx context.Context, n int64, check func() error) (time.Time, error) {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if r.sends() >= n {
+			seen := time.Now()
+			// Confirm with the stored messages (one copy, only once the count looks complete).
+			if int64(len(r.c.Messages(r.t))) >= n {
+				return seen, nil
+			}
+		}
+		if check != nil {
+			if err := check(); err != nil {
+				return time.Time{}, fmt.Errorf("%d of %d sends to %s: %w", r.sends(), n, r.t, err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("%d of %d sends to %s: %w", r.sends(), n, r.t, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
