@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"syscall"
 	"time"
 )
@@ -41,7 +42,9 @@ func (e *exitError) Unwrap() error { return e.err }
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	stopProfile := startProfile(os.Getenv("OUTBOXD_CPUPROFILE"))
 	err := dispatch(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stopProfile()
 	if err == nil {
 		return
 	}
@@ -109,3 +112,25 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 }
 
 func timeNow() time.Time { return time.Now().UTC() }
+
+// startProfile writes a CPU profile to path until the returned func is called; for finding the
+// hot path under `make bench` (OUTBOXD_CPUPROFILE=/tmp/cpu.prof). "" does nothing.
+func startProfile(path string) func() {
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "outboxd: OUTBOXD_CPUPROFILE:", err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		fmt.Fprintln(os.Stderr, "outboxd: OUTBOXD_CPUPROFILE:", err)
+		f.Close()
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
+}
