@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -352,6 +353,7 @@ func (a *Assembler) handleRows(ctx context.Context, ev *replication.BinlogEvent,
 		return err
 	}
 	p := newProjection(st.spec.Columns, names, e.Table)
+	a.cur.Events = slices.Grow(a.cur.Events, len(e.Rows))
 	for i, row := range e.Rows {
 		var skipped []int
 		if i < len(e.SkippedColumns) {
@@ -511,6 +513,8 @@ func valueField(v any) Field {
 		return Field{Bytes: strconv.AppendFloat(nil, float64(x), 'g', -1, 32)}
 	case float64:
 		return Field{Bytes: strconv.AppendFloat(nil, x, 'g', -1, 64)}
+	case time.Time: // DATETIME/TIMESTAMP with ParseTime, printed as MySQL prints them
+		return Field{Bytes: x.AppendFormat(nil, "2006-01-02 15:04:05.999999")}
 	case fmt.Stringer: // decimal.Decimal with UseDecimal, *JsonDiff
 		return Field{Bytes: []byte(x.String())}
 	default:

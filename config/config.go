@@ -162,8 +162,8 @@ type Pipeline struct {
 
 // Defaults of the pipeline section.
 const (
-	DefaultMaxInflightEvents = 50_000
-	DefaultMaxInflightBytes  = 64 << 20
+	DefaultMaxInflightEvents = 20_000
+	DefaultMaxInflightBytes  = 16 << 20
 )
 
 // Log configures zerolog.

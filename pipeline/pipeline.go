@@ -44,8 +44,8 @@ const (
 
 // Defaults for the zero values of Config.
 const (
-	DefaultMaxInflightEvents = 50_000
-	DefaultMaxInflightBytes  = 64 << 20
+	DefaultMaxInflightEvents = 20_000
+	DefaultMaxInflightBytes  = 16 << 20
 	DefaultLanes             = 16
 	DefaultMaxBatchEvents    = 2048
 	DefaultMaxBatchBytes     = 4 << 20

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"syscall"
 	"time"
@@ -42,6 +43,7 @@ func (e *exitError) Unwrap() error { return e.err }
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	tuneGC()
 	stopProfile := startProfile(os.Getenv("OUTBOXD_CPUPROFILE"))
 	err := dispatch(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stopProfile()
@@ -132,5 +134,17 @@ func startProfile(path string) func() {
 	return func() {
 		pprof.StopCPUProfile()
 		f.Close()
+	}
+}
+
+// tuneGC trades memory the pipeline's capacity already bounds for less GC CPU: GOGC 200 unless
+// the environment sets GOGC, and a soft memory limit of 256 MiB unless it sets GOMEMLIMIT, so
+// the heap's growth stops well before the limit the README promises.
+func tuneGC() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(200)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(256 << 20)
 	}
 }

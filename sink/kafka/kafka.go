@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -249,20 +250,22 @@ func (s *Sink) Send(ctx context.Context, msgs []*sink.Message) error {
 // cascade fails every keyed message that follows a failed message with the same key, so the
 // caller's resend cannot put a later message before an earlier one.
 func cascade(msgs []*sink.Message, errs []error) {
+	if !slices.ContainsFunc(errs, func(err error) bool { return err != nil }) {
+		return // the common case: nothing failed, nothing to cascade
+	}
 	first := make(map[string]int)
 	for i, m := range msgs {
 		if m == nil || m.Key == nil {
 			continue
 		}
-		k := string(m.Key)
-		if j, failed := first[k]; failed {
+		if j, failed := first[string(m.Key)]; failed { // no allocation for the lookup
 			if errs[i] == nil {
 				errs[i] = fmt.Errorf("topic %s: message %d follows failed message %d with the same key: %w", m.Topic, i, j, errNotSent)
 			}
 			continue
 		}
 		if errs[i] != nil {
-			first[k] = i
+			first[string(m.Key)] = i
 		}
 	}
 }
