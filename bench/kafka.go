@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -16,18 +20,80 @@ import (
 // benchPartitions is the partition count of every benchmark topic.
 const benchPartitions = 12
 
-// newKafka starts a fresh in-process Kafka (kfake) holding topic. Each workload gets its own, so
-// end offsets count only its messages and the memory of the previous one is released on Close.
-func newKafka(topic string) (*kfake.Cluster, error) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(benchPartitions, topic))
-	if err != nil {
-		return nil, fmt.Errorf("start kfake: %w", err)
-	}
-	return c, nil
+// kafkaProc is a kfake broker in a child process of its own (this binary, re-executed with
+// OUTBOXD_BENCH_KFAKE set): a fresh process per workload, so a previous workload's million
+// records cannot cost this one garbage-collection time, and the broker's CPU is measured apart
+// from the harness's.
+type kafkaProc struct {
+	addrs []string
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
 }
 
-func kafkaSinkYAML(c *kfake.Cluster) string {
-	return fmt.Sprintf("{type: kafka, brokers: [%q]}", c.ListenAddrs()[0])
+// kfakeEnv names the topic a child broker seeds; its presence makes main serve kfake.
+const kfakeEnv = "OUTBOXD_BENCH_KFAKE"
+
+// newKafka starts a fresh kfake broker process holding topic.
+func newKafka(topic string) (*kafkaProc, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), kfakeEnv+"="+topic)
+	cmd.Stderr = os.Stderr
+	setPdeathsig(cmd)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start kfake process: %w", err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("kfake process did not report its address: %w", err)
+	}
+	return &kafkaProc{addrs: strings.Fields(line), cmd: cmd, stdin: stdin}, nil
+}
+
+func (k *kafkaProc) pid() int { return k.cmd.Process.Pid }
+
+// Close ends the broker process (it exits when its stdin closes) and waits for it.
+func (k *kafkaProc) Close() {
+	_ = k.stdin.Close()
+	done := make(chan struct{})
+	go func() { _ = k.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = k.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// serveKfake is the child's side: a one-broker kfake cluster with topic, its addresses on
+// stdout, alive until stdin closes.
+func serveKfake(topic string) int {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(benchPartitions, topic))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench kfake:", err)
+		return 1
+	}
+	defer c.Close()
+	fmt.Println(strings.Join(c.ListenAddrs(), " "))
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
+func kafkaSinkYAML(addrs []string) string {
+	return fmt.Sprintf("{type: kafka, brokers: [%q]}", addrs[0])
 }
 
 // endOffsets sums the topic's end offsets: the number of messages stored (no deletes here).
@@ -53,8 +119,8 @@ func endOffsets(ctx context.Context, adm *kadm.Client, topic string) (int64, err
 
 // waitEndOffsets polls until topic holds at least n messages, check reports a failure (the relay
 // died), or ctx ends. It returns when the count was first seen, so the resolution is the period.
-func waitEndOffsets(ctx context.Context, c *kfake.Cluster, topic string, n int64, period time.Duration, check func() error) (time.Time, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+func waitEndOffsets(ctx context.Context, addrs []string, topic string, n int64, period time.Duration, check func() error) (time.Time, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -119,9 +185,9 @@ type consumer struct {
 	done     chan struct{}
 }
 
-func startConsumer(c *kfake.Cluster, topic, prefix string, runs int, epoch time.Time) (*consumer, error) {
+func startConsumer(addrs []string, topic, prefix string, runs int, epoch time.Time) (*consumer, error) {
 	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(c.ListenAddrs()...),
+		kgo.SeedBrokers(addrs...),
 		kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(500*time.Millisecond), // kfake answers as soon as data arrives

@@ -112,6 +112,9 @@ func parseFlags(args []string) (options, error) {
 func (o options) want(name string) bool { return len(o.Only) == 0 || slices.Contains(o.Only, name) }
 
 func main() {
+	if topic := os.Getenv(kfakeEnv); topic != "" {
+		os.Exit(serveKfake(topic))
+	}
 	o, err := parseFlags(os.Args[1:])
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -85,6 +85,10 @@ type Workload struct {
 	OwnQueriesPerSec *float64 `json:"own_queries_per_sec"` // the polling relay's own statement count
 	DBCPUPercent     *float64 `json:"db_cpu_percent"`      // mariadbd, of one core
 	DBCPUSeconds     *float64 `json:"db_cpu_seconds,omitempty"`
+	// HarnessCPUPercent is this harness process (kfake or the RocketMQ test broker, the
+	// consumers) during a catch-up, of one core: with outboxd's and MariaDB's it shows whether
+	// the machine's cores were the bound.
+	HarnessCPUPercent *float64 `json:"harness_cpu_percent,omitempty"`
 
 	Notes []string `json:"notes,omitempty"`
 	Error string   `json:"error,omitempty"`
@@ -172,7 +176,7 @@ func (r *Results) markdown() string {
 		m.Date, m.NProc, m.CPUModel, m.MemTotalMiB, m.Kernel, m.GoVersion, m.MariaDB, short(m.GitCommit), map[bool]string{true: " (dirty)", false: ""}[m.GitDirty])
 	fmt.Fprintf(&b, "Payloads %d B JSON, %d distinct keys, Kafka topics of %d partitions, RocketMQ topics of %d queues.\n\n",
 		r.Params.PayloadBytes, r.Params.DistinctKeys, r.Params.Partitions, r.Params.RMQQueues)
-	b.WriteString("| workload | events | events/s | CPU s/100k | CPU % | p50 ms | p99 ms | p99.9 ms | max ms | RSS MiB | DB queries/s | DB CPU % |\n")
+	b.WriteString("| workload | events | events/s | CPU s/100k | CPU % | p50 ms | p99 ms | p99.9 ms | max ms | RSS MiB | DB queries/s | DB CPU % | broker+harness CPU % |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, w := range r.Workloads {
 		if w.Error != "" {
@@ -196,9 +200,9 @@ func (r *Results) markdown() string {
 		if w.OwnQueriesPerSec != nil {
 			q = fmt.Sprintf("%s (own count %s)", q, num(w.OwnQueriesPerSec, 1))
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			w.Name, w.Events, num(w.EventsPerSec, 0), num(w.CPUPer100k, 2), num(w.CPUPercent, 0),
-			p50, p99, p999, pmax, rssS, q, num(w.DBCPUPercent, 0))
+			p50, p99, p999, pmax, rssS, q, num(w.DBCPUPercent, 0), num(w.HarnessCPUPercent, 0))
 	}
 	if len(r.Ratios) > 0 {
 		b.WriteString("\n| comparison | ratio | figures |\n|---|---:|---|\n")

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
-
 	"github.com/outboxd/outboxd/testenv/rocketmq"
 )
 
@@ -23,7 +21,7 @@ type benchSink interface {
 }
 
 type kafkaSink struct {
-	c *kfake.Cluster
+	c *kafkaProc
 	t string
 }
 
@@ -36,11 +34,12 @@ func newKafkaSink(topic string) (*kafkaSink, error) {
 }
 
 func (k *kafkaSink) kind() string     { return "kafka" }
-func (k *kafkaSink) sinkYAML() string { return kafkaSinkYAML(k.c) }
+func (k *kafkaSink) sinkYAML() string { return kafkaSinkYAML(k.c.addrs) }
 func (k *kafkaSink) topic() string    { return k.t }
 func (k *kafkaSink) close()           { k.c.Close() }
+func (k *kafkaSink) brokerPID() int   { return k.c.pid() }
 func (k *kafkaSink) waitCount(ctx context.Context, n int64, check func() error) (time.Time, error) {
-	return waitEndOffsets(ctx, k.c, k.t, n, 50*time.Millisecond, check)
+	return waitEndOffsets(ctx, k.c.addrs, k.t, n, 50*time.Millisecond, check)
 }
 
 // rmqQueues is the queue count of the RocketMQ benchmark topic.
