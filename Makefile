@@ -21,6 +21,8 @@ vet:
 # Everything, including the integration tests against a real MariaDB and kfake.
 test: deps vet
 	$(GO) test -count=1 -timeout 15m ./...
+	# The concurrent core once more under the race detector.
+	$(GO) test -count=1 -race -timeout 10m ./pipeline/... ./sink/... ./checkpoint/...
 
 # Only what needs no server.
 test-unit:
