@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/metrics"
 )
 
 // Config configures a Reader.
@@ -37,6 +38,9 @@ type Config struct {
 	// ReadTimeout bounds the wait for any packet (events or heartbeats) so a dead connection is
 	// noticed. Default 3×HeartbeatPeriod; it must exceed HeartbeatPeriod.
 	ReadTimeout time.Duration
+	// Metrics receives events and bytes read, heartbeats, the connection state and the commit
+	// time of each transaction read; nil records nothing.
+	Metrics *metrics.Metrics
 }
 
 const (
@@ -56,7 +60,24 @@ var (
 	ErrGTIDNotOnServer = errors.New("start GTID position is not available on the server")
 	// ErrAccessDenied: the server refused the replication connection.
 	ErrAccessDenied = errors.New("replication access denied")
+	// ErrDisconnected: the connection failed or was lost (server down or restarting, network).
+	// Streaming again from the last acknowledged position may succeed.
+	ErrDisconnected = errors.New("binlog connection lost")
 )
+
+// disconnected marks err as ErrDisconnected without changing its message.
+type disconnected struct{ error }
+
+func (d disconnected) Unwrap() []error { return []error{d.error, ErrDisconnected} }
+
+// connErr marks a stream error that is not one of the operator-decision sentinels as a lost
+// connection.
+func connErr(err error) error {
+	if errors.Is(err, ErrGTIDNotOnServer) || errors.Is(err, ErrAccessDenied) {
+		return err
+	}
+	return disconnected{err}
+}
 
 // Reader streams committed transactions from a server's binlog.
 type Reader struct {
@@ -126,6 +147,9 @@ func (r *Reader) Run(ctx context.Context, start gtid.Set, out chan<- *Txn) error
 	})
 	syncer := replication.NewBinlogSyncer(r.syncerConfig(asm.Filter()))
 	defer syncer.Close()
+	m := r.cfg.Metrics
+	var runErr error
+	defer func() { m.SourceConnected(false, runErr) }()
 
 	// StartSyncGTID keeps and mutates the set it is given: hand it a copy.
 	startStr := start.String()
@@ -134,17 +158,31 @@ func (r *Reader) Run(ctx context.Context, start gtid.Set, out chan<- *Txn) error
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return r.classify(err, startStr)
+		runErr = connErr(r.classify(err, startStr))
+		return runErr
 	}
 	r.cfg.Logger.Info().Str("addr", r.cfg.Addr).Str("gtid", startStr).Msg("binlog stream started")
 
+	streaming := false
 	for {
 		ev, err := streamer.GetEvent(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return r.classify(err, startStr)
+			runErr = connErr(r.classify(err, startStr))
+			return runErr
+		}
+		if !streaming {
+			// The first event (the server's artificial rotate) shows the dump was accepted.
+			streaming = true
+			m.SourceConnected(true, nil)
+		}
+		if ev.Header != nil {
+			m.BinlogEvent(int(ev.Header.EventSize))
+		}
+		if _, ok := ev.Event.(*replication.HeartbeatEvent); ok {
+			m.Heartbeat()
 		}
 		txn, err := asm.Handle(ctx, ev)
 		if err != nil {
@@ -153,6 +191,9 @@ func (r *Reader) Run(ctx context.Context, start gtid.Set, out chan<- *Txn) error
 		}
 		if txn == nil {
 			continue
+		}
+		if !txn.Partial {
+			m.TxnRead(txn.CommitTime)
 		}
 		select {
 		case out <- txn:

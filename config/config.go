@@ -48,6 +48,8 @@ const (
 	DefaultCheckpointInterval = time.Second
 	DefaultLogLevel           = "info"
 	DefaultLogFormat          = "json"
+	DefaultAdminListen        = "127.0.0.1:9120"
+	DefaultHeartbeatInterval  = 5 * time.Second
 )
 
 // Config is the whole configuration file. Log it with String or Redacted, which hide secrets.
@@ -62,6 +64,7 @@ type Config struct {
 	Checkpoint Checkpoint      `yaml:"checkpoint"`
 	Pipeline   Pipeline        `yaml:"pipeline"`
 	Log        Log             `yaml:"log"`
+	Admin      Admin           `yaml:"admin"`
 
 	// lines maps a field path ("routes[1].sink") to its line in the file, so Validate can point
 	// at the line. Empty for a Config built in code.
@@ -78,6 +81,35 @@ type Source struct {
 	ServerID uint32 `yaml:"server_id"`
 	// Start is where to begin without a checkpoint: "latest", "earliest" or a GTID set.
 	Start string `yaml:"start"`
+	// Heartbeat, when set, makes outboxd upsert one row of a table on an interval, so a quiet
+	// database still produces binlog transactions that move the checkpoint.
+	Heartbeat *Heartbeat `yaml:"heartbeat"`
+}
+
+// Heartbeat is the optional heartbeat row: outboxd writes (id = server_id, ts = NOW(6)) into
+// Table every Interval on its own connection. The table must not be an outbox table.
+type Heartbeat struct {
+	// Table is "schema.table", with columns id (primary key) and ts.
+	Table string `yaml:"table"`
+	// Interval is how often the row is written; default 5s.
+	Interval time.Duration `yaml:"interval"`
+}
+
+// Admin is the HTTP server for /metrics, /healthz, /readyz and /status.
+type Admin struct {
+	// Listen is host:port. Omitted: DefaultAdminListen (loopback only). "" or "off": no server.
+	Listen *string `yaml:"listen"`
+}
+
+// Addr returns the address to listen on, or "" when the admin server is disabled. Pure.
+func (a Admin) Addr() string {
+	if a.Listen == nil {
+		return DefaultAdminListen
+	}
+	if v := strings.TrimSpace(*a.Listen); v != "off" {
+		return v
+	}
+	return ""
 }
 
 // Table is one outbox table and the names of its columns.
@@ -325,6 +357,9 @@ func (c *Config) ApplyDefaults() {
 	setDefaultDur(&c.Checkpoint.Interval, DefaultCheckpointInterval)
 	setDefault(&c.Log.Level, DefaultLogLevel)
 	setDefault(&c.Log.Format, DefaultLogFormat)
+	if hb := c.Source.Heartbeat; hb != nil {
+		setDefaultDur(&hb.Interval, DefaultHeartbeatInterval)
+	}
 }
 
 func setDefault(p *string, v string) {

@@ -32,12 +32,20 @@ func (c *Config) Redacted() *Config {
 		dl := *c.DeadLetter
 		r.DeadLetter = &dl
 	}
+	if c.Admin.Listen != nil {
+		l := *c.Admin.Listen
+		r.Admin.Listen = &l
+	}
 	r.lines = maps.Clone(c.lines)
 	return &r
 }
 
 func (s Source) redacted() Source {
 	s.Password = redact(s.Password)
+	if s.Heartbeat != nil {
+		hb := *s.Heartbeat
+		s.Heartbeat = &hb
+	}
 	return s
 }
 

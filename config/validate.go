@@ -32,6 +32,7 @@ func (c *Config) Validate() error {
 	c.validateSinks(p)
 	c.validateRoutes(p)
 	c.validatePoison(p)
+	c.validateOps(p)
 
 	if c.Retry.Initial <= 0 {
 		p.add("retry.initial", "must be positive, such as 100ms; got %s", c.Retry.Initial)
@@ -302,5 +303,30 @@ func (c *Config) validatePoison(p *problems) {
 		p.add("dead_letter.topic", "is required, such as outbox.dead_letter")
 	} else if strings.ContainsAny(dl.Topic, "{}") {
 		p.add("dead_letter.topic", "%q: the dead-letter topic is literal; placeholders are not supported", dl.Topic)
+	}
+}
+
+// validateOps checks the admin server and the heartbeat row.
+func (c *Config) validateOps(p *problems) {
+	// An empty host (":9120") binds every interface: allowed, since the operator asked for it
+	// and nothing served holds a secret.
+	if addr := c.Admin.Addr(); addr != "" {
+		if _, port, err := net.SplitHostPort(addr); err != nil {
+			p.add("admin.listen", "%q is not host:port (such as %s), \"\" or off: %v", addr, DefaultAdminListen, err)
+		} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			p.add("admin.listen", "%q has port %q; want 0 to 65535", addr, port)
+		}
+	}
+	hb := c.Source.Heartbeat
+	if hb == nil {
+		return
+	}
+	if !validTableName(hb.Table) {
+		p.add("source.heartbeat.table", "%q is not \"schema.table\", such as outboxd.heartbeat", hb.Table)
+	} else if _, ok := c.TableByName(hb.Table); ok {
+		p.add("source.heartbeat.table", "%q is an outbox table; use a table of its own, such as outboxd.heartbeat", hb.Table)
+	}
+	if hb.Interval <= 0 {
+		p.add("source.heartbeat.interval", "must be positive, such as 5s; got %s", hb.Interval)
 	}
 }

@@ -5,7 +5,9 @@ package daemon
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/pipeline"
 	"github.com/outboxd/outboxd/router"
 	"github.com/outboxd/outboxd/sink"
@@ -31,13 +34,27 @@ type Options struct {
 	// Force accepts a start set that lacks a source the server has.
 	Force  bool
 	Logger zerolog.Logger
+	// Version is reported by /status and outboxd_build_info.
+	Version string
 }
 
+// Reconnect backoff after a lost source connection.
+const (
+	reconnectInitial = time.Second
+	reconnectMax     = 10 * time.Second
+	// reconnectReset: a session that streamed this long starts the backoff over.
+	reconnectReset = time.Minute
+)
+
 // Run relays until ctx ends (then it drains, saves the checkpoint and returns nil) or a fatal
-// error: a poison row under on_poison: stop, a lost source connection, a checkpoint that
-// cannot be written. It blocks for the life of the daemon.
+// error: a poison row under on_poison: stop, a checkpoint that cannot be written, a start
+// position the server lacks, a refused login. A lost source connection is not fatal: the
+// in-flight sends drain, the checkpoint is saved, and the stream restarts from the
+// acknowledged position with backoff. It blocks for the life of the daemon. The admin server
+// (admin.listen) and the heartbeat row writer (source.heartbeat) run alongside.
 func Run(ctx context.Context, cfg *config.Config, o Options) error {
 	log := o.Logger
+	started := time.Now()
 	store, err := checkpoint.Open(cfg.Checkpoint.Path)
 	if err != nil {
 		return err
@@ -70,36 +87,98 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 	if err != nil {
 		return err
 	}
-	reader, err := binlog.NewReader(binlog.Config{
-		Flavor:   cfg.Source.Flavor,
-		Addr:     cfg.Source.Addr,
-		User:     cfg.Source.User,
-		Password: cfg.Source.Password,
-		ServerID: cfg.Source.ServerID,
-		Tables:   TableSpecs(cfg),
-		Columns:  &server.ColumnReader{DB: db},
-		Logger:   log.With().Str("component", "binlog").Logger(),
-	})
-	if err != nil {
-		return err
+	m := metrics.New(metrics.Options{Version: o.Version, HeartbeatPeriod: sourceHeartbeatPeriod})
+	if cp, err := store.Load(); err == nil && cp != nil {
+		m.CheckpointLoaded(cp.SavedAt, cp.CommitTime)
 	}
-	pl, err := pipeline.New(pipeline.Config{
-		Router:             rt,
-		Sinks:              sinks,
-		Saver:              store,
-		Start:              start,
-		OnPoison:           cfg.OnPoison,
-		RetryInitial:       cfg.Retry.Initial,
-		RetryMax:           cfg.Retry.Max,
-		CheckpointInterval: cfg.Checkpoint.Interval,
-		MaxInflightEvents:  cfg.Pipeline.MaxInflightEvents,
-		MaxInflightBytes:   cfg.Pipeline.MaxInflightBytes,
-		Logger:             log.With().Str("component", "pipeline").Logger(),
+	declareSinks(m, cfg)
+	reader, err := binlog.NewReader(binlog.Config{
+		Flavor:          cfg.Source.Flavor,
+		Addr:            cfg.Source.Addr,
+		User:            cfg.Source.User,
+		Password:        cfg.Source.Password,
+		ServerID:        cfg.Source.ServerID,
+		Tables:          TableSpecs(cfg),
+		Columns:         &server.ColumnReader{DB: db},
+		Logger:          log.With().Str("component", "binlog").Logger(),
+		HeartbeatPeriod: sourceHeartbeatPeriod,
+		ReadTimeout:     sourceReadTimeout,
+		Metrics:         m,
 	})
 	if err != nil {
 		return err
 	}
 
+	ops := &ops{cfg: cfg, m: m, sinks: sinks, db: db, started: started, version: o.Version, log: log}
+	// The operator side (admin server, position sampler, heartbeat row) lives as long as Run
+	// and never decides its outcome.
+	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
+	opsDone, err := ops.start(opsCtx)
+	if err != nil {
+		stopOps()
+		return err
+	}
+	defer func() {
+		stopOps()
+		opsDone.Wait()
+	}()
+
+	backoff := reconnectInitial
+	for {
+		pl, err := pipeline.New(pipeline.Config{
+			Router:             rt,
+			Sinks:              sinks,
+			Saver:              store,
+			Start:              start,
+			OnPoison:           cfg.OnPoison,
+			RetryInitial:       cfg.Retry.Initial,
+			RetryMax:           cfg.Retry.Max,
+			CheckpointInterval: cfg.Checkpoint.Interval,
+			MaxInflightEvents:  cfg.Pipeline.MaxInflightEvents,
+			MaxInflightBytes:   cfg.Pipeline.MaxInflightBytes,
+			Logger:             log.With().Str("component", "pipeline").Logger(),
+			Metrics:            m,
+		})
+		if err != nil {
+			return err
+		}
+		ops.setPipeline(pl)
+		began := time.Now()
+		err = runSession(ctx, reader, pl, start)
+		start = pl.Acked()
+		if err == nil || ctx.Err() != nil {
+			log.Info().Str("gtid_set", start.String()).Msg("stopped")
+			return err
+		}
+		if !errors.Is(err, binlog.ErrDisconnected) {
+			log.Info().Str("gtid_set", start.String()).Msg("stopped")
+			return err
+		}
+		if time.Since(began) >= reconnectReset {
+			backoff = reconnectInitial
+		}
+		log.Warn().Err(err).Dur("retry_in", backoff).Str("gtid_set", start.String()).
+			Msg("source connection lost; in-flight sends drained, reconnecting from the acknowledged position")
+		select {
+		case <-ctx.Done():
+			log.Info().Str("gtid_set", start.String()).Msg("stopped")
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, reconnectMax)
+	}
+}
+
+// Source heartbeats: an idle server sends one every period, which keeps the lag gauge at 0
+// when caught up; the read timeout notices a dead connection.
+const (
+	sourceHeartbeatPeriod = time.Second
+	sourceReadTimeout     = 10 * time.Second
+)
+
+// runSession streams from start through pl until ctx ends, the stream fails or the pipeline
+// stops. The pipeline drains and saves its checkpoint before it returns.
+func runSession(ctx context.Context, reader *binlog.Reader, pl *pipeline.Pipeline, start gtid.Set) error {
 	// The reader stops at once on shutdown; the pipeline gets the same signal but drains the
 	// round in flight and saves the checkpoint before it returns.
 	// Small: the tracker's capacity is the real bound, and a piece holds up to 512 events.
@@ -120,9 +199,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 		stopReading()
 		return err
 	})
-	err = g.Wait()
-	log.Info().Str("gtid_set", pl.Acked().String()).Msg("stopped")
-	return err
+	return g.Wait()
 }
 
 // ResolveStart picks the executed GTID set to resume from, and says where it came from:
@@ -310,4 +387,21 @@ func staticTopics(cfg *config.Config, name string) []string {
 		topics = append(topics, dl.Topic)
 	}
 	return topics
+}
+
+// declareSinks creates every sink's and route's series at 0.
+func declareSinks(m *metrics.Metrics, cfg *config.Config) {
+	routes := map[string][]string{}
+	for name := range cfg.Sinks {
+		routes[name] = nil
+	}
+	for i, r := range cfg.Routes {
+		routes[r.Sink] = append(routes[r.Sink], strconv.Itoa(i))
+	}
+	if dl := cfg.DeadLetter; dl != nil && cfg.OnPoison == pipeline.PoisonDeadLetter {
+		routes[dl.Sink] = append(routes[dl.Sink], metrics.RouteDeadLetter)
+	}
+	for name, rs := range routes {
+		m.DeclareSink(name, rs)
+	}
 }

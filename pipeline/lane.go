@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/binlog"
+	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/sink"
 )
 
@@ -20,6 +21,7 @@ type item struct {
 	msg   *sink.Message
 	dead  bool // msg is already the dead letter
 	size  int
+	route string // the route label of the delivery metrics
 	entry *entry
 }
 
@@ -121,11 +123,11 @@ func (l *lane) deliver(ctx context.Context, batch []item) error {
 	if len(rejected) > 0 {
 		bySink := map[string][]item{}
 		for _, r := range rejected {
-			dn, dm, err := p.poison(r.txn, r.ev, r.err)
+			dn, dm, err := p.poison(r.txn, r.ev, r.err, metrics.ReasonRejected)
 			if err != nil {
 				return err
 			}
-			bySink[dn] = append(bySink[dn], item{txn: r.txn, ev: r.ev, sink: dn, msg: dm, dead: true})
+			bySink[dn] = append(bySink[dn], item{txn: r.txn, ev: r.ev, sink: dn, msg: dm, dead: true, route: metrics.RouteDeadLetter})
 		}
 		for dn, dls := range bySink {
 			ds, ok := p.cfg.Sinks[dn]
@@ -164,21 +166,49 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 		for i := range items {
 			msgs = append(msgs, items[i].msg)
 		}
+		if attempt > 0 {
+			p.m.Retry(name)
+		}
+		began := time.Now()
 		err := s.Send(ctx, msgs)
+		p.m.SendDuration(name, time.Since(began))
 		if err == nil {
+			p.m.SinkResult(name, nil)
+			p.countDelivered(name, items, nil)
 			return rejected, nil
 		}
 		var se *sink.SendError
 		if !errors.As(err, &se) {
 			se = sink.AllFailed(len(items), err)
 		}
+		if ctx.Err() == nil {
+			// The sink is down when it acknowledged nothing and every failure was transient; a
+			// permanent rejection is an answer from a reachable broker.
+			transient := 0
+			for _, f := range se.Failures {
+				if !sink.IsPermanent(f.Err) {
+					transient++
+				}
+			}
+			if transient == len(items) {
+				p.m.SinkResult(name, err)
+			} else {
+				p.m.SinkResult(name, nil)
+			}
+		}
+		p.countDelivered(name, items, se.Failures)
 		retry := make([]item, 0, len(se.Failures))
 		for _, f := range se.Failures {
 			if f.Index < 0 || f.Index >= len(items) {
 				return nil, fmt.Errorf("sink %s reported failure of message %d of %d", name, f.Index, len(items))
 			}
 			it := items[f.Index]
+			kind := metrics.KindTransient
 			if sink.IsPermanent(f.Err) {
+				kind = metrics.KindPermanent
+			}
+			p.m.Failed(name, it.route, kind, 1)
+			if kind == metrics.KindPermanent {
 				if it.dead {
 					return nil, &PoisonError{Err: fmt.Errorf("dead letter for %s rejected by sink %s: %w", describe(it), name, f.Err)}
 				}
@@ -209,6 +239,31 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 		backoff = min(backoff*2, p.cfg.RetryMax)
 	}
 	return rejected, nil
+}
+
+// countDelivered counts the items of one Send that are not among failures (sorted by index)
+// as delivered, one metrics call per run of items with the same route.
+func (p *Pipeline) countDelivered(name string, items []item, failures []sink.Failure) {
+	if p.m == nil {
+		return
+	}
+	run, route := 0, ""
+	fi := 0
+	for i := range items {
+		for fi < len(failures) && failures[fi].Index < i {
+			fi++
+		}
+		if fi < len(failures) && failures[fi].Index == i {
+			continue
+		}
+		if run > 0 && items[i].route != route {
+			p.m.Delivered(name, route, run)
+			run = 0
+		}
+		route = items[i].route
+		run++
+	}
+	p.m.Delivered(name, route, run)
 }
 
 // describe names an item's row for operators.

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -22,6 +23,8 @@ import (
 	"github.com/outboxd/outboxd/binlog"
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/metrics"
+	"github.com/outboxd/outboxd/router"
 	"github.com/outboxd/outboxd/sink"
 )
 
@@ -29,6 +32,12 @@ import (
 type Router interface {
 	Route(txn *binlog.Txn, ev *binlog.Event) (string, *sink.Message, error)
 	DeadLetter(txn *binlog.Txn, ev *binlog.Event, reason error) (string, *sink.Message, error)
+}
+
+// IndexedRouter is a Router that also reports which route matched (routes[index]), for the
+// route label of the delivery metrics; *router.Router implements it.
+type IndexedRouter interface {
+	RouteIndexed(txn *binlog.Txn, ev *binlog.Event) (string, int, *sink.Message, error)
 }
 
 // Saver persists a checkpoint; *checkpoint.Store implements it.
@@ -78,6 +87,9 @@ type Config struct {
 	Logger       zerolog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Metrics receives rows read, deliveries, failures, dead letters, send durations, retries,
+	// sink reachability and checkpoint saves; nil records nothing.
+	Metrics *metrics.Metrics
 }
 
 // Pipeline delivers transactions. Create with New, then call Run once.
@@ -85,6 +97,9 @@ type Pipeline struct {
 	cfg     Config
 	tracker *tracker
 	lanes   map[string][]*lane
+	m       *metrics.Metrics
+	// routeLabels caches the route label of each route index; owned by the dispatcher goroutine.
+	routeLabels []string
 }
 
 // New validates cfg and returns a Pipeline.
@@ -118,6 +133,7 @@ func New(cfg Config) (*Pipeline, error) {
 		cfg:     cfg,
 		tracker: newTracker(cfg.Start, cfg.MaxInflightEvents, cfg.MaxInflightBytes),
 		lanes:   make(map[string][]*lane, len(cfg.Sinks)),
+		m:       cfg.Metrics,
 	}
 	for name, s := range cfg.Sinks {
 		ls := make([]*lane, cfg.Lanes)
@@ -141,6 +157,19 @@ func (p *Pipeline) Acked() gtid.Set { return p.tracker.ackedSet() }
 
 // InFlight reports the events and bytes read but not yet acknowledged. Safe for concurrent use.
 func (p *Pipeline) InFlight() (events, bytes int) { return p.tracker.inFlight() }
+
+// Oldest reports the commit time and read time of the oldest transaction not yet fully
+// acknowledged; ok is false when there is none. Safe for concurrent use.
+func (p *Pipeline) Oldest() (commit, read time.Time, ok bool) { return p.tracker.oldest() }
+
+// ReadSet returns the executed set through the newest transaction the pipeline has taken in:
+// the acknowledged set plus every transaction in flight. It costs a set copy plus one Add per
+// transaction in flight: for status pages, not for every event. Safe for concurrent use.
+func (p *Pipeline) ReadSet() gtid.Set { return p.tracker.readSet() }
+
+// AckedTransactions counts the transactions acknowledged (folded into the checkpointable set)
+// since New. Safe for concurrent use.
+func (p *Pipeline) AckedTransactions() uint64 { return p.tracker.ackedCount() }
 
 // Run takes transactions from in until ctx ends or in is closed, delivers their events and
 // checkpoints acknowledged progress. When ctx ends it stops taking transactions, lets the
@@ -223,7 +252,7 @@ func (p *Pipeline) dispatch(ctx context.Context, in <-chan *binlog.Txn) error {
 			return nil // shutting down; this piece was never sent, so nothing moves past it
 		}
 		if open == nil {
-			open = p.tracker.begin(t.GTID, t.CommitTime)
+			open = p.tracker.begin(t.GTID, t.CommitTime, p.cfg.Now())
 		}
 		p.tracker.extend(open, len(items))
 		p.hand(items, open)
@@ -238,21 +267,59 @@ func (p *Pipeline) dispatch(ctx context.Context, in <-chan *binlog.Txn) error {
 func (p *Pipeline) route(t *binlog.Txn) ([]item, int, error) {
 	items := make([]item, 0, len(t.Events))
 	size := 0
+	ir, indexed := p.cfg.Router.(IndexedRouter)
+	run, runStart := 0, 0 // rows of one table in a row, counted as one metrics call
 	for i := range t.Events {
 		ev := &t.Events[i]
-		name, msg, err := p.cfg.Router.Route(t, ev)
+		if run > 0 && (ev.Schema != t.Events[runStart].Schema || ev.Table != t.Events[runStart].Table) {
+			p.m.EventsRead(t.Events[runStart].Schema, t.Events[runStart].Table, run)
+			run, runStart = 0, i
+		}
+		run++
+		var name string
+		var msg *sink.Message
+		var err error
+		idx := -1
+		if indexed {
+			name, idx, msg, err = ir.RouteIndexed(t, ev)
+		} else {
+			name, msg, err = p.cfg.Router.Route(t, ev)
+		}
 		dead := false
 		if err != nil {
-			if name, msg, err = p.poison(t, ev, err); err != nil {
+			reason := metrics.ReasonMalformed
+			var rpe *router.PoisonError
+			if errors.As(err, &rpe) && rpe.Reason == router.ReasonNoRoute {
+				reason = metrics.ReasonNoRoute
+			}
+			if name, msg, err = p.poison(t, ev, err, reason); err != nil {
 				return nil, 0, err
 			}
 			dead = true
 		}
-		it := item{txn: t, ev: ev, sink: name, msg: msg, dead: dead, size: msg.Size()}
+		it := item{txn: t, ev: ev, sink: name, msg: msg, dead: dead, size: msg.Size(), route: p.routeLabel(idx, dead)}
 		size += it.size
 		items = append(items, it)
 	}
+	if run > 0 {
+		p.m.EventsRead(t.Events[runStart].Schema, t.Events[runStart].Table, run)
+	}
 	return items, size, nil
+}
+
+// routeLabel is the route label of the delivery metrics: the route's index as text,
+// "dead_letter" for dead letters, "" when the router does not say.
+func (p *Pipeline) routeLabel(idx int, dead bool) string {
+	if dead {
+		return metrics.RouteDeadLetter
+	}
+	if idx < 0 {
+		return ""
+	}
+	for len(p.routeLabels) <= idx {
+		p.routeLabels = append(p.routeLabels, strconv.Itoa(len(p.routeLabels)))
+	}
+	return p.routeLabels[idx]
 }
 
 // hand gives each item to its lane, one push per lane, keeping the items' order.
@@ -311,6 +378,7 @@ func (p *Pipeline) saveLoop(done <-chan struct{}) error {
 			return fmt.Errorf("save checkpoint %s: %w", c.GTIDSet, err)
 		}
 		saved = version
+		p.m.CheckpointSaved(c.SavedAt, c.CommitTime)
 		p.cfg.Logger.Debug().Str("gtid_set", c.GTIDSet).Msg("checkpoint saved")
 		return nil
 	}
@@ -328,7 +396,8 @@ func (p *Pipeline) saveLoop(done <-chan struct{}) error {
 
 // poison applies on_poison to a row that can never be delivered: under stop it returns the
 // error that ends the run; under dead_letter it returns the dead-letter message instead.
-func (p *Pipeline) poison(t *binlog.Txn, ev *binlog.Event, reason error) (string, *sink.Message, error) {
+// why is the dead-letter reason label (metrics.ReasonNoRoute, ReasonMalformed, ReasonRejected).
+func (p *Pipeline) poison(t *binlog.Txn, ev *binlog.Event, reason error, why string) (string, *sink.Message, error) {
 	if p.cfg.OnPoison != PoisonDeadLetter {
 		return "", nil, &PoisonError{Err: reason}
 	}
@@ -336,6 +405,7 @@ func (p *Pipeline) poison(t *binlog.Txn, ev *binlog.Event, reason error) (string
 	if err != nil {
 		return "", nil, &PoisonError{Err: fmt.Errorf("%w; building its dead letter failed too: %w", reason, err)}
 	}
+	p.m.DeadLettered(why)
 	p.cfg.Logger.Warn().Str("gtid", t.GTID).Str("table", ev.Schema+"."+ev.Table).
 		Str("event_id", string(ev.EventID.Bytes)).Str("sink", name).Str("topic", msg.Topic).
 		AnErr("reason", reason).Msg("row dead-lettered")

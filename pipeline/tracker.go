@@ -15,6 +15,7 @@ import (
 type entry struct {
 	gtid       string
 	commitTime time.Time
+	readAt     time.Time // when its first piece entered the pipeline
 	file       string
 	pos        uint32
 	pending    int
@@ -43,6 +44,7 @@ type tracker struct {
 	ackedPos  uint32
 	ackedTime time.Time
 	version   uint64 // bumped whenever acked moves
+	ackedTxns uint64 // transactions folded into acked
 	err       error  // a GTID the set could not take; ends the run
 }
 
@@ -89,8 +91,8 @@ var errClosed = fmt.Errorf("pipeline stopped")
 
 // begin adds a new transaction at the end of the queue; the caller adds its events with
 // extend before they are sent.
-func (t *tracker) begin(gtidStr string, commit time.Time) *entry {
-	e := &entry{gtid: gtidStr, commitTime: commit}
+func (t *tracker) begin(gtidStr string, commit, now time.Time) *entry {
+	e := &entry{gtid: gtidStr, commitTime: commit, readAt: now}
 	t.mu.Lock()
 	t.queue = append(t.queue, e)
 	t.mu.Unlock()
@@ -157,6 +159,7 @@ func (t *tracker) advance() {
 		clear(t.queue[:n])
 		t.queue = t.queue[n:]
 		t.version++
+		t.ackedTxns += uint64(n)
 	}
 }
 
@@ -193,4 +196,35 @@ func (t *tracker) inFlight() (events, bytes int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.events, t.bytes
+}
+
+// oldest reports the commit and read times of the oldest transaction not yet checkpointable.
+func (t *tracker) oldest() (commit, read time.Time, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.queue) == 0 {
+		return time.Time{}, time.Time{}, false
+	}
+	e := t.queue[0]
+	return e.commitTime, e.readAt, true
+}
+
+// readSet returns the acknowledged set plus the GTIDs of every transaction in flight.
+func (t *tracker) readSet() gtid.Set {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.acked.Clone()
+	for _, e := range t.queue {
+		if e.gtid != "" {
+			_ = s.Add(e.gtid) // a GTID the set cannot take already failed the run in advance
+		}
+	}
+	return s
+}
+
+// ackedCount reports how many transactions were acknowledged.
+func (t *tracker) ackedCount() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ackedTxns
 }

@@ -143,11 +143,18 @@ func New(cfg *config.Config) (*Router, error) {
 // A NULL payload is poison rather than an empty value, because an empty or null Kafka value
 // means "delete" to compacted topics and RocketMQ refuses empty bodies.
 func (r *Router) Route(txn *binlog.Txn, ev *binlog.Event) (sinkName string, msg *sink.Message, err error) {
+	sinkName, _, msg, err = r.RouteIndexed(txn, ev)
+	return sinkName, msg, err
+}
+
+// RouteIndexed is Route that also returns the index of the matching route in the config
+// (routes[index]), for metrics; index is -1 when err is not nil.
+func (r *Router) RouteIndexed(txn *binlog.Txn, ev *binlog.Event) (sinkName string, index int, msg *sink.Message, err error) {
 	if txn == nil || ev == nil {
-		return "", nil, errors.New("router: Route called without a transaction or event")
+		return "", -1, nil, errors.New("router: Route called without a transaction or event")
 	}
 	if reason := r.malformed(ev); reason != "" {
-		return "", nil, poison(txn, ev, reason)
+		return "", -1, nil, poison(txn, ev, reason)
 	}
 	vars := config.TemplateVars{
 		Topic:     string(ev.Topic.Bytes),
@@ -157,21 +164,21 @@ func (r *Router) Route(txn *binlog.Txn, ev *binlog.Event) (sinkName string, msg 
 	}
 	rt := r.match(ev.Schema+"."+ev.Table, vars.Topic)
 	if rt == nil {
-		return "", nil, poison(txn, ev, ReasonNoRoute)
+		return "", -1, nil, poison(txn, ev, ReasonNoRoute)
 	}
 	dest := rt.topic.Render(vars)
 	if dest == "" {
-		return "", nil, poison(txn, ev, fmt.Sprintf("routes[%d] renders topic template %q to an empty topic", rt.index, rt.topic))
+		return "", -1, nil, poison(txn, ev, fmt.Sprintf("routes[%d] renders topic template %q to an empty topic", rt.index, rt.topic))
 	}
 	headers, err := appendRowHeaders(baseHeaders(txn, ev), ev.Headers)
 	if err != nil {
-		return "", nil, poison(txn, ev, err.Error())
+		return "", -1, nil, poison(txn, ev, err.Error())
 	}
 	tag := vars.EventType
 	if rt.hasTag {
 		tag = rt.tag.Render(vars)
 	}
-	return rt.sink, &sink.Message{
+	return rt.sink, rt.index, &sink.Message{
 		Topic:   dest,
 		Key:     key(ev.Key),
 		Value:   nonNil(ev.Payload.Bytes),

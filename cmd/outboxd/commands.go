@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/outboxd/outboxd/admin"
 	"github.com/outboxd/outboxd/binlog/server"
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/config"
@@ -69,7 +71,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := newLogger(cfg.Log, stderr)
 	log.Info().Str("version", version).Msg("outboxd starting")
-	err = daemon.Run(ctx, cfg, daemon.Options{FromGTID: *from, Force: *force, Logger: log})
+	err = daemon.Run(ctx, cfg, daemon.Options{FromGTID: *from, Force: *force, Logger: log, Version: version})
 	if err != nil {
 		log.Error().Err(err).Msg("outboxd stopped with an error")
 		return fmt.Errorf("%w: %w", errReported, err)
@@ -163,4 +165,31 @@ func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	fmt.Fprintf(stdout, "checkpoint %s: %s -> %s\n", cfg.Checkpoint.Path, prev, cp.GTIDSet)
 	return nil
+}
+
+// cmdStatus prints the running daemon's /status, read from admin.listen, for a person (or as
+// JSON with --json).
+func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newConfigFlags("status", stderr)
+	asJSON := fs.Bool("json", false, "print the raw /status JSON")
+	cfg, err := fs.load(args)
+	if err != nil {
+		return err
+	}
+	addr := cfg.Admin.Addr()
+	if addr == "" {
+		return &exitError{code: 2, err: errors.New("admin.listen is off in this config: outboxd serves no status; set admin.listen, such as " + config.DefaultAdminListen)}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	st, err := admin.FetchStatus(ctx, addr)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	return st.Print(stdout)
 }

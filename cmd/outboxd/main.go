@@ -26,6 +26,7 @@ const usage = `outboxd relays outbox rows from the MySQL/MariaDB binlog to Kafka
 Usage:
   outboxd run --config F [--from-gtid SET [--force]]   stream and deliver until SIGTERM/SIGINT
   outboxd check --config F                              verify the server, privileges and sinks
+  outboxd status --config F [--json]                    show a running outboxd's state (from admin.listen)
   outboxd checkpoint show --config F                    print the saved checkpoint as JSON
   outboxd checkpoint set --config F --gtid SET [--force] replace the saved checkpoint
   outboxd version                                       print the version
@@ -74,6 +75,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return cmdRun(ctx, args[1:], stderr)
 	case "check":
 		return cmdCheck(ctx, args[1:], stdout, stderr)
+	case "status":
+		return cmdStatus(ctx, args[1:], stdout, stderr)
 	case "checkpoint":
 		if len(args) < 2 {
 			return &exitError{code: 2, err: errors.New("checkpoint needs a subcommand: show or set")}

@@ -1,0 +1,281 @@
+// Package admin serves outboxd's operator HTTP endpoints: /metrics (Prometheus), /healthz,
+// /readyz and /status. It binds loopback by default (config admin.listen) and never serves a
+// secret: the status holds positions, counts and states, not configuration.
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+)
+
+// Status is the /status document.
+type Status struct {
+	Version       string    `json:"version"`
+	Flavor        string    `json:"flavor"`
+	StartedAt     time.Time `json:"started_at"`
+	UptimeSeconds float64   `json:"uptime_seconds"`
+	Source        Source    `json:"source"`
+	// ReadGTIDSet is the executed set through the newest transaction read.
+	ReadGTIDSet string `json:"read_gtid_set"`
+	// CheckpointGTIDSet is the executed set through the newest acknowledged transaction; the
+	// saved checkpoint follows it within checkpoint.interval.
+	CheckpointGTIDSet    string    `json:"checkpoint_gtid_set"`
+	CheckpointSavedAt    time.Time `json:"checkpoint_saved_at"`
+	CheckpointCommitTime time.Time `json:"checkpoint_commit_time"`
+	LagSeconds           float64   `json:"lag_seconds"`
+	OldestUnackedSeconds float64   `json:"oldest_unacked_event_age_seconds"`
+	// CaughtUp is set when a recent heartbeat showed the server had nothing newer.
+	CaughtUp bool            `json:"caught_up"`
+	InFlight InFlight        `json:"in_flight"`
+	Sinks    map[string]Sink `json:"sinks"`
+	// CatchUp is set while the checkpoint is behind the server.
+	CatchUp *CatchUp `json:"catch_up,omitempty"`
+}
+
+// Source is the binlog stream's state.
+type Source struct {
+	Addr      string `json:"addr"`
+	Connected bool   `json:"connected"`
+	LastError string `json:"last_error,omitempty"`
+}
+
+// InFlight is what was read but not yet acknowledged.
+type InFlight struct {
+	Events int `json:"events"`
+	Bytes  int `json:"bytes"`
+}
+
+// Sink is one sink's latest known state.
+type Sink struct {
+	Type string `json:"type"`
+	// Up is the outcome of its latest send or probe; unknown before the first.
+	Up    bool      `json:"up"`
+	Known bool      `json:"known"`
+	At    time.Time `json:"at,omitzero"`
+	Error string    `json:"error,omitempty"`
+}
+
+// CatchUp estimates the remaining work while behind.
+type CatchUp struct {
+	// TransactionsBehind is the number of transactions the server has that are not yet
+	// acknowledged (every transaction, outbox or not, sampled every 5 s).
+	TransactionsBehind int64     `json:"transactions_behind"`
+	RatePerSecond      float64   `json:"rate_per_second"`
+	ETASeconds         float64   `json:"eta_seconds,omitempty"`
+	SampledAt          time.Time `json:"sampled_at"`
+}
+
+// Readiness is the /readyz document.
+type Readiness struct {
+	Ready bool `json:"ready"`
+	// NotReady says what is not ready, one entry per component.
+	NotReady []string `json:"not_ready,omitempty"`
+}
+
+// Config configures a Server. Gatherer, Status and Ready are required.
+type Config struct {
+	// Listen is host:port; port 0 picks a free port (see Server.Addr).
+	Listen   string
+	Gatherer prometheus.Gatherer
+	// Status builds the /status document; it must be safe for concurrent use and quick.
+	Status func(ctx context.Context) Status
+	// Ready returns what is not ready, empty when everything is; safe for concurrent use. ctx
+	// bounds any probe it makes.
+	Ready  func(ctx context.Context) []string
+	Logger zerolog.Logger
+}
+
+// Server is the admin HTTP server.
+type Server struct {
+	ln  net.Listener
+	srv *http.Server
+	log zerolog.Logger
+}
+
+// Listen binds cfg.Listen and returns a Server that is not yet serving, so a port conflict is
+// reported at start-up. On error nothing is bound.
+func Listen(cfg Config) (*Server, error) {
+	if cfg.Gatherer == nil || cfg.Status == nil || cfg.Ready == nil {
+		return nil, errors.New("admin: Gatherer, Status and Ready are required")
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("admin.listen %s: %w; choose another address, or set admin.listen: off", cfg.Listen, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
+		ErrorLog: zerologPrinter{cfg.Logger}, ErrorHandling: promhttp.ContinueOnError,
+	}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		notReady := cfg.Ready(ctx)
+		if len(notReady) > 0 {
+			writeJSON(w, http.StatusServiceUnavailable, Readiness{NotReady: notReady})
+			return
+		}
+		writeJSON(w, http.StatusOK, Readiness{Ready: true})
+	})
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, cfg.Status(r.Context()))
+	})
+	return &Server{
+		ln:  ln,
+		log: cfg.Logger,
+		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second},
+	}, nil
+}
+
+// Addr is the bound address (with the real port when Listen asked for port 0).
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Serve serves until ctx ends, then shuts down, waiting up to 5 s for requests in progress. It
+// blocks; it returns nil after a shutdown and an error if serving failed.
+func (s *Server) Serve(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.Serve(s.ln) }()
+	s.log.Info().Str("addr", s.Addr()).Msg("admin server listening (/metrics /healthz /readyz /status)")
+	select {
+	case err := <-errc:
+		return fmt.Errorf("admin server %s: %w", s.Addr(), err)
+	case <-ctx.Done():
+	}
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := s.srv.Shutdown(shutCtx); err != nil {
+		s.srv.Close()
+	}
+	<-errc
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v) // the client went away; nothing to do
+}
+
+// zerologPrinter adapts zerolog to promhttp's logger.
+type zerologPrinter struct{ l zerolog.Logger }
+
+func (z zerologPrinter) Println(v ...any) { z.l.Warn().Msg(strings.TrimSpace(fmt.Sprintln(v...))) }
+
+// FetchStatus reads /status from the admin server at addr (host:port). It blocks until the
+// answer arrived or ctx ends.
+func FetchStatus(ctx context.Context, addr string) (*Status, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("admin.listen %q: %w", addr, err)
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1" // listening on every interface: loopback reaches it
+	}
+	url := "http://" + net.JoinHostPort(host, port) + "/status"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("fetch %s (is outboxd running with this admin.listen?): %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("fetch %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	var st Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return nil, fmt.Errorf("fetch %s: decode: %w", url, err)
+	}
+	return &st, nil
+}
+
+// Print writes st for a person. It does not block beyond w.
+func (st *Status) Print(w io.Writer) error {
+	var b strings.Builder
+	conn := "connected"
+	if !st.Source.Connected {
+		conn = "NOT connected"
+		if st.Source.LastError != "" {
+			conn += ": " + st.Source.LastError
+		}
+	}
+	fmt.Fprintf(&b, "outboxd %s, up %s (since %s)\n", st.Version, durationText(st.UptimeSeconds), st.StartedAt.Format(time.RFC3339))
+	fmt.Fprintf(&b, "source       %s %s, %s\n", st.Flavor, st.Source.Addr, conn)
+	fmt.Fprintf(&b, "read         %s\n", orNone(st.ReadGTIDSet))
+	fmt.Fprintf(&b, "checkpoint   %s\n", orNone(st.CheckpointGTIDSet))
+	if !st.CheckpointSavedAt.IsZero() {
+		fmt.Fprintf(&b, "             saved %s, covers commits up to %s\n", st.CheckpointSavedAt.Format(time.RFC3339), timeText(st.CheckpointCommitTime))
+	}
+	lag := durationText(st.LagSeconds)
+	if st.CaughtUp {
+		lag = "0s (caught up)"
+	}
+	fmt.Fprintf(&b, "lag          %s; oldest unacknowledged event %s old\n", lag, durationText(st.OldestUnackedSeconds))
+	fmt.Fprintf(&b, "in flight    %d events, %d bytes\n", st.InFlight.Events, st.InFlight.Bytes)
+	if c := st.CatchUp; c != nil {
+		eta := "unknown"
+		if c.ETASeconds > 0 {
+			eta = durationText(c.ETASeconds)
+		}
+		fmt.Fprintf(&b, "catching up  %d transactions behind, %.0f/s, ETA %s\n", c.TransactionsBehind, c.RatePerSecond, eta)
+	}
+	names := make([]string, 0, len(st.Sinks))
+	for n := range st.Sinks {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		s := st.Sinks[n]
+		state := "unknown (nothing sent or probed yet)"
+		switch {
+		case s.Known && s.Up:
+			state = "up"
+		case s.Known:
+			state = "DOWN: " + s.Error
+		}
+		fmt.Fprintf(&b, "sink %-7s %s %s\n", n, s.Type, state)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(empty)"
+	}
+	return s
+}
+
+func timeText(t time.Time) string {
+	if t.IsZero() {
+		return "(unknown)"
+	}
+	return t.Format(time.RFC3339)
+}
+
+func durationText(sec float64) string {
+	d := time.Duration(sec * float64(time.Second))
+	if d >= time.Minute {
+		return d.Round(time.Second).String()
+	}
+	return d.Round(10 * time.Millisecond).String()
+}

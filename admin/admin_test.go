@@ -1,0 +1,101 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func TestEndpoints(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "outboxd_test_total", Help: "test"})
+	reg.MustRegister(c)
+	c.Add(3)
+	var notReady atomic.Value
+	notReady.Store([]string{"source 127.0.0.1:3306: binlog stream not connected"})
+	srv, err := Listen(Config{
+		Listen:   "127.0.0.1:0",
+		Gatherer: reg,
+		Status: func(context.Context) Status {
+			return Status{Version: "v1", Flavor: "mariadb", CheckpointGTIDSet: "0-1-5", Sinks: map[string]Sink{"main": {Type: "kafka", Known: true, Up: true}}}
+		},
+		Ready: func(context.Context) []string { return notReady.Load().([]string) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + srv.Addr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "outboxd_test_total 3") {
+		t.Fatalf("/metrics %d %s", code, body)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Fatalf("/healthz %d", code)
+	}
+	code, body := get("/readyz")
+	var r Readiness
+	if err := json.Unmarshal([]byte(body), &r); err != nil || code != 503 || r.Ready || len(r.NotReady) != 1 || !strings.Contains(r.NotReady[0], "not connected") {
+		t.Fatalf("/readyz %d %s %v", code, body, err)
+	}
+	notReady.Store([]string(nil))
+	if code, body := get("/readyz"); code != 200 || !strings.Contains(body, `"ready": true`) {
+		t.Fatalf("/readyz %d %s", code, body)
+	}
+	fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer fcancel()
+	st, err := FetchStatus(fctx, srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Version != "v1" || st.CheckpointGTIDSet != "0-1-5" || !st.Sinks["main"].Up {
+		t.Fatalf("status = %+v", st)
+	}
+	var b strings.Builder
+	if err := st.Print(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"outboxd v1", "checkpoint   0-1-5", "sink main", "kafka up"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("printed status lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+func TestListenConflictNamesTheSetting(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	cfg := Config{Listen: "127.0.0.1:0", Gatherer: reg, Status: func(context.Context) Status { return Status{} },
+		Ready: func(context.Context) []string { return nil }}
+	a, err := Listen(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.ln.Close()
+	cfg.Listen = a.Addr()
+	if _, err := Listen(cfg); err == nil || !strings.Contains(err.Error(), "admin.listen") {
+		t.Fatalf("err = %v", err)
+	}
+}

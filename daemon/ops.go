@@ -1,0 +1,294 @@
+package daemon
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/outboxd/outboxd/admin"
+	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/metrics"
+	"github.com/outboxd/outboxd/pipeline"
+	"github.com/outboxd/outboxd/sink"
+)
+
+const (
+	// sampleInterval is how often the server's position is read for transactions_behind, and
+	// idle sinks are probed.
+	sampleInterval = 5 * time.Second
+	// probeTimeout bounds one sink probe.
+	probeTimeout = 2 * time.Second
+	// probeMaxAge: a sink state older than this is refreshed by a probe (sends refresh it too).
+	probeMaxAge = 5 * time.Second
+)
+
+// ops is the operator side of a running daemon: the admin server, the position sampler, sink
+// probes and the heartbeat row writer. Safe for concurrent use.
+type ops struct {
+	cfg     *config.Config
+	m       *metrics.Metrics
+	sinks   map[string]sink.Sink
+	db      *sql.DB
+	started time.Time
+	version string
+	log     zerolog.Logger
+
+	mu sync.Mutex
+	pl *pipeline.Pipeline // the current session's pipeline
+
+	probeMu sync.Mutex // one probe round at a time
+}
+
+// setPipeline switches the status and gauges to a new session's pipeline.
+func (o *ops) setPipeline(pl *pipeline.Pipeline) {
+	o.mu.Lock()
+	o.pl = pl
+	o.mu.Unlock()
+	o.m.SetPipeline(pl)
+}
+
+func (o *ops) pipeline() *pipeline.Pipeline {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.pl
+}
+
+// start binds the admin server (so a bad admin.listen fails the start) and starts the
+// background loops; they stop when ctx ends, and the returned WaitGroup waits for them.
+func (o *ops) start(ctx context.Context) (*sync.WaitGroup, error) {
+	wg := &sync.WaitGroup{}
+	if addr := o.cfg.Admin.Addr(); addr != "" {
+		srv, err := admin.Listen(admin.Config{
+			Listen:   addr,
+			Gatherer: o.m.Registry(),
+			Status:   o.status,
+			Ready:    o.ready,
+			Logger:   o.log.With().Str("component", "admin").Logger(),
+		})
+		switch {
+		case err != nil && o.cfg.Admin.Listen == nil:
+			// Only the default address: another process (a second outboxd on this host) may
+			// hold it, and the relay matters more than its metrics. An explicit address fails.
+			o.log.Error().Err(err).Msg("admin server not started: no /metrics, /readyz or /status; set admin.listen to a free address")
+		case err != nil:
+			return nil, err
+		}
+		if srv != nil {
+			wg.Go(func() {
+				if err := srv.Serve(ctx); err != nil {
+					o.log.Error().Err(err).Msg("admin server stopped; metrics and status are unavailable")
+				}
+			})
+		}
+	}
+	wg.Go(func() { o.sampleLoop(ctx) })
+	if hb := o.cfg.Source.Heartbeat; hb != nil {
+		wg.Go(func() { o.heartbeatLoop(ctx, hb) })
+	}
+	return wg, nil
+}
+
+// sampleLoop reads the server's position every sampleInterval to count the transactions not
+// yet acknowledged (never per event: it is a query), and probes idle sinks.
+func (o *ops) sampleLoop(ctx context.Context) {
+	tick := time.NewTicker(sampleInterval)
+	defer tick.Stop()
+	var lastPL *pipeline.Pipeline
+	var lastAcked uint64
+	var lastAt time.Time
+	for {
+		o.probeSinks(ctx)
+		if pl := o.pipeline(); pl != nil {
+			qctx, cancel := context.WithTimeout(ctx, sampleInterval)
+			pos, err := server.Position(qctx, o.db, o.cfg.Source.Flavor)
+			cancel()
+			if err == nil {
+				now := time.Now()
+				acked := pl.AckedTransactions()
+				n, err := metrics.CountBehind(pos, pl.Acked())
+				if err == nil {
+					b := metrics.Behind{Transactions: n, At: now}
+					if pl == lastPL && now.After(lastAt) {
+						b.Rate = float64(acked-lastAcked) / now.Sub(lastAt).Seconds()
+					}
+					o.m.SetBehind(b)
+				}
+				lastPL, lastAcked, lastAt = pl, acked, now
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// probeSinks checks every sink whose state is unknown or older than probeMaxAge; sinks that
+// send keep their state fresh themselves and are not probed.
+func (o *ops) probeSinks(ctx context.Context) {
+	o.probeMu.Lock()
+	defer o.probeMu.Unlock()
+	states := o.m.Sinks()
+	var wg sync.WaitGroup
+	for name, s := range o.sinks {
+		c, ok := s.(sink.Checker)
+		if !ok {
+			continue
+		}
+		if st, ok := states[name]; ok && time.Since(st.At) < probeMaxAge {
+			continue
+		}
+		wg.Go(func() {
+			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+			defer cancel()
+			err := c.Check(pctx, nil)
+			if ctx.Err() == nil {
+				o.m.SinkResult(name, err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// ready lists what is not ready: the source stream and every sink.
+func (o *ops) ready(ctx context.Context) []string {
+	var out []string
+	if up, why := o.m.Source(); !up {
+		msg := "source " + o.cfg.Source.Addr + ": binlog stream not connected"
+		if why != "" {
+			msg += ": " + why
+		}
+		out = append(out, msg)
+	}
+	o.probeSinks(ctx)
+	states := o.m.Sinks()
+	for _, name := range sortedNames(o.sinks) {
+		st, ok := states[name]
+		switch {
+		case !ok:
+			out = append(out, "sink "+name+": not probed yet")
+		case !st.Up:
+			out = append(out, "sink "+name+": unreachable: "+st.Error)
+		}
+	}
+	return out
+}
+
+// status builds the /status document.
+func (o *ops) status(context.Context) admin.Status {
+	now := time.Now()
+	lag := o.m.Lag()
+	connected, why := o.m.Source()
+	savedAt, commit := o.m.Checkpoint()
+	st := admin.Status{
+		Version:              o.version,
+		Flavor:               string(o.cfg.Source.Flavor),
+		StartedAt:            o.started.UTC(),
+		UptimeSeconds:        now.Sub(o.started).Seconds(),
+		Source:               admin.Source{Addr: o.cfg.Source.Addr, Connected: connected, LastError: why},
+		CheckpointSavedAt:    savedAt.UTC(),
+		CheckpointCommitTime: commit.UTC(),
+		LagSeconds:           lag.Lag.Seconds(),
+		OldestUnackedSeconds: lag.OldestUnacked.Seconds(),
+		CaughtUp:             lag.CaughtUp,
+		Sinks:                map[string]admin.Sink{},
+	}
+	if pl := o.pipeline(); pl != nil {
+		st.ReadGTIDSet = pl.ReadSet().String()
+		st.CheckpointGTIDSet = pl.Acked().String()
+		st.InFlight.Events, st.InFlight.Bytes = pl.InFlight()
+	}
+	states := o.m.Sinks()
+	for name, sc := range o.cfg.Sinks {
+		s := admin.Sink{Type: sc.Type}
+		if ss, ok := states[name]; ok {
+			s.Known, s.Up, s.At, s.Error = true, ss.Up, ss.At.UTC(), ss.Error
+		}
+		st.Sinks[name] = s
+	}
+	if b := o.m.LastBehind(); b.Transactions > 0 {
+		c := &admin.CatchUp{TransactionsBehind: b.Transactions, RatePerSecond: b.Rate, SampledAt: b.At.UTC()}
+		if b.Rate > 0 {
+			c.ETASeconds = float64(b.Transactions) / b.Rate
+		}
+		st.CatchUp = c
+	}
+	return st
+}
+
+// heartbeatLoop upserts the heartbeat row every interval on a connection of its own, so a
+// quiet database still writes binlog transactions: they move the checkpoint and prove the whole
+// path works. Failures are logged (at most once a minute while they last) and never stop the
+// relay.
+func (o *ops) heartbeatLoop(ctx context.Context, hb *config.Heartbeat) {
+	schema, table, _ := strings.Cut(hb.Table, ".")
+	stmt := fmt.Sprintf("INSERT INTO %s.%s (id, ts) VALUES (?, NOW(6)) ON DUPLICATE KEY UPDATE ts = NOW(6)",
+		quoteIdent(schema), quoteIdent(table))
+	log := o.log.With().Str("component", "heartbeat").Str("table", hb.Table).Logger()
+	var db *sql.DB
+	defer func() {
+		if db != nil {
+			db.Close()
+		}
+	}()
+	var failingSince, lastLog time.Time
+	tick := time.NewTicker(hb.Interval)
+	defer tick.Stop()
+	for {
+		err := func() error {
+			wctx, cancel := context.WithTimeout(ctx, max(hb.Interval, 2*time.Second))
+			defer cancel()
+			if db == nil {
+				d, err := server.Open(wctx, sourceConn(o.cfg))
+				if err != nil {
+					return err
+				}
+				d.SetMaxOpenConns(1)
+				db = d
+			}
+			_, err := db.ExecContext(wctx, stmt, o.cfg.Source.ServerID)
+			if err != nil {
+				return fmt.Errorf("%w; the user needs SELECT, INSERT and UPDATE on %s, and the table needs columns id (primary key) and ts", err, hb.Table)
+			}
+			return nil
+		}()
+		now := time.Now()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			if failingSince.IsZero() {
+				failingSince = now
+			}
+			if now.Sub(lastLog) >= time.Minute {
+				lastLog = now
+				log.Warn().Err(err).Time("failing_since", failingSince).Msg("heartbeat row not written")
+			}
+		case err == nil && !failingSince.IsZero():
+			log.Info().Time("failing_since", failingSince).Msg("heartbeat row written again")
+			failingSince, lastLog = time.Time{}, time.Time{}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
+
+func sortedNames(m map[string]sink.Sink) []string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
