@@ -1,22 +1,36 @@
 #!/usr/bin/env bash
-# Installs the system packages outboxd's tests and demo need (Debian/Ubuntu), only when missing.
-# MariaDB is the real source the tests start themselves; nothing is started here.
+# Installs the system packages outboxd's tests and demo need (Debian/Ubuntu), only when missing:
+#   mariadb-server - the real source the integration tests start themselves;
+#   prometheus     - promtool checks configs/prometheus (configs/configs_test.go), and
+#                    e2e/prometheus_test.go runs the prometheus binary against outboxd.
+# Nothing is started here: the tests run their own servers, in temp dirs on free ports.
 set -euo pipefail
 
 need=()
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need+=(mariadb-server)
-for pkg in "${@}"; do
-	case "$pkg" in
-	prometheus) command -v prometheus >/dev/null 2>&1 || need+=(prometheus) ;;
-	esac
-done
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+	need+=(prometheus)
+fi
 [ ${#need[@]} -eq 0 ] && exit 0
 
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 echo "installing: ${need[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
+# A policy-rc.d that refuses every start keeps the packages' services (mariadb, prometheus on
+# :9090) from starting during the install; one that exists already (as in Docker images) is
+# left alone.
+policy=/usr/sbin/policy-rc.d
+if [ ! -e "$policy" ]; then
+	trap '$sudo rm -f "$policy"' EXIT
+	printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
+	$sudo chmod 755 "$policy"
+fi
 $sudo apt-get update -qq
-# policy-rc.d keeps Debian from starting the packaged services: the tests start their own.
+# --no-install-recommends: prometheus recommends prometheus-node-exporter, which nothing here uses.
 $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-# The package may have started a system mariadbd; outboxd's harness uses its own datadir and port.
+# Only the binaries of prometheus are wanted: a system prometheus on :9090 would also take the
+# port docker-compose.yml publishes for its own, so it is not left enabled for the next boot.
+if [[ " ${need[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
+	$sudo systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+fi
