@@ -3,9 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxd/outboxd/internal/shop"
 	"github.com/outboxd/outboxd/testenv/mariadb"
 	"github.com/outboxd/outboxd/testenv/rocketmq"
 )
@@ -43,26 +42,9 @@ var topics = []string{"order.created"}
 
 const rmqTopic = "ORDER_PAID"
 
-const schemaSQL = `
-CREATE DATABASE shop;
-CREATE TABLE shop.orders (
-  id BIGINT PRIMARY KEY AUTO_INCREMENT,
-  customer VARCHAR(64) NOT NULL,
-  amount_cents BIGINT NOT NULL,
-  status VARCHAR(16) NOT NULL,
-  created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
-);
-CREATE TABLE shop.outbox_event (
-  id         BIGINT PRIMARY KEY AUTO_INCREMENT,
-  event_id   VARCHAR(64)  NOT NULL,
-  biz_key    VARCHAR(64)  NOT NULL,
-  topic      VARCHAR(128) NOT NULL,
-  event_type VARCHAR(64)  NULL,
-  payload    JSON         NOT NULL,
-  headers    JSON         NULL,
-  created_at DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
-  UNIQUE KEY uk_event_id (event_id)
-);
+// grantsSQL creates outboxd's least-privilege user (MariaDB 10.5+ names REPLICATION CLIENT
+// "BINLOG MONITOR").
+const grantsSQL = `
 CREATE USER 'outboxd'@'127.0.0.1' IDENTIFIED BY 'demo-secret';
 GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO 'outboxd'@'127.0.0.1';
 GRANT SELECT ON shop.outbox_event TO 'outboxd'@'127.0.0.1';
@@ -115,7 +97,7 @@ func runDemo(ctx context.Context, o demoOptions) (demoResult, error) {
 		return res, err
 	}
 	defer root.Close()
-	if err := execScript(ctx, root, schemaSQL); err != nil {
+	if err := createShop(ctx, root); err != nil {
 		return res, fmt.Errorf("create the shop schema: %w", err)
 	}
 	say("MariaDB on %s; shop.orders and shop.outbox_event created; user outboxd has REPLICATION SLAVE, BINLOG MONITOR, SELECT", db.Addr)
@@ -160,11 +142,11 @@ func runDemo(ctx context.Context, o demoOptions) (demoResult, error) {
 	}
 	defer client.Close()
 
-	shop, err := db.DB(ctx, "shop")
+	shopDB, err := db.DB(ctx, "shop")
 	if err != nil {
 		return res, err
 	}
-	defer shop.Close()
+	defer shopDB.Close()
 
 	// The first order waits for the stream, so `start: latest` includes it.
 	if err := waitForStreaming(ctx, relay); err != nil {
@@ -178,7 +160,16 @@ func runDemo(ctx context.Context, o demoOptions) (demoResult, error) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		n := placeOrders(ctx, shop, o.Every, out, &committedAt)
+		n, _ := shop.Run(ctx, shopDB, shop.RunOptions{
+			Plan:      shop.Plan{Created: shop.Kind{Topic: "order.created", EventType: "OrderCreated"}, Paid: shop.Kind{Topic: "order.paid", EventType: "OrderPaid"}, PaidEvery: 3},
+			Every:     o.Every,
+			Committed: func(ord shop.Order, _ int64, at time.Time) { committedAt.Store(ord.EventID, at) },
+			Failed: func(_ shop.Order, err error) {
+				if ctx.Err() == nil {
+					fmt.Fprintf(out, "app     | order failed: %v\n", err)
+				}
+			},
+		})
 		mu.Lock()
 		res.Ordered = n
 		mu.Unlock()
@@ -244,60 +235,19 @@ func runDemo(ctx context.Context, o demoOptions) (demoResult, error) {
 	return res, nil
 }
 
-// placeOrders writes one order and its outbox event in a single transaction every tick. It
-// returns how many transactions committed.
-func placeOrders(ctx context.Context, db *sql.DB, every time.Duration, out io.Writer, committedAt *sync.Map) int {
-	customers := []string{"alice", "bob", "carol", "dave", "erin"}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	n := 0
-	for i := 0; ; i++ {
-		select {
-		case <-ctx.Done():
-			return n
-		case <-t.C:
-		}
-		cust := customers[i%len(customers)]
-		topic, typ := "order.created", "OrderCreated"
-		if i%3 == 2 {
-			topic, typ = "order.paid", "OrderPaid"
-		}
-		id := newEventID()
-		if err := placeOrder(ctx, db, id, cust, topic, typ, int64(1000+i*7)); err != nil {
-			if ctx.Err() == nil {
-				fmt.Fprintf(out, "app     | order failed: %v\n", err)
-			}
-			continue
-		}
-		committedAt.Store(id, time.Now())
-		n++
-	}
-}
-
-func placeOrder(ctx context.Context, db *sql.DB, eventID, customer, topic, typ string, cents int64) error {
-	tx, err := db.BeginTx(ctx, nil)
+// createShop creates the shop's tables and outboxd's user.
+func createShop(ctx context.Context, root *sql.DB) error {
+	conn, err := root.Conn(ctx) // one connection, so USE applies to the statements after it
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback()
-	r, err := tx.ExecContext(ctx, `INSERT INTO orders (customer, amount_cents, status) VALUES (?, ?, 'NEW')`, customer, cents)
-	if err != nil {
-		return err
+	defer conn.Close()
+	for _, stmt := range append([]string{"CREATE DATABASE shop", "USE shop"}, shop.SchemaStatements()...) {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("%s: %w", stmt, err)
+		}
 	}
-	id, _ := r.LastInsertId()
-	payload := fmt.Sprintf(`{"order_id": %d, "customer": %q, "amount_cents": %d}`, id, customer, cents)
-	if _, err := tx.ExecContext(ctx,
-		`INSERT INTO outbox_event (event_id, biz_key, topic, event_type, payload, headers) VALUES (?, ?, ?, ?, ?, ?)`,
-		eventID, customer, topic, typ, payload, `{"source": "shop-app", "schema_version": 1}`); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
-
-func newEventID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return execScript(ctx, root, grantsSQL)
 }
 
 func execScript(ctx context.Context, db *sql.DB, script string) error {
