@@ -2,6 +2,7 @@ package binlog
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +26,8 @@ type Config struct {
 	Addr     string // host:port
 	User     string // needs REPLICATION SLAVE (and REPLICATION CLIENT / BINLOG MONITOR)
 	Password string
+	// TLS, when set, encrypts the binlog dump connection; nil connects in plain text.
+	TLS *tls.Config
 	// ServerID identifies this replica to the source; it must be non-zero and unique among the
 	// source's replicas.
 	ServerID uint32
@@ -63,7 +66,16 @@ var (
 	// ErrDisconnected: the connection failed or was lost (server down or restarting, network).
 	// Streaming again from the last acknowledged position may succeed.
 	ErrDisconnected = errors.New("binlog connection lost")
+	// ErrServerIDInUse: the server dropped this stream because another replica connected with
+	// the same server_id (MariaDB ERROR 4052, MySQL ERROR 1236 "A slave with the same
+	// server_uuid/server_id"). It comes wrapped with ErrDisconnected: once is what a restart
+	// after a crash looks like from the stale side, repeated drops mean a real duplicate.
+	ErrServerIDInUse = errors.New("another replica uses the same server_id")
 )
+
+// erSlaveSameID is MariaDB's ER_SLAVE_SAME_ID (4052), sent to the older of two dump
+// connections with one server_id when the server kills it for the newer one.
+const erSlaveSameID = 4052
 
 // disconnected marks err as ErrDisconnected without changing its message.
 type disconnected struct{ error }
@@ -205,13 +217,14 @@ func (r *Reader) Run(ctx context.Context, start gtid.Set, out chan<- *Txn) error
 
 func (r *Reader) syncerConfig(filter TableFilter) replication.BinlogSyncerConfig {
 	return replication.BinlogSyncerConfig{
-		ServerID: r.cfg.ServerID,
-		Flavor:   string(r.cfg.Flavor),
-		Host:     r.host,
-		Port:     r.port,
-		User:     r.cfg.User,
-		Password: r.cfg.Password,
-		Charset:  "utf8mb4",
+		ServerID:  r.cfg.ServerID,
+		Flavor:    string(r.cfg.Flavor),
+		Host:      r.host,
+		Port:      r.port,
+		User:      r.cfg.User,
+		Password:  r.cfg.Password,
+		TLSConfig: r.cfg.TLS,
+		Charset:   "utf8mb4",
 		// The handshake cannot carry a collation MariaDB knows (see connCollation), so fix the
 		// session right after connecting; SetCharset("utf8mb4") afterwards is then a no-op.
 		Option: setConnCollation,
@@ -256,11 +269,26 @@ func libLogger(l zerolog.Logger) zerolog.Logger {
 func (r *Reader) classify(err error, start string) error {
 	var me *mysql.MyError
 	if errors.As(err, &me) {
-		switch me.Code {
-		case mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG: // 1236
-			return fmt.Errorf("%w: server %s cannot stream from GTID %q (%s); the binlogs holding it were purged or it is from another server — "+
-				"restart from an explicit position with --from-gtid, or with start: latest to skip to the server's current position: %w",
+		sameID := me.Code == erSlaveSameID ||
+			(me.Code == mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG && strings.Contains(me.Message, "same server_uuid/server_id"))
+		switch {
+		case sameID:
+			return fmt.Errorf("%w: server %s dropped this binlog stream because another replica connected with server_id %d; "+
+				"give every outboxd and every replica of this server its own source.server_id: %w",
+				ErrServerIDInUse, r.cfg.Addr, r.cfg.ServerID, err)
+		case me.Code == mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG && strings.Contains(me.Message, "purged"): // 1236
+			// MariaDB: "Could not find GTID state requested by slave in any binlog files.
+			// Probably the slave state is too old and required binlog files have been purged."
+			// MySQL: "...purged binary logs containing GTIDs that the slave requires."
+			return fmt.Errorf("%w: server %s no longer has the binlogs after GTID %q (%s); the transactions after it that were purged are lost to outboxd — "+
+				"choose a position the server still has with --from-gtid, or delete the checkpoint and use source.start: latest (both skip the purged events: data loss): %w",
 				ErrGTIDNotOnServer, r.cfg.Addr, start, me.Message, err)
+		case me.Code == mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG:
+			return fmt.Errorf("%w: server %s cannot stream from GTID %q (%s); the position is ahead of the server's binlog or from another server — "+
+				"check source.addr, or restart from an explicit position with --from-gtid, or delete the checkpoint and use source.start: latest: %w",
+				ErrGTIDNotOnServer, r.cfg.Addr, start, me.Message, err)
+		}
+		switch me.Code {
 		case mysql.ER_ACCESS_DENIED_ERROR: // 1045
 			return fmt.Errorf("%w: server %s refused user %q on the binlog dump connection; check the password and that the user has REPLICATION SLAVE "+
 				"(MariaDB reports a missing grant as ERROR 1045): %w", ErrAccessDenied, r.cfg.Addr, r.cfg.User, err)

@@ -77,6 +77,11 @@ type Source struct {
 	Addr     string      `yaml:"addr"`
 	User     string      `yaml:"user"`
 	Password string      `yaml:"password"`
+	// PasswordFile names a file holding the password (one trailing newline is trimmed); it is
+	// read at load and is exclusive with Password.
+	PasswordFile string `yaml:"password_file"`
+	// TLS says whether and how the SQL and binlog connections use TLS; nil means disabled.
+	TLS *SourceTLS `yaml:"tls"`
 	// ServerID is outboxd's replica id; it must differ from every other replica of the server.
 	ServerID uint32 `yaml:"server_id"`
 	// Start is where to begin without a checkpoint: "latest", "earliest" or a GTID set.
@@ -138,14 +143,22 @@ type Sink struct {
 	ClientID        string        `yaml:"client_id"`
 	Timeout         time.Duration `yaml:"timeout"`
 	MaxMessageBytes int           `yaml:"max_message_bytes"`
+	// TLS, when set, encrypts broker connections and verifies the brokers' certificates.
+	TLS *SinkTLS `yaml:"tls"`
+	// SASL, when set, authenticates to the brokers.
+	SASL *SASL `yaml:"sasl"`
 
 	// RocketMQ.
-	Nameservers []string      `yaml:"nameservers"`
-	Group       string        `yaml:"group"`
-	Namespace   string        `yaml:"namespace"`
-	AccessKey   string        `yaml:"access_key"`
-	SecretKey   string        `yaml:"secret_key"`
-	SendTimeout time.Duration `yaml:"send_timeout"`
+	Nameservers []string `yaml:"nameservers"`
+	Group       string   `yaml:"group"`
+	Namespace   string   `yaml:"namespace"`
+	AccessKey   string   `yaml:"access_key"`
+	SecretKey   string   `yaml:"secret_key"`
+	// AccessKeyFile and SecretKeyFile name files holding the ACL credentials, read at load;
+	// each is exclusive with its value field.
+	AccessKeyFile string        `yaml:"access_key_file"`
+	SecretKeyFile string        `yaml:"secret_key_file"`
+	SendTimeout   time.Duration `yaml:"send_timeout"`
 }
 
 // Route sends matching rows to a sink. Routes are tried in order; the first match wins.
@@ -239,13 +252,22 @@ func Load(path string) (*Config, error) {
 }
 
 // Parse decodes data strictly, expands ${VAR}, ${VAR:-default} and $$ in scalar values from the
-// process environment, applies defaults and validates. It does no I/O besides reading the
-// environment and is safe for concurrent use. On error the returned Config is nil.
+// process environment, reads the secrets named by *_file fields and the CA files named by tls
+// sections, applies defaults and validates. It does no I/O besides reading the environment and
+// those files, and is safe for concurrent use. On error the returned Config is nil.
 func Parse(data []byte) (*Config, error) {
-	return parse(data, os.LookupEnv)
+	return parseFiles(data, os.LookupEnv, readLimitedFile)
 }
 
+// parse is Parse with its environment injected and without file access: a *_file or ca_file
+// field is an error, so tests and the fuzzer never read the machine's files.
 func parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
+	return parseFiles(data, lookup, func(name string) ([]byte, error) {
+		return nil, fmt.Errorf("open %s: file access disabled", name)
+	})
+}
+
+func parseFiles(data []byte, lookup func(string) (string, bool), readFile func(string) ([]byte, error)) (*Config, error) {
 	var root yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
@@ -267,7 +289,17 @@ func parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 	}
 	c.lines = w.lines
 	c.ApplyDefaults()
+	// Secrets from files first, so Validate sees the values (access_key and secret_key come as
+	// a pair whichever way each is given).
+	fileErrs := c.resolveFiles(readFile)
 	err := c.Validate()
+	if len(fileErrs) > 0 {
+		// One flat join, so callers and notUnder see every FieldError at the same level.
+		if joined, ok := err.(interface{ Unwrap() []error }); ok {
+			fileErrs = append(fileErrs, joined.Unwrap()...)
+		}
+		err = errors.Join(fileErrs...)
+	}
 	if len(w.errs) > 0 {
 		// Report the rest of the file's problems too, so one run shows everything to fix, but
 		// not the ones that only follow from a field already reported (a server_id that is not

@@ -14,8 +14,8 @@ import (
 // redactedValue replaces a secret in Redacted and String.
 const redactedValue = "***"
 
-// Redacted returns a deep copy of c with source.password and every sink's access_key and
-// secret_key replaced by "***" (empty ones stay empty, which shows they are unset). Safe for
+// Redacted returns a deep copy of c with source.password, every sink's access_key, secret_key
+// and sasl.password replaced by "***" (empty ones stay empty, which shows they are unset). Safe for
 // concurrent use with other readers of c.
 func (c *Config) Redacted() *Config {
 	r := *c
@@ -42,6 +42,10 @@ func (c *Config) Redacted() *Config {
 
 func (s Source) redacted() Source {
 	s.Password = redact(s.Password)
+	if s.TLS != nil {
+		t := *s.TLS
+		s.TLS = &t
+	}
 	if s.Heartbeat != nil {
 		hb := *s.Heartbeat
 		s.Heartbeat = &hb
@@ -54,6 +58,15 @@ func (s Sink) redacted() Sink {
 	s.Nameservers = slices.Clone(s.Nameservers)
 	s.AccessKey = redact(s.AccessKey)
 	s.SecretKey = redact(s.SecretKey)
+	if s.TLS != nil {
+		t := *s.TLS
+		s.TLS = &t
+	}
+	if s.SASL != nil {
+		a := *s.SASL
+		a.Password = redact(a.Password)
+		s.SASL = &a
+	}
 	return s
 }
 

@@ -33,6 +33,7 @@ func (c *Config) Validate() error {
 	c.validateRoutes(p)
 	c.validatePoison(p)
 	c.validateOps(p)
+	c.validateSecurity(p)
 
 	if c.Retry.Initial <= 0 {
 		p.add("retry.initial", "must be positive, such as 100ms; got %s", c.Retry.Initial)
@@ -166,6 +167,7 @@ func (c *Config) validateSinks(p *problems) {
 			wrong = setFields(map[string]bool{
 				"nameservers": len(s.Nameservers) > 0, "group": s.Group != "", "namespace": s.Namespace != "",
 				"access_key": s.AccessKey != "", "secret_key": s.SecretKey != "", "send_timeout": s.SendTimeout != 0,
+				"access_key_file": s.AccessKeyFile != "", "secret_key_file": s.SecretKeyFile != "",
 			})
 		case SinkRocketMQ:
 			checkAddrs(p, field+".nameservers", s.Nameservers, "NameServer", "127.0.0.1:9876")
@@ -180,7 +182,7 @@ func (c *Config) validateSinks(p *problems) {
 			}
 			wrong = setFields(map[string]bool{
 				"brokers": len(s.Brokers) > 0, "client_id": s.ClientID != "", "timeout": s.Timeout != 0,
-				"max_message_bytes": s.MaxMessageBytes != 0,
+				"max_message_bytes": s.MaxMessageBytes != 0, "tls": s.TLS != nil, "sasl": s.SASL != nil,
 			})
 		case "":
 			p.add(field+".type", "is required; use kafka or rocketmq")

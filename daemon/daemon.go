@@ -4,9 +4,12 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"database/sql"
 	"errors"
 	"fmt"
+	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -44,6 +47,10 @@ const (
 	reconnectMax     = 10 * time.Second
 	// reconnectReset: a session that streamed this long starts the backoff over.
 	reconnectReset = time.Minute
+	// sameIDDropLimit drops for another connection with our server_id within sameIDWindow stop
+	// the daemon: with the backoff above two such replicas cut each other off every few seconds.
+	sameIDDropLimit = 3
+	sameIDWindow    = 2 * time.Minute
 )
 
 // Run relays until ctx ends (then it drains, saves the checkpoint and returns nil) or a fatal
@@ -92,11 +99,16 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 		m.CheckpointLoaded(cp.SavedAt, cp.CommitTime)
 	}
 	declareSinks(m, cfg)
+	dumpTLS, err := binlogTLS(ctx, cfg, db)
+	if err != nil {
+		return err
+	}
 	reader, err := binlog.NewReader(binlog.Config{
 		Flavor:          cfg.Source.Flavor,
 		Addr:            cfg.Source.Addr,
 		User:            cfg.Source.User,
 		Password:        cfg.Source.Password,
+		TLS:             dumpTLS,
 		ServerID:        cfg.Source.ServerID,
 		Tables:          TableSpecs(cfg),
 		Columns:         &server.ColumnReader{DB: db},
@@ -124,6 +136,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 	}()
 
 	backoff := reconnectInitial
+	var sameIDDrops []time.Time // recent drops for another connection with our server_id
 	for {
 		pl, err := pipeline.New(pipeline.Config{
 			Router:             rt,
@@ -150,9 +163,30 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 			log.Info().Str("gtid_set", start.String()).Msg("stopped")
 			return err
 		}
+		if errors.Is(err, binlog.ErrGTIDNotOnServer) {
+			// Purged while we were away (or streaming): name what is gone, as at start.
+			if perr := checkPurged(ctx, db, cfg.Source.Flavor, start, "the acknowledged position", cfg.Checkpoint.Path); errors.Is(perr, ErrStartPurged) {
+				err = fmt.Errorf("%w (the stream stopped with: %w)", perr, err)
+			}
+		}
 		if !errors.Is(err, binlog.ErrDisconnected) {
 			log.Info().Str("gtid_set", start.String()).Msg("stopped")
 			return err
+		}
+		if errors.Is(err, binlog.ErrServerIDInUse) {
+			// One drop is what a restart after our own crash does to the stale dump thread
+			// (that one gets the error, not us) or what a short overlap does; streams that
+			// keep cutting each other off are two replicas with one server_id.
+			now := time.Now()
+			sameIDDrops = slices.DeleteFunc(sameIDDrops, func(t time.Time) bool { return now.Sub(t) > sameIDWindow })
+			sameIDDrops = append(sameIDDrops, now)
+			if len(sameIDDrops) >= sameIDDropLimit {
+				log.Info().Str("gtid_set", start.String()).Msg("stopped")
+				return fmt.Errorf("source %s: server_id %d is used by another replica: the server dropped this binlog stream %d times within %s for another connection with the same server_id, "+
+					"so the two keep cutting each other off; give every outboxd and every replica of this server its own source.server_id "+
+					"(the other may be a second outboxd started with this config): %w",
+					cfg.Source.Addr, cfg.Source.ServerID, len(sameIDDrops), sameIDWindow, err)
+			}
 		}
 		if time.Since(began) >= reconnectReset {
 			backoff = reconnectInitial
@@ -205,7 +239,9 @@ func runSession(ctx context.Context, reader *binlog.Reader, pl *pipeline.Pipelin
 // ResolveStart picks the executed GTID set to resume from, and says where it came from:
 // --from-gtid, the checkpoint, or source.start (latest, earliest or a set) when there is no
 // checkpoint. A set that lacks a source the server has would replay that source from its very
-// beginning, so it is refused unless force.
+// beginning, so it is refused unless force. A start (from any origin but latest) that needs
+// binlogs the server has purged is refused with ErrStartPurged, force or not: going on means
+// losing events, which takes an explicit new position from the operator.
 func ResolveStart(ctx context.Context, db *sql.DB, cfg *config.Config, store *checkpoint.Store, fromGTID string, force bool) (gtid.Set, string, error) {
 	flavor := cfg.Source.Flavor
 	serverPos, err := server.Position(ctx, db, flavor)
@@ -233,13 +269,26 @@ func ResolveStart(ctx context.Context, db *sql.DB, cfg *config.Config, store *ch
 			if start, err = cp.Set(); err != nil {
 				return gtid.Set{}, "", fmt.Errorf("checkpoint %s: %w", cfg.Checkpoint.Path, err)
 			}
-			return start, "checkpoint", nil // it was checked when it was first chosen
+			// Missing sources were checked when the set was first chosen; purges happen since.
+			if err := checkPurged(ctx, db, flavor, start, "checkpoint", cfg.Checkpoint.Path); err != nil {
+				return gtid.Set{}, "", err
+			}
+			return start, "checkpoint", nil
 		}
 		switch s := strings.TrimSpace(cfg.Source.Start); s {
 		case "", "latest":
 			return serverPos, "source.start: latest", nil
 		case "earliest":
-			return gtid.Empty(flavor), "source.start: earliest", nil
+			// The oldest binlog's start: an empty set would ask for the first transaction ever,
+			// which the server refuses with ERROR 1236 once anything was purged.
+			purged, err := server.Purged(ctx, db, flavor)
+			if err != nil {
+				return gtid.Set{}, "", fmt.Errorf("source.start: earliest: find the oldest binlog's position: %w", err)
+			}
+			if purged.IsEmpty() {
+				return gtid.Empty(flavor), "source.start: earliest", nil
+			}
+			return purged, "source.start: earliest (the oldest binlog)", nil
 		default:
 			if start, err = gtid.Parse(flavor, s); err != nil {
 				return gtid.Set{}, "", fmt.Errorf("source.start: %w", err)
@@ -254,6 +303,9 @@ func ResolveStart(ctx context.Context, db *sql.DB, cfg *config.Config, store *ch
 		}
 		return gtid.Set{}, "", fmt.Errorf("%s %s lacks %s %s that the server has (%s): starting there would replay them from their first transaction; add their current positions to the set, or pass --force to do exactly that",
 			origin, start, what, strings.Join(missing, ", "), serverPos)
+	}
+	if err := checkPurged(ctx, db, flavor, start, origin, cfg.Checkpoint.Path); err != nil {
+		return gtid.Set{}, "", err
 	}
 	return start, origin, nil
 }
@@ -273,13 +325,20 @@ func OpenSinks(cfg *config.Config, log zerolog.Logger) (map[string]sink.Sink, er
 		var err error
 		switch sc.Type {
 		case "kafka":
-			s, err = kafka.New(name, kafka.Config{
+			kc := kafka.Config{
 				Brokers:         sc.Brokers,
 				ClientID:        sc.ClientID,
 				Timeout:         sc.Timeout,
 				MaxMessageBytes: sc.MaxMessageBytes,
 				Logger:          log.With().Str("sink", name).Logger(),
-			})
+			}
+			if kc.TLS, err = sc.TLS.ClientConfig(); err != nil {
+				break
+			}
+			if a := sc.SASL; a != nil {
+				kc.SASL = &kafka.SASL{Mechanism: a.Mechanism, Username: a.Username, Password: a.Password}
+			}
+			s, err = kafka.New(name, kc)
 		case "rocketmq":
 			s, err = rocketmq.New(name, rocketmq.Config{
 				NameServers: sc.Nameservers,
@@ -322,8 +381,47 @@ func TableSpecs(cfg *config.Config) []binlog.TableSpec {
 	return specs
 }
 
-func sourceConn(cfg *config.Config) server.Conn {
-	return server.Conn{Flavor: cfg.Source.Flavor, Addr: cfg.Source.Addr, User: cfg.Source.User, Password: cfg.Source.Password}
+func sourceConn(cfg *config.Config) server.Conn { return SourceConn(cfg) }
+
+// SourceConn returns how to reach the source over SQL, with source.tls applied. Pure besides
+// reading a CA file of a Config built in code (one from config.Load has it in memory already).
+func SourceConn(cfg *config.Config) server.Conn {
+	c := server.Conn{Flavor: cfg.Source.Flavor, Addr: cfg.Source.Addr, User: cfg.Source.User, Password: cfg.Source.Password}
+	c.TLS = sourceTLS(cfg)
+	c.TLSFallback = cfg.Source.TLS.Enabled() && cfg.Source.TLS.Mode == config.TLSPreferred
+	return c
+}
+
+// sourceTLS returns the TLS configuration of source.tls, nil when disabled. A CA file that
+// cannot be read (only possible for a Config built in code) yields a configuration that fails
+// every handshake with that error: failing closed, never falling back to plain text.
+func sourceTLS(cfg *config.Config) *tls.Config {
+	host, _, err := net.SplitHostPort(cfg.Source.Addr)
+	if err != nil {
+		host = cfg.Source.Addr
+	}
+	t, err := cfg.Source.TLS.ClientConfig(host)
+	if err != nil {
+		return &tls.Config{VerifyConnection: func(tls.ConnectionState) error { return err }}
+	}
+	return t
+}
+
+// binlogTLS is the binlog connection's TLS: source.tls, except that with mode preferred it
+// follows what the SQL connection settled on, since go-mysql has no plain-text fallback.
+func binlogTLS(ctx context.Context, cfg *config.Config, db *sql.DB) (*tls.Config, error) {
+	t := sourceTLS(cfg)
+	if t == nil || cfg.Source.TLS.Mode != config.TLSPreferred {
+		return t, nil
+	}
+	on, err := server.UsesTLS(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("source.tls.mode preferred: %w", err)
+	}
+	if !on {
+		return nil, nil
+	}
+	return t, nil
 }
 
 // Check verifies the source server and every sink, returning one line per problem with what to

@@ -26,6 +26,9 @@ type Conn struct {
 	Password string
 	// TLS, when set, is used for the connection; nil connects in plain text.
 	TLS *tls.Config
+	// TLSFallback lets the connection continue in plain text when the server offers no TLS
+	// (source.tls.mode preferred). UsesTLS tells which one happened.
+	TLSFallback bool
 }
 
 // dialTimeout bounds connection setup; a blackholed address would otherwise hang until ctx ends.
@@ -46,6 +49,7 @@ func Open(ctx context.Context, c Conn) (*sql.DB, error) {
 	cfg.Passwd = c.Password
 	cfg.Timeout = dialTimeout
 	cfg.TLS = c.TLS
+	cfg.AllowFallbackToPlaintext = c.TLSFallback
 	if err := mysql.Charset("utf8mb4", "utf8mb4_general_ci")(cfg); err != nil {
 		return nil, fmt.Errorf("%s server %s: charset: %w", c.Flavor, c.Addr, err)
 	}
@@ -59,6 +63,17 @@ func Open(ctx context.Context, c Conn) (*sql.DB, error) {
 		return nil, fmt.Errorf("connect to %s server %s as %q: %w", c.Flavor, c.Addr, c.User, err)
 	}
 	return db, nil
+}
+
+// UsesTLS reports whether the pool's connections are encrypted (session Ssl_cipher is set), so
+// the binlog connection can follow what mode preferred settled on. It blocks on one query and
+// needs no privilege. Safe for concurrent use.
+func UsesTLS(ctx context.Context, db *sql.DB) (bool, error) {
+	var name, cipher string
+	if err := db.QueryRowContext(ctx, "SHOW SESSION STATUS LIKE 'Ssl_cipher'").Scan(&name, &cipher); err != nil {
+		return false, fmt.Errorf("read session Ssl_cipher: %w", err)
+	}
+	return cipher != "", nil
 }
 
 func checkFlavor(f gtid.Flavor) error {

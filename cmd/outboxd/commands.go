@@ -142,7 +142,7 @@ func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	defer store.Close()
 	if !*force {
-		db, err := server.Open(ctx, server.Conn{Flavor: cfg.Source.Flavor, Addr: cfg.Source.Addr, User: cfg.Source.User, Password: cfg.Source.Password})
+		db, err := server.Open(ctx, daemon.SourceConn(cfg))
 		if err != nil {
 			return fmt.Errorf("connect to source to validate --gtid (pass --force to skip): %w", err)
 		}

@@ -26,6 +26,12 @@ var (
 	errClosed = errors.New("sink closed")
 )
 
+// ErrAuth marks a failed SASL authentication (wrong credentials or mechanism). It is transient
+// for the pipeline on purpose: a credential problem is no fault of the message, so it must never
+// make a row poison (dead-lettered or stopping as "undeliverable"); outboxd keeps retrying, the
+// sink shows as down, and each retry logs the SASL error until the credentials are fixed.
+var ErrAuth = errors.New("SASL authentication failed")
+
 // classify is the one place that decides whether retrying err can succeed: it returns err
 // wrapped with sink.Permanent when it cannot, and err unchanged otherwise. Everything not listed
 // here (timeouts, network errors, leadership changes, NOT_ENOUGH_REPLICAS, a broker being down,

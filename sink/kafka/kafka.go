@@ -11,6 +11,7 @@ package kafka
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -24,6 +25,8 @@ import (
 	"github.com/rs/zerolog"
 	kafkago "github.com/segmentio/kafka-go"
 	meta "github.com/segmentio/kafka-go/protocol/metadata"
+	"github.com/segmentio/kafka-go/sasl"
+	"github.com/segmentio/kafka-go/sasl/plain"
 
 	"github.com/outboxd/outboxd/sink"
 )
@@ -60,6 +63,28 @@ type Config struct {
 	Compression kafkago.Compression
 	// Logger receives debug logs about metadata refreshes; the zero Logger discards.
 	Logger zerolog.Logger
+	// TLS, when set, encrypts every broker connection with it.
+	TLS *tls.Config
+	// SASL, when set, authenticates every broker connection.
+	SASL *SASL
+}
+
+// SASL is the mechanism and credentials for broker authentication.
+type SASL struct {
+	// Mechanism is "PLAIN", "SCRAM-SHA-256" or "SCRAM-SHA-512".
+	Mechanism string
+	Username  string
+	Password  string
+}
+
+func (a *SASL) mechanism() (sasl.Mechanism, error) {
+	switch a.Mechanism {
+	case "PLAIN":
+		return plain.Mechanism{Username: a.Username, Password: a.Password}, nil
+	case "SCRAM-SHA-256", "SCRAM-SHA-512":
+		return newSCRAM(a.Mechanism, a.Username, a.Password)
+	}
+	return nil, fmt.Errorf("sasl mechanism %q: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", a.Mechanism)
 }
 
 // Sink is a sink.Sink and sink.Checker for one Kafka cluster. Safe for concurrent use.
@@ -69,7 +94,9 @@ type Sink struct {
 	addr      net.Addr
 	transport *kafkago.Transport
 	client    *kafkago.Client
-	log       zerolog.Logger
+	// auth is the SASL mechanism in use, nil without SASL.
+	auth *authTracker
+	log  zerolog.Logger
 
 	// rr picks the partition for messages without a key.
 	rr     atomic.Uint64
@@ -103,6 +130,14 @@ func (c Config) Validate() error {
 	} else if c.MaxMessageBytes > 0 && c.MaxMessageBytes < 1024 {
 		errs = append(errs, fmt.Errorf("max_message_bytes %d: must be at least 1024", c.MaxMessageBytes))
 	}
+	if c.SASL != nil {
+		if _, err := c.SASL.mechanism(); err != nil {
+			errs = append(errs, err)
+		}
+		if c.SASL.Username == "" || c.SASL.Password == "" {
+			errs = append(errs, errors.New("sasl: username and password are required"))
+		}
+	}
 	switch c.Compression {
 	case 0, kafkago.Gzip, kafkago.Snappy, kafkago.Lz4, kafkago.Zstd:
 	default:
@@ -131,8 +166,19 @@ func New(name string, cfg Config) (*Sink, error) {
 		ClientID:    cfg.ClientID,
 		DialTimeout: cfg.Timeout,
 		MetadataTTL: metadataTTL,
+		TLS:         cfg.TLS,
+	}
+	var auth *authTracker
+	if cfg.SASL != nil {
+		mech, err := cfg.SASL.mechanism()
+		if err != nil {
+			return nil, fmt.Errorf("kafka sink %q: %w", name, err)
+		}
+		auth = &authTracker{mech: mech, user: cfg.SASL.Username}
+		tr.SASL = auth
 	}
 	return &Sink{
+		auth:      auth,
 		name:      name,
 		cfg:       cfg,
 		addr:      addr,
@@ -238,7 +284,7 @@ func (s *Sink) Send(ctx context.Context, msgs []*sink.Message) error {
 	var fs []sink.Failure
 	for i, err := range errs {
 		if err != nil {
-			fs = append(fs, sink.Failure{Index: i, Err: err})
+			fs = append(fs, sink.Failure{Index: i, Err: s.authError(err)})
 		}
 	}
 	if len(fs) == 0 {
@@ -569,7 +615,7 @@ func (s *Sink) Check(ctx context.Context, topics []string) error {
 	}
 	md, err := s.metadata(ctx, ts)
 	if err != nil {
-		return fmt.Errorf("kafka sink %q: brokers %s unreachable: %w", s.name, strings.Join(s.cfg.Brokers, ","), err)
+		return fmt.Errorf("kafka sink %q: brokers %s unreachable: %w", s.name, strings.Join(s.cfg.Brokers, ","), s.authError(err))
 	}
 	var errs []error
 	for _, t := range topics {

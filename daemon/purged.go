@@ -1,0 +1,151 @@
+package daemon
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/gtid"
+)
+
+// ErrStartPurged: the start position needs binlogs the server has purged. Streaming from it
+// would fail (MariaDB/MySQL ERROR 1236) or, after a jump, skip events; only an operator can
+// decide to accept that loss, so outboxd refuses to start. No flag bypasses it, not --force.
+var ErrStartPurged = errors.New("start position needs purged binlogs")
+
+// PurgedGap describes the transactions after start that the server no longer has, one line per
+// source, and returns the nearest start set the server can still serve (start moved forward
+// over the purged ranges). purged is what server.Purged returns: MySQL @@gtid_purged, MariaDB
+// the Gtid_list at the start of the oldest binlog. For MariaDB a domain is missing transactions
+// when start's sequence number for it is below the Gtid_list's (or start lacks the domain while
+// the Gtid_list has it). lines is nil when nothing is missing. It does no I/O.
+func PurgedGap(start, purged gtid.Set) (lines []string, nearest gtid.Set, err error) {
+	if purged.IsEmpty() {
+		return nil, start, nil
+	}
+	if start.Flavor() != purged.Flavor() {
+		return nil, gtid.Set{}, fmt.Errorf("start set is %s, purged set is %s", start.Flavor(), purged.Flavor())
+	}
+	if start.Flavor() == gtid.MySQL {
+		missing := purged.Subtract(start)
+		if missing.IsEmpty() {
+			return nil, start, nil
+		}
+		txt := strings.ReplaceAll(missing.String(), "\n", "")
+		lines = append(lines, txt+" are purged (@@gtid_purged is "+strings.ReplaceAll(purged.String(), "\n", "")+")")
+		nearest, err = gtid.Parse(gtid.MySQL, strings.ReplaceAll(start.String()+","+purged.String(), "\n", ""))
+		if start.IsEmpty() {
+			nearest, err = purged.Clone(), nil
+		}
+		return lines, nearest, err
+	}
+	startPos, err := mariaPositions(start)
+	if err != nil {
+		return nil, gtid.Set{}, err
+	}
+	purgedPos, err := mariaPositions(purged)
+	if err != nil {
+		return nil, gtid.Set{}, err
+	}
+	nearest = start.Clone()
+	if nearest.IsEmpty() {
+		nearest = gtid.Empty(gtid.MariaDB)
+	}
+	for _, p := range orderedPositions(purgedPos) {
+		if p.seq == 0 {
+			continue
+		}
+		s, ok := startPos[p.domain]
+		if ok && s.seq >= p.seq {
+			continue
+		}
+		last := p.String()
+		first := fmt.Sprintf("%d-%d-1", p.domain, p.server)
+		if ok {
+			first = fmt.Sprintf("%d-%d-%d", p.domain, p.server, s.seq+1)
+		}
+		line := fmt.Sprintf("domain %d: %s … %s are purged; the oldest binlog starts after %s", p.domain, first, last, last)
+		if !ok {
+			line += fmt.Sprintf(" (the start set has no position for domain %d, so it would start at the domain's first transaction)", p.domain)
+		}
+		lines = append(lines, line)
+		if err := nearest.Add(last); err != nil {
+			return nil, gtid.Set{}, err
+		}
+	}
+	if lines == nil {
+		return nil, start, nil
+	}
+	return lines, nearest, nil
+}
+
+// mariaGTID is one domain's position of a MariaDB set.
+type mariaGTID struct {
+	domain, server uint32
+	seq            uint64
+}
+
+func (g mariaGTID) String() string { return fmt.Sprintf("%d-%d-%d", g.domain, g.server, g.seq) }
+
+// mariaPositions splits a MariaDB set into its per-domain positions, in String order (the gtid
+// package exposes no per-domain access; String prints "d-s-n,..." and Parse accepts only that).
+func mariaPositions(s gtid.Set) (map[uint32]mariaGTID, error) {
+	out := map[uint32]mariaGTID{}
+	for _, part := range strings.Split(s.String(), ",") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		f := strings.Split(part, "-")
+		if len(f) != 3 {
+			return nil, fmt.Errorf("MariaDB GTID %q: want domain-server-sequence", part)
+		}
+		d, err1 := strconv.ParseUint(f[0], 10, 32)
+		sv, err2 := strconv.ParseUint(f[1], 10, 32)
+		n, err3 := strconv.ParseUint(f[2], 10, 64)
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return nil, fmt.Errorf("MariaDB GTID %q: %w", part, err)
+		}
+		out[uint32(d)] = mariaGTID{domain: uint32(d), server: uint32(sv), seq: n}
+	}
+	return out, nil
+}
+
+// orderedPositions is mariaPositions' result in domain order.
+func orderedPositions(m map[uint32]mariaGTID) []mariaGTID {
+	out := make([]mariaGTID, 0, len(m))
+	for _, g := range m {
+		out = append(out, g)
+	}
+	slices.SortFunc(out, func(a, b mariaGTID) int { return cmp.Compare(a.domain, b.domain) })
+	return out
+}
+
+// checkPurged returns an ErrStartPurged error when streaming from start needs binlogs the
+// server has purged. The error names the missing transactions and both ways out, each of which
+// is an explicit decision to lose those events. It blocks on a few queries; on a query failure
+// it returns that error (the start is not known to be safe).
+func checkPurged(ctx context.Context, db *sql.DB, flavor gtid.Flavor, start gtid.Set, origin, checkpointPath string) error {
+	purged, err := server.Purged(ctx, db, flavor)
+	if err != nil {
+		return fmt.Errorf("check that the server still has the binlogs after %s %s: %w", origin, start, err)
+	}
+	lines, nearest, err := PurgedGap(start, purged)
+	if err != nil {
+		return fmt.Errorf("check %s %s against the server's purged binlogs: %w", origin, start, err)
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s %s needs transactions the server has purged from its binlogs, so outboxd cannot deliver them:\n  %s\n"+
+		"outboxd does not skip them on its own. To go on without them (data loss: these events are never delivered), either "+
+		"start at the oldest position the server still has: outboxd run --from-gtid '%s'; "+
+		"or delete the checkpoint %s and set source.start: latest, which also skips everything up to the server's current position. "+
+		"--force does not bypass this check",
+		ErrStartPurged, origin, start, strings.Join(lines, "\n  "), strings.ReplaceAll(nearest.String(), "\n", ""), checkpointPath)
+}

@@ -1,0 +1,99 @@
+// Package testcert makes throwaway X.509 certificates for tests: a CA and a server certificate
+// it signs for 127.0.0.1 and localhost, written as PEM files.
+package testcert
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Set is a CA and a server certificate signed by it, as PEM files in Dir.
+type Set struct {
+	Dir string
+	// CAFile, CertFile and KeyFile are the paths of the PEM files.
+	CAFile, CertFile, KeyFile string
+	// CAPEM is the CA certificate's PEM.
+	CAPEM []byte
+	// Server is the server's certificate and key, for a tls.Config.
+	Server tls.Certificate
+}
+
+// New writes a fresh CA (named cn) and a server certificate for 127.0.0.1, ::1 and localhost
+// into dir. It blocks on key generation and file writes; on error no Set is returned.
+func New(dir, cn string) (*Set, error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, fmt.Errorf("CA certificate: %w", err)
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return nil, err
+	}
+	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	srvTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "localhost"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
+	if err != nil {
+		return nil, fmt.Errorf("server certificate: %w", err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(srvKey)
+	if err != nil {
+		return nil, err
+	}
+	s := &Set{
+		Dir: dir, CAFile: filepath.Join(dir, "ca.pem"), CertFile: filepath.Join(dir, "server-cert.pem"),
+		KeyFile: filepath.Join(dir, "server-key.pem"),
+		CAPEM:   pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srvDER})
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+	for f, b := range map[string][]byte{s.CAFile: s.CAPEM, s.CertFile: certPEM, s.KeyFile: keyPEM} {
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	if s.Server, err = tls.X509KeyPair(certPEM, keyPEM); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// ServerTLS returns a tls.Config serving the server certificate.
+func (s *Set) ServerTLS() *tls.Config {
+	return &tls.Config{Certificates: []tls.Certificate{s.Server}, MinVersion: tls.VersionTLS12}
+}
+
+// Pool returns a pool holding the CA.
+func (s *Set) Pool() *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AppendCertsFromPEM(s.CAPEM)
+	return p
+}
