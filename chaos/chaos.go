@@ -1,0 +1,481 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxd/outboxd/testenv/faultproxy"
+	"github.com/outboxd/outboxd/testenv/mariadb"
+	"github.com/outboxd/outboxd/testenv/rocketmq"
+)
+
+// Options configure Run.
+type Options struct {
+	Duration time.Duration // fault phase
+	Rate     float64       // rows per second
+	Seed     int64
+	Out      string
+	Outboxd  string        // binary; "" builds one
+	CatchUp  time.Duration // bound on the final wait
+	Verbose  bool
+	// Gap is the mean pause between faults (default 1.5s).
+	Gap time.Duration
+	// HoldScale scales how long each outage or degradation lasts (default 1); a short test
+	// run uses less to fit more faults.
+	HoldScale float64
+	Logf      func(string, ...any)
+}
+
+// faultKinds is every fault the scheduler picks from; each round uses all of them once, in a
+// seeded random order, so a short run still sees each kind.
+var faultKinds = []string{
+	"outboxd_kill9", "outboxd_sigterm",
+	"mariadb_restart", "mariadb_kill9",
+	"kafka_outage", "kafka_produce_errors",
+	"rocketmq_outage", "rocketmq_send_errors",
+	"mysql_proxy_reset", "mysql_proxy_drop_new", "mysql_proxy_latency", "mysql_proxy_blackhole",
+	"kafka_proxy_reset", "kafka_proxy_drop_new", "kafka_proxy_latency", "kafka_proxy_blackhole",
+}
+
+type world struct {
+	o     Options
+	srv   *mariadb.Server
+	myPx  *faultproxy.Proxy
+	kafka *kafka
+	rmq   *rocketmq.Cluster
+	obd   *outboxd
+	db    *sql.DB
+	dir   string
+}
+
+// Run sets up the world, runs the generator and the fault schedule for o.Duration, waits for
+// outboxd to catch up and verifies. It blocks; an error means the harness itself failed (the
+// report then is nil). Everything it started is stopped before it returns.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if o.Rate <= 0 {
+		o.Rate = 200
+	}
+	if o.CatchUp <= 0 {
+		o.CatchUp = 3 * time.Minute
+	}
+	if o.Gap <= 0 {
+		o.Gap = 1500 * time.Millisecond
+	}
+	if o.HoldScale <= 0 {
+		o.HoldScale = 1
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	dir, err := os.MkdirTemp("", "outboxd-chaos-")
+	if err != nil {
+		return nil, err
+	}
+	w := &world{o: o, dir: dir}
+	defer w.close()
+	if err := w.setup(ctx); err != nil {
+		return nil, err
+	}
+	o.Logf("world up: mariadb %s (proxy %s), kafka %s (proxy %s), rocketmq %s; outboxd logs %s",
+		w.srv.Addr, w.myPx.Addr(), w.kafka.realAddr(), w.kafka.proxy.Addr(), w.rmq.NameServer(), w.obd.logPath)
+
+	cons, err := newKafkaConsumer(w.kafka.realAddr())
+	if err != nil {
+		return nil, err
+	}
+	defer cons.close()
+	cctx, stopCons := context.WithCancel(context.Background())
+	var cwg sync.WaitGroup
+	cwg.Add(1)
+	go func() { defer cwg.Done(); cons.run(cctx) }()
+	defer func() { stopCons(); cwg.Wait() }()
+
+	gen := &generator{db: w.db, rate: o.Rate, workers: 4, keysPer: 3, seed: o.Seed,
+		rows: map[string]*genRow{}, txns: map[string]int{}}
+	gctx, stopGen := context.WithCancel(ctx)
+	var gwg sync.WaitGroup
+	gwg.Add(1)
+	go func() { defer gwg.Done(); gen.run(gctx) }()
+
+	rng := rand.New(rand.NewSource(o.Seed))
+	faults := map[string]int{}
+	began := time.Now()
+	fctx, stopFaults := context.WithTimeout(ctx, o.Duration)
+	var round []string
+	for fctx.Err() == nil {
+		sleepCtx(fctx, time.Duration(rng.Int63n(int64(2*o.Gap))))
+		if fctx.Err() != nil {
+			break
+		}
+		if len(round) == 0 {
+			round = append([]string(nil), faultKinds...)
+			rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
+		}
+		kind := round[0]
+		round = round[1:]
+		if o.Verbose {
+			o.Logf("fault %s", kind)
+		}
+		if err := w.inject(fctx, rng, kind); err != nil {
+			stopFaults()
+			stopGen()
+			gwg.Wait()
+			return nil, fmt.Errorf("fault %s: %w", kind, err)
+		}
+		faults[kind]++
+		if err := w.obd.ensure(); err != nil {
+			o.Logf("restart outboxd: %v", err)
+		}
+	}
+	stopFaults()
+	faultPhase := time.Since(began)
+	stopGen()
+	gwg.Wait()
+	o.Logf("faults stopped after %s; healing and waiting for outboxd to catch up", faultPhase.Round(time.Second))
+
+	if err := w.heal(ctx); err != nil {
+		return nil, fmt.Errorf("heal: %w", err)
+	}
+	truth, err := w.committedIDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	catchStart := time.Now()
+	deadline := time.Now().Add(o.CatchUp)
+	var got deliveries
+	for {
+		_ = w.obd.ensure()
+		got = collect(cons, w.rmq)
+		missing := 0
+		for id := range truth {
+			if _, ok := got.first[id]; !ok {
+				missing++
+			}
+		}
+		if missing == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			o.Logf("catch-up: %d missing after %s", missing, time.Since(catchStart).Round(100*time.Millisecond))
+			break
+		}
+		sleepCtx(ctx, 500*time.Millisecond)
+	}
+	// A short settle so late duplicates are counted too.
+	sleepCtx(ctx, 1500*time.Millisecond)
+	got = collect(cons, w.rmq)
+
+	epochs, unexpected, lastExit := w.obd.snapshot()
+	rep := verify(gen, truth, got, epochs)
+	rep.Seed = o.Seed
+	rep.DurationS = faultPhase.Seconds()
+	rep.CatchUpS = time.Since(catchStart).Seconds()
+	rep.Rate = o.Rate
+	rep.Faults = faults
+	for _, n := range faults {
+		rep.FaultsTotal += n
+	}
+	rep.OutboxdUnexpectedExits = unexpected
+	rep.OutboxdLastUnexpectedExit = lastExit
+	rep.OutboxdLog = w.obd.logPath
+	// Proof that outboxd's traffic really went through the proxies.
+	rep.MySQLProxyConns = w.myPx.Accepted()
+	rep.KafkaProxyConns = w.kafka.proxy.Accepted()
+	if !rep.OK() {
+		rep.KeptDir = dir
+		w.dir = "" // keep the logs for a look
+	}
+	return rep, nil
+}
+
+func (w *world) setup(ctx context.Context) error {
+	var err error
+	w.srv, err = mariadb.Start(ctx, mariadb.Options{})
+	if err != nil {
+		return fmt.Errorf("start MariaDB (apt-get install mariadb-server): %w", err)
+	}
+	w.db, err = w.srv.DB(ctx, "")
+	if err != nil {
+		return err
+	}
+	w.db.SetMaxOpenConns(8)
+	for _, q := range []string{
+		"CREATE DATABASE " + schema,
+		`CREATE TABLE ` + schema + `.outbox_event (
+  id BIGINT PRIMARY KEY AUTO_INCREMENT, event_id VARCHAR(64) NOT NULL UNIQUE, biz_key VARCHAR(64) NULL,
+  topic VARCHAR(128) NULL, event_type VARCHAR(64) NULL, payload LONGBLOB NULL, headers JSON NULL,
+  created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))`,
+	} {
+		if _, err := w.db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	var pos string
+	if err := w.db.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
+		return err
+	}
+	if w.myPx, err = faultproxy.New(w.srv.Addr); err != nil {
+		return err
+	}
+	if w.kafka, err = newKafka(filepath.Join(w.dir, "kafka")); err != nil {
+		return err
+	}
+	if w.rmq, err = rocketmq.Start(rocketmq.Options{Topics: []string{rmqTopic}}); err != nil {
+		return err
+	}
+	bin := w.o.Outboxd
+	if bin == "" {
+		if bin, err = buildOutboxd(ctx, w.dir); err != nil {
+			return err
+		}
+	}
+	cfg := fmt.Sprintf(`source:
+  flavor: mariadb
+  addr: %s
+  user: root
+  password: ""
+  server_id: 4242
+  start: %q
+tables:
+  - table: %s.outbox_event
+sinks:
+  kafka: {type: kafka, brokers: [%q], timeout: 2s}
+  rmq: {type: rocketmq, nameservers: [%q], send_timeout: 1s}
+routes:
+  - match: {topic: "kafka.*"}
+    sink: kafka
+    topic: %s
+  - match: {topic: "rmq.*"}
+    sink: rmq
+    topic: %s
+    tag: "{event_type}"
+retry: {initial: 50ms, max: 1s}
+checkpoint: {path: %s, interval: 200ms}
+admin: {listen: ""}
+log: {level: info, format: json}
+`, w.myPx.Addr(), pos, schema, w.kafka.proxy.Addr(), w.rmq.NameServer(), kafkaTopic, rmqTopic,
+		filepath.Join(w.dir, "checkpoint.json"))
+	cfgPath := filepath.Join(w.dir, "outboxd.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		return err
+	}
+	w.obd = &outboxd{bin: bin, cfg: cfgPath, logPath: filepath.Join(w.dir, "outboxd.log"), logf: w.o.Logf}
+	return w.obd.start("")
+}
+
+func (w *world) close() {
+	if w.obd != nil {
+		w.obd.stop(syscall.SIGKILL)
+	}
+	if w.kafka != nil {
+		w.kafka.close()
+	}
+	if w.rmq != nil {
+		w.rmq.Close()
+	}
+	if w.myPx != nil {
+		w.myPx.Close()
+	}
+	if w.db != nil {
+		w.db.Close()
+	}
+	if w.srv != nil {
+		w.srv.Close()
+	}
+	if w.dir != "" {
+		os.RemoveAll(w.dir)
+	}
+}
+
+// between returns a random duration in [lo, hi).
+func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(rng.Int63n(int64(hi-lo)))
+}
+
+// inject applies one fault and undoes it before returning (outages last a random while).
+func (w *world) inject(ctx context.Context, rng *rand.Rand, kind string) error {
+	between := func(rng *rand.Rand, lo, hi time.Duration) time.Duration {
+		return time.Duration(float64(between(rng, lo, hi)) * w.o.HoldScale)
+	}
+	switch kind {
+	case "outboxd_kill9":
+		w.obd.stop(syscall.SIGKILL)
+		sleepCtx(ctx, between(rng, 10*time.Millisecond, 1500*time.Millisecond))
+		return w.obd.start("kill9")
+	case "outboxd_sigterm":
+		if !w.obd.stop(syscall.SIGTERM) {
+			w.o.Logf("outboxd did not stop within 30s of SIGTERM; killed")
+		}
+		return w.obd.start("sigterm")
+	case "mariadb_restart":
+		return w.srv.Restart(context.Background(), mariadb.Options{})
+	case "mariadb_kill9":
+		if err := w.srv.Kill(); err != nil {
+			return err
+		}
+		sleepCtx(ctx, between(rng, 100*time.Millisecond, 2*time.Second))
+		return w.srv.Restart(context.Background(), mariadb.Options{})
+	case "kafka_outage":
+		w.kafka.stop()
+		sleepCtx(ctx, between(rng, 500*time.Millisecond, 4*time.Second))
+		return w.kafka.start(false)
+	case "kafka_produce_errors":
+		// 6 NOT_LEADER_FOR_PARTITION, 7 REQUEST_TIMED_OUT: retryable, nothing stored.
+		codes := []int16{6, 7}
+		w.kafka.failProduces(1+rng.Intn(8), codes[rng.Intn(len(codes))])
+		sleepCtx(ctx, between(rng, 500*time.Millisecond, 2*time.Second))
+	case "rocketmq_outage":
+		w.rmq.StopBroker()
+		sleepCtx(ctx, between(rng, 500*time.Millisecond, 4*time.Second))
+		return w.rmq.StartBroker()
+	case "rocketmq_send_errors":
+		var f rocketmq.Fault
+		switch rng.Intn(4) {
+		case 0:
+			f = rocketmq.Fault{Code: 2} // SYSTEM_BUSY, not stored
+		case 1:
+			f = rocketmq.Fault{Code: 10, Store: true} // FLUSH_DISK_TIMEOUT: stored, not SEND_OK
+		case 2:
+			f = rocketmq.Fault{Delay: 1500 * time.Millisecond, Store: true} // stored, answer after the timeout
+		default:
+			f = rocketmq.Fault{Drop: true, Store: true} // stored, connection dropped
+		}
+		f.Topic, f.Count = rmqTopic, 1+rng.Intn(6)
+		remove := w.rmq.Inject(f)
+		sleepCtx(ctx, between(rng, 500*time.Millisecond, 3*time.Second))
+		remove()
+	case "mysql_proxy_reset":
+		w.myPx.ResetAll()
+	case "kafka_proxy_reset":
+		w.kafka.proxy.ResetAll()
+	case "mysql_proxy_drop_new", "kafka_proxy_drop_new":
+		p := w.proxyOf(kind)
+		p.SetMode(faultproxy.DropNew)
+		p.ResetAll() // so the client has to reconnect into the refusal
+		sleepCtx(ctx, between(rng, 300*time.Millisecond, 3*time.Second))
+		p.SetMode(faultproxy.Pass)
+	case "mysql_proxy_latency", "kafka_proxy_latency":
+		p := w.proxyOf(kind)
+		p.SetLatency(between(rng, 20*time.Millisecond, 300*time.Millisecond))
+		sleepCtx(ctx, between(rng, time.Second, 4*time.Second))
+		p.SetLatency(0)
+	case "mysql_proxy_blackhole", "kafka_proxy_blackhole":
+		p := w.proxyOf(kind)
+		p.SetMode(faultproxy.Blackhole)
+		sleepCtx(ctx, between(rng, 500*time.Millisecond, 5*time.Second))
+		p.SetMode(faultproxy.Pass)
+	default:
+		return fmt.Errorf("unknown fault kind %q", kind)
+	}
+	return nil
+}
+
+func (w *world) proxyOf(kind string) *faultproxy.Proxy {
+	if kind[:5] == "mysql" {
+		return w.myPx
+	}
+	return w.kafka.proxy
+}
+
+// heal undoes every fault: proxies pass, brokers and MariaDB up, outboxd running.
+func (w *world) heal(ctx context.Context) error {
+	for _, p := range []*faultproxy.Proxy{w.myPx, w.kafka.proxy} {
+		p.SetMode(faultproxy.Pass)
+		p.SetLatency(0)
+	}
+	if err := w.kafka.start(false); err != nil {
+		return err
+	}
+	if err := w.rmq.StartBroker(); err != nil {
+		return err
+	}
+	if !w.srv.Running() {
+		if err := w.srv.Restart(ctx, mariadb.Options{}); err != nil {
+			return err
+		}
+	}
+	return w.obd.ensure()
+}
+
+// committedIDs reads the outbox table: what the binlog holds is the truth of what committed.
+func (w *world) committedIDs(ctx context.Context) (map[string]bool, error) {
+	var lastErr error
+	for i := 0; i < 30; i++ {
+		rows, err := w.db.QueryContext(ctx, "SELECT event_id FROM "+schema+".outbox_event")
+		if err == nil {
+			out := map[string]bool{}
+			for rows.Next() {
+				var id string
+				if err := rows.Scan(&id); err != nil {
+					rows.Close()
+					return nil, err
+				}
+				out[id] = true
+			}
+			err = rows.Err()
+			rows.Close()
+			if err == nil {
+				return out, nil
+			}
+		}
+		lastErr = err
+		sleepCtx(ctx, time.Second)
+	}
+	return nil, fmt.Errorf("read the outbox table: %w", lastErr)
+}
+
+// kafkaConsumer reads the Kafka topic from offset 0, directly from the broker (its dialer
+// bypasses the fault proxy the broker advertises), and stamps each record's arrival.
+type kafkaConsumer struct {
+	cl *kgo.Client
+	mu sync.Mutex
+	rs []delivery
+}
+
+func newKafkaConsumer(real string) (*kafkaConsumer, error) {
+	var d net.Dialer
+	cl, err := kgo.NewClient(kgo.SeedBrokers(real), kgo.ConsumeTopics(kafkaTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond),
+		kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, network, real)
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("kafka consumer: %w", err)
+	}
+	return &kafkaConsumer{cl: cl}, nil
+}
+
+func (c *kafkaConsumer) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		f := c.cl.PollFetches(ctx)
+		now := time.Now()
+		var batch []delivery
+		f.EachRecord(func(r *kgo.Record) {
+			id := ""
+			for _, h := range r.Headers {
+				if h.Key == "event_id" {
+					id = string(h.Value)
+				}
+			}
+			batch = append(batch, deliveryOf("kafka", int(r.Partition), r.Offset, id, r.Value, now))
+		})
+		c.mu.Lock()
+		c.rs = append(c.rs, batch...)
+		c.mu.Unlock()
+	}
+}
+
+func (c *kafkaConsumer) snapshot() []delivery {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]delivery(nil), c.rs...)
+}
+
+func (c *kafkaConsumer) close() { c.cl.Close() }

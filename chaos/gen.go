@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"sync"
+	"time"
+)
+
+// Row states as the generator knows them.
+const (
+	stCommitted  = "committed"   // COMMIT returned nil
+	stRolledBack = "rolled_back" // we rolled it back on purpose
+	stUnknown    = "unknown"     // an error before or during COMMIT: the table decides
+)
+
+// payload is what each outbox row carries; the verifier reads key and seq back from it.
+type payload struct {
+	Key string `json:"k"`
+	Seq int    `json:"s"`
+	Tx  string `json:"tx"`
+}
+
+type genRow struct {
+	Key   string
+	Seq   int
+	State string
+}
+
+// generator commits outbox rows from several connections. Each key belongs to one connection,
+// which commits sequentially, so per-key commit order is sequence order.
+type generator struct {
+	db      *sql.DB
+	rate    float64
+	workers int
+	keysPer int
+	seed    int64
+
+	mu      sync.Mutex
+	rows    map[string]*genRow // event_id -> row
+	txns    map[string]int     // by outcome
+	lastErr string
+}
+
+// topicOf routes even keys to Kafka and odd keys to RocketMQ.
+func topicOf(keyIdx int) string {
+	if keyIdx%2 == 0 {
+		return "kafka.ev"
+	}
+	return "rmq.ev"
+}
+
+// run blocks until ctx ends.
+func (g *generator) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for w := 0; w < g.workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			g.worker(ctx, w, rand.New(rand.NewSource(g.seed+int64(w)*7919)))
+		}(w)
+	}
+	wg.Wait()
+}
+
+func (g *generator) worker(ctx context.Context, w int, rng *rand.Rand) {
+	seq := make([]int, g.keysPer)
+	perSec := g.rate / float64(g.workers)
+	for tx := 0; ctx.Err() == nil; tx++ {
+		n := 1 + rng.Intn(20)
+		rollback := rng.Intn(10) == 0
+		txID := fmt.Sprintf("w%d-t%d", w, tx)
+		type item struct {
+			id      string
+			key     string
+			keyIdx  int
+			seq     int
+			payload []byte
+		}
+		items := make([]item, n)
+		g.mu.Lock()
+		for i := range items {
+			j := rng.Intn(g.keysPer)
+			keyIdx := w*g.keysPer + j
+			seq[j]++
+			it := item{id: fmt.Sprintf("%s-%d", txID, i), key: fmt.Sprintf("key%02d", keyIdx), keyIdx: keyIdx, seq: seq[j]}
+			it.payload, _ = json.Marshal(payload{Key: it.key, Seq: it.seq, Tx: txID})
+			items[i] = it
+			g.rows[it.id] = &genRow{Key: it.key, Seq: it.seq, State: stUnknown}
+		}
+		g.mu.Unlock()
+
+		began := time.Now()
+		state, err := func() (string, error) {
+			tctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			t, err := g.db.BeginTx(tctx, nil)
+			if err != nil {
+				return stUnknown, err
+			}
+			for _, it := range items {
+				if _, err := t.ExecContext(tctx, "INSERT INTO "+schema+".outbox_event (event_id, biz_key, topic, event_type, payload) VALUES (?, ?, ?, ?, ?)",
+					it.id, it.key, topicOf(it.keyIdx), "Chaos", it.payload); err != nil {
+					_ = t.Rollback()
+					return stUnknown, err
+				}
+			}
+			if rollback {
+				if err := t.Rollback(); err != nil {
+					return stUnknown, err
+				}
+				return stRolledBack, nil
+			}
+			if err := t.Commit(); err != nil {
+				return stUnknown, err
+			}
+			return stCommitted, nil
+		}()
+		g.mu.Lock()
+		for _, it := range items {
+			g.rows[it.id].State = state
+		}
+		g.txns[state]++
+		if err != nil {
+			g.lastErr = err.Error()
+		}
+		g.mu.Unlock()
+		if err != nil {
+			// The server is probably restarting: back off a little.
+			sleepCtx(ctx, 200*time.Millisecond)
+			continue
+		}
+		if wait := time.Duration(float64(n)/perSec*float64(time.Second)) - time.Since(began); wait > 0 {
+			sleepCtx(ctx, wait)
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/outboxd/outboxd/testenv/rocketmq"
+)
+
+// delivery is one message as a consumer saw it.
+type delivery struct {
+	Sink      string // "kafka" or "rocketmq"
+	Part      int    // partition or queue
+	Offset    int64
+	ID        string
+	Key       string
+	Seq       int
+	Arrived   time.Time
+	BadFormat bool
+}
+
+func deliveryOf(sink string, part int, off int64, id string, body []byte, at time.Time) delivery {
+	d := delivery{Sink: sink, Part: part, Offset: off, ID: id, Arrived: at}
+	var p payload
+	if err := json.Unmarshal(body, &p); err != nil || p.Key == "" {
+		d.BadFormat = true
+	}
+	d.Key, d.Seq = p.Key, p.Seq
+	return d
+}
+
+// deliveries is every delivery in (sink, partition, offset) order, deduplicated by position
+// (a consumer that re-reads after a broker restart must not look like a resend).
+type deliveries struct {
+	all   []delivery
+	first map[string]int // event id -> index in all of its first delivery
+}
+
+func collect(c *kafkaConsumer, rmq *rocketmq.Cluster) deliveries {
+	all := c.snapshot()
+	for _, m := range rmq.Messages(rmqTopic) {
+		all = append(all, deliveryOf("rocketmq", m.Queue, m.Offset, m.Keys, m.Body, m.StoredAt))
+	}
+	sort.SliceStable(all, func(i, j int) bool {
+		a, b := all[i], all[j]
+		if a.Sink != b.Sink {
+			return a.Sink < b.Sink
+		}
+		if a.Part != b.Part {
+			return a.Part < b.Part
+		}
+		return a.Offset < b.Offset
+	})
+	out := deliveries{first: map[string]int{}}
+	for i, d := range all {
+		if i > 0 && all[i-1].Sink == d.Sink && all[i-1].Part == d.Part && all[i-1].Offset == d.Offset {
+			continue
+		}
+		out.all = append(out.all, d)
+		if _, ok := out.first[d.ID]; !ok {
+			out.first[d.ID] = len(out.all) - 1
+		}
+	}
+	return out
+}
+
+// Report is the outcome of a run.
+type Report struct {
+	Seed      int64   `json:"seed"`
+	DurationS float64 `json:"fault_phase_seconds"`
+	CatchUpS  float64 `json:"catch_up_seconds"`
+	Rate      float64 `json:"rate_rows_per_second"`
+
+	Transactions           map[string]int `json:"transactions_by_outcome"`
+	RowsCommitted          int            `json:"rows_committed"`
+	RowsRolledBack         int            `json:"rows_rolled_back"`
+	RowsUncertainCommitted int            `json:"rows_uncertain_outcome_committed"`
+	Faults                 map[string]int `json:"faults"`
+	FaultsTotal            int            `json:"faults_total"`
+
+	Delivered           int `json:"deliveries"`
+	Lost                int `json:"lost"`
+	OrderViolations     int `json:"order_violations"`
+	RolledBackDelivered int `json:"rolled_back_delivered"`
+	Phantoms            int `json:"phantom_deliveries"` // delivered but not in the table
+	BadMessages         int `json:"bad_messages"`
+	Duplicates          int `json:"duplicates"`
+	// DuplicatesPerCrash is the duplicates that arrived during each outboxd run that followed a
+	// kill -9, in order; MaxDuplicateBurst is the largest of them.
+	DuplicatesPerCrash []int `json:"duplicates_per_crash"`
+	MaxDuplicateBurst  int   `json:"max_duplicate_burst_per_crash"`
+	// DuplicatesOtherRuns are duplicates that arrived in runs not started after a kill -9
+	// (broker retries after a lost answer, graceful restarts).
+	DuplicatesOtherRuns int `json:"duplicates_other_runs"`
+
+	// Harness-side checks: MariaDB must keep what it acknowledged and drop what was rolled back.
+	DBLostCommits   int `json:"db_lost_acknowledged_commits"`
+	DBHasRolledBack int `json:"db_has_rolled_back_rows"`
+
+	MySQLProxyConns int `json:"mysql_proxy_connections"`
+	KafkaProxyConns int `json:"kafka_proxy_connections"`
+
+	OutboxdRuns               int      `json:"outboxd_runs"`
+	OutboxdUnexpectedExits    int      `json:"outboxd_unexpected_exits"`
+	OutboxdLastUnexpectedExit string   `json:"outboxd_last_unexpected_exit,omitempty"`
+	OutboxdLog                string   `json:"outboxd_log"`
+	Examples                  []string `json:"examples,omitempty"`
+	KeptDir                   string   `json:"kept_dir,omitempty"`
+}
+
+// OK reports whether nothing was lost, reordered, or wrongly delivered.
+func (r *Report) OK() bool {
+	return r.Lost == 0 && r.OrderViolations == 0 && r.RolledBackDelivered == 0 && r.Phantoms == 0 &&
+		r.BadMessages == 0 && r.DBLostCommits == 0 && r.DBHasRolledBack == 0
+}
+
+func (r *Report) example(format string, args ...any) {
+	if len(r.Examples) < 20 {
+		r.Examples = append(r.Examples, fmt.Sprintf(format, args...))
+	}
+}
+
+func verify(g *generator, truth map[string]bool, got deliveries, epochs []epoch) *Report {
+	r := &Report{Faults: map[string]int{}}
+	g.mu.Lock()
+	r.Transactions = map[string]int{}
+	for k, v := range g.txns {
+		r.Transactions[k] = v
+	}
+	for id, row := range g.rows {
+		switch row.State {
+		case stCommitted:
+			if !truth[id] {
+				r.DBLostCommits++
+				r.example("MariaDB lost acknowledged row %s", id)
+			}
+		case stRolledBack:
+			r.RowsRolledBack++
+			if truth[id] {
+				r.DBHasRolledBack++
+			}
+		case stUnknown:
+			if truth[id] {
+				r.RowsUncertainCommitted++
+			}
+		}
+	}
+	states := make(map[string]string, len(g.rows))
+	for id, row := range g.rows {
+		states[id] = row.State
+	}
+	g.mu.Unlock()
+	r.RowsCommitted = len(truth)
+	r.Delivered = len(got.all)
+
+	for id := range truth {
+		if _, ok := got.first[id]; !ok {
+			r.Lost++
+			r.example("lost: %s", id)
+		}
+	}
+	type keyState struct {
+		sink string
+		part int
+		seq  int
+	}
+	last := map[string]*keyState{}
+	crashIdx := map[int]int{} // epoch index -> position in DuplicatesPerCrash
+	for i, e := range epochs {
+		if e.After == "kill9" {
+			crashIdx[i] = len(r.DuplicatesPerCrash)
+			r.DuplicatesPerCrash = append(r.DuplicatesPerCrash, 0)
+		}
+	}
+	for i, d := range got.all {
+		if d.BadFormat {
+			r.BadMessages++
+			r.example("bad message at %s/%d@%d: id %q", d.Sink, d.Part, d.Offset, d.ID)
+			continue
+		}
+		if got.first[d.ID] != i {
+			r.Duplicates++
+			ep := sort.Search(len(epochs), func(j int) bool { return epochs[j].Start.After(d.Arrived) }) - 1
+			if k, ok := crashIdx[ep]; ok {
+				r.DuplicatesPerCrash[k]++
+			} else {
+				r.DuplicatesOtherRuns++
+			}
+			continue
+		}
+		if !truth[d.ID] {
+			r.Phantoms++
+			if states[d.ID] == stRolledBack {
+				r.RolledBackDelivered++
+				r.example("rolled-back row delivered: %s", d.ID)
+			} else {
+				r.example("delivered but not in the table: %s (%s)", d.ID, states[d.ID])
+			}
+			continue
+		}
+		k := d.Sink + "/" + d.Key
+		ks := last[k]
+		if ks == nil {
+			last[k] = &keyState{sink: d.Sink, part: d.Part, seq: d.Seq}
+			continue
+		}
+		if ks.part != d.Part {
+			r.OrderViolations++
+			r.example("key %s in partitions %d and %d", k, ks.part, d.Part)
+		} else if d.Seq <= ks.seq {
+			r.OrderViolations++
+			r.example("key %s: seq %d first arrived after seq %d (%s)", k, d.Seq, ks.seq, d.ID)
+		}
+		if d.Seq > ks.seq {
+			ks.seq = d.Seq
+		}
+		ks.part = d.Part
+	}
+	for _, n := range r.DuplicatesPerCrash {
+		r.MaxDuplicateBurst = max(r.MaxDuplicateBurst, n)
+	}
+	r.OutboxdRuns = len(epochs)
+	return r
+}
+
+// Markdown renders the report as a block for a README or PR.
+func (r *Report) Markdown() string {
+	var b strings.Builder
+	verdict := "PASS"
+	if !r.OK() {
+		verdict = "FAIL"
+	}
+	fmt.Fprintf(&b, "### Chaos run: %s (seed %d)\n\n", verdict, r.Seed)
+	fmt.Fprintf(&b, "| figure | value |\n|---|---|\n")
+	fmt.Fprintf(&b, "| fault phase | %.0f s at ~%.0f rows/s, catch-up %.1f s |\n", r.DurationS, r.Rate, r.CatchUpS)
+	fmt.Fprintf(&b, "| rows committed | %d (of which uncertain-outcome commits: %d) |\n", r.RowsCommitted, r.RowsUncertainCommitted)
+	fmt.Fprintf(&b, "| rows rolled back | %d |\n", r.RowsRolledBack)
+	fmt.Fprintf(&b, "| transactions | %v |\n", r.Transactions)
+	fmt.Fprintf(&b, "| deliveries | %d |\n", r.Delivered)
+	fmt.Fprintf(&b, "| **lost** | **%d** |\n", r.Lost)
+	fmt.Fprintf(&b, "| **order violations** | **%d** |\n", r.OrderViolations)
+	fmt.Fprintf(&b, "| rolled-back rows delivered | %d |\n", r.RolledBackDelivered)
+	fmt.Fprintf(&b, "| phantom / malformed deliveries | %d / %d |\n", r.Phantoms, r.BadMessages)
+	fmt.Fprintf(&b, "| duplicates | %d (after kill -9: %v; other runs: %d) |\n", r.Duplicates, r.DuplicatesPerCrash, r.DuplicatesOtherRuns)
+	fmt.Fprintf(&b, "| largest duplicate burst per crash | %d |\n", r.MaxDuplicateBurst)
+	fmt.Fprintf(&b, "| connections through the MariaDB / Kafka proxies | %d / %d |\n", r.MySQLProxyConns, r.KafkaProxyConns)
+	fmt.Fprintf(&b, "| outboxd runs / unexpected exits | %d / %d |\n", r.OutboxdRuns, r.OutboxdUnexpectedExits)
+	kinds := make([]string, 0, len(r.Faults))
+	total := 0
+	for k, n := range r.Faults {
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+		total += n
+	}
+	sort.Strings(kinds)
+	fmt.Fprintf(&b, "| faults (%d) | %s |\n", total, strings.Join(kinds, ", "))
+	return b.String()
+}
