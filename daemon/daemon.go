@@ -7,13 +7,17 @@ import (
 	"crypto/tls"
 	"database/sql"
 	"errors"
+
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	mysqldriver "github.com/go-sql-driver/mysql"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
@@ -35,8 +39,11 @@ type Options struct {
 	// FromGTID replays from this executed set instead of the checkpoint.
 	FromGTID string
 	// Force accepts a start set that lacks a source the server has.
-	Force  bool
-	Logger zerolog.Logger
+	Force bool
+	// DeadLetterEvents are event ids to dead-letter in this run even under on_poison: stop
+	// (outboxd run --dead-letter-event): the operator's explicit, audited way past a poison row.
+	DeadLetterEvents []string
+	Logger           zerolog.Logger
 	// Version is reported by /status and outboxd_build_info.
 	Version string
 }
@@ -62,13 +69,17 @@ const (
 func Run(ctx context.Context, cfg *config.Config, o Options) error {
 	log := o.Logger
 	started := time.Now()
+	dlEvents, audit, err := deadLetterOverride(cfg, o.DeadLetterEvents, log)
+	if err != nil {
+		return err
+	}
 	store, err := checkpoint.Open(cfg.Checkpoint.Path)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 
-	db, err := server.Open(ctx, sourceConn(cfg))
+	db, err := openSource(ctx, cfg, log)
 	if err != nil {
 		return fmt.Errorf("connect to source %s: %w", cfg.Source.Addr, err)
 	}
@@ -149,6 +160,8 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 			CheckpointInterval: cfg.Checkpoint.Interval,
 			MaxInflightEvents:  cfg.Pipeline.MaxInflightEvents,
 			MaxInflightBytes:   cfg.Pipeline.MaxInflightBytes,
+			DeadLetterEvents:   dlEvents,
+			Audit:              audit,
 			Logger:             log.With().Str("component", "pipeline").Logger(),
 			Metrics:            m,
 		})
@@ -501,5 +514,64 @@ func declareSinks(m *metrics.Metrics, cfg *config.Config) {
 	}
 	for name, rs := range routes {
 		m.DeclareSink(name, rs)
+	}
+}
+
+// deadLetterOverride checks --dead-letter-event against the config and returns the event set
+// and the audit writer: one line per diversion, appended and synced to audit.log beside the
+// checkpoint, so the decision outlives the logs.
+func deadLetterOverride(cfg *config.Config, ids []string, log zerolog.Logger) (map[string]bool, func(string) error, error) {
+	if len(ids) == 0 {
+		return nil, nil, nil
+	}
+	if cfg.DeadLetter == nil {
+		return nil, nil, errors.New("--dead-letter-event needs a dead_letter block ({sink, topic}) to send the row to")
+	}
+	set := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		set[id] = true
+	}
+	path := filepath.Join(filepath.Dir(cfg.Checkpoint.Path), "audit.log")
+	audit := func(line string) error {
+		f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(f, "%s %s\n", time.Now().UTC().Format(time.RFC3339Nano), line); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}
+	log.Warn().Strs("event_ids", ids).Str("audit_file", path).
+		Msg("--dead-letter-event: these rows go to the dead-letter topic if they turn out to be poison")
+	return set, audit, nil
+}
+
+// openSource connects to the source for the start-up queries. A server that is restarting or
+// a network that is briefly away is waited for with the reconnect backoff, as a lost stream
+// is; a refused login is a configuration error and ends the run at once.
+func openSource(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*sql.DB, error) {
+	backoff := reconnectInitial
+	for {
+		db, err := server.Open(ctx, sourceConn(cfg))
+		if err == nil {
+			return db, nil
+		}
+		var me *mysqldriver.MySQLError
+		if errors.As(err, &me) || ctx.Err() != nil {
+			return nil, err // the server answered (access denied, unknown database …)
+		}
+		log.Warn().Err(err).Dur("backoff", backoff).Msg("source not reachable at start, retrying")
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, reconnectMax)
 	}
 }

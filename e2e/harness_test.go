@@ -245,7 +245,7 @@ func (o cfgOpts) yaml() string {
 		interval = "100ms"
 	}
 	b.WriteString(o.Extra)
-	fmt.Fprintf(&b, "retry: {initial: 20ms, max: 200ms}\ncheckpoint: {path: %s, interval: %s}\nlog: {level: debug, format: json}\n",
+	fmt.Fprintf(&b, "retry: {initial: 20ms, max: 200ms}\ncheckpoint: {path: %q, interval: %s}\nlog: {level: debug, format: json}\n",
 		filepath.Join(o.Dir, "checkpoint.json"), interval)
 	return b.String()
 }

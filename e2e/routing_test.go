@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +82,35 @@ func TestUnroutableRow(t *testing.T) {
 		}
 		if got := readCheckpoint(t, o.Dir); got != good {
 			t.Fatalf("checkpoint %q, want %q (the last transaction before the poison row)", got, good)
+		}
+	})
+	t.Run("stop then dead-letter-event", func(t *testing.T) {
+		o := base
+		o.Dir = t.TempDir()
+		o.DeadLetter = "{sink: main, topic: outbox.dead_letter}"
+		cfgPath := writeCfg(t, o)
+		code, out := runBinary(t, "run", "--config", cfgPath)
+		if code == 0 || !strings.Contains(out, "--dead-letter-event lost1") {
+			t.Fatalf("the stop error does not name the way out (exit %d):\n%s", code, out)
+		}
+		// The operator's explicit, audited decision: divert exactly that row, go on.
+		p := startBinary(t, "run", "--config", cfgPath, "--dead-letter-event", "lost1")
+		oc := newConsumer(t, kc, "order.created")
+		oc.waitForEvent("ok2", 20*time.Second)
+		dl := newConsumer(t, kc, "outbox.dead_letter")
+		found := false
+		for _, r := range dl.settle(time.Second) {
+			found = found || header(r, "event_id") == "lost1"
+		}
+		if !found {
+			t.Fatalf("lost1 was not dead-lettered:\n%s", p.output())
+		}
+		audit, err := os.ReadFile(filepath.Join(o.Dir, "audit.log"))
+		if err != nil || !strings.Contains(string(audit), `"lost1"`) || !strings.Contains(string(audit), "--dead-letter-event") {
+			t.Fatalf("audit.log = %q, %v", audit, err)
+		}
+		if !strings.Contains(p.output(), "operator_override") {
+			t.Fatalf("the override is not in the logs:\n%s", p.output())
 		}
 	})
 	t.Run("dead_letter", func(t *testing.T) {

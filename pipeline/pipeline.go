@@ -84,7 +84,12 @@ type Config struct {
 	// DrainTimeout bounds how long sends may go on after the input context ends (default
 	// 30s). Unacknowledged events are then left for the next run.
 	DrainTimeout time.Duration
-	Logger       zerolog.Logger
+	// DeadLetterEvents are event ids an operator chose to dead-letter under on_poison: stop
+	// (outboxd run --dead-letter-event). Each diversion is passed to Audit.
+	DeadLetterEvents map[string]bool
+	// Audit records an operator override durably; nil records nothing.
+	Audit  func(line string) error
+	Logger zerolog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Metrics receives rows read, deliveries, failures, dead letters, send durations, retries,
@@ -398,25 +403,46 @@ func (p *Pipeline) saveLoop(done <-chan struct{}) error {
 // error that ends the run; under dead_letter it returns the dead-letter message instead.
 // why is the dead-letter reason label (metrics.ReasonNoRoute, ReasonMalformed, ReasonRejected).
 func (p *Pipeline) poison(t *binlog.Txn, ev *binlog.Event, reason error, why string) (string, *sink.Message, error) {
-	if p.cfg.OnPoison != PoisonDeadLetter {
-		return "", nil, &PoisonError{Err: reason}
+	eventID := string(ev.EventID.Bytes)
+	override := p.cfg.OnPoison != PoisonDeadLetter && p.cfg.DeadLetterEvents[eventID]
+	if p.cfg.OnPoison != PoisonDeadLetter && !override {
+		return "", nil, &PoisonError{Err: reason, EventID: eventID}
 	}
 	name, msg, err := p.cfg.Router.DeadLetter(t, ev, reason)
 	if err != nil {
-		return "", nil, &PoisonError{Err: fmt.Errorf("%w; building its dead letter failed too: %w", reason, err)}
+		return "", nil, &PoisonError{Err: fmt.Errorf("%w; building its dead letter failed too: %w", reason, err), EventID: eventID}
 	}
 	p.m.DeadLettered(why)
-	p.cfg.Logger.Warn().Str("gtid", t.GTID).Str("table", ev.Schema+"."+ev.Table).
-		Str("event_id", string(ev.EventID.Bytes)).Str("sink", name).Str("topic", msg.Topic).
+	log := p.cfg.Logger.Warn()
+	if override {
+		// The operator chose to divert this one row under on_poison: stop; leave a trace of
+		// that decision beside the checkpoint, not only in the logs.
+		log = log.Bool("operator_override", true)
+		if p.cfg.Audit != nil {
+			if err := p.cfg.Audit(fmt.Sprintf("dead-lettered event_id %q (table %s.%s, gtid %s) by --dead-letter-event: %v",
+				eventID, ev.Schema, ev.Table, t.GTID, reason)); err != nil {
+				return "", nil, fmt.Errorf("write the audit record for --dead-letter-event %s: %w", eventID, err)
+			}
+		}
+	}
+	log.Str("gtid", t.GTID).Str("table", ev.Schema+"."+ev.Table).
+		Str("event_id", eventID).Str("sink", name).Str("topic", msg.Topic).
 		AnErr("reason", reason).Msg("row dead-lettered")
 	return name, msg, nil
 }
 
 // PoisonError ends a run under on_poison: stop. Err says which row and what to do.
-type PoisonError struct{ Err error }
+type PoisonError struct {
+	Err     error
+	EventID string
+}
 
 func (e *PoisonError) Error() string {
-	return "poison row, stopping (on_poison: stop): " + e.Err.Error()
+	msg := "poison row, stopping (on_poison: stop): " + e.Err.Error()
+	if e.EventID != "" {
+		msg += fmt.Sprintf("; to divert just this row and go on, run once with --dead-letter-event %s (needs a dead_letter block; the decision is logged and written to the audit file beside the checkpoint)", e.EventID)
+	}
+	return msg
 }
 
 func (e *PoisonError) Unwrap() error { return e.Err }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -64,6 +65,8 @@ func newLogger(c config.Log, w io.Writer) zerolog.Logger {
 func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := newConfigFlags("run", stderr)
 	from := fs.String("from-gtid", "", "replay from this executed GTID set instead of the checkpoint")
+	var dlEvents stringList
+	fs.Var(&dlEvents, "dead-letter-event", "dead-letter the poison row with this event_id in this run, even under on_poison: stop (repeatable; audited)")
 	force := fs.Bool("force", false, "accept a start GTID set that lacks a source the server has")
 	cfg, err := fs.load(args)
 	if err != nil {
@@ -71,7 +74,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := newLogger(cfg.Log, stderr)
 	log.Info().Str("version", version).Msg("outboxd starting")
-	err = daemon.Run(ctx, cfg, daemon.Options{FromGTID: *from, Force: *force, Logger: log, Version: version})
+	err = daemon.Run(ctx, cfg, daemon.Options{FromGTID: *from, Force: *force, DeadLetterEvents: dlEvents, Logger: log, Version: version})
 	if err != nil {
 		log.Error().Err(err).Msg("outboxd stopped with an error")
 		return fmt.Errorf("%w: %w", errReported, err)
@@ -193,3 +196,9 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	return st.Print(stdout)
 }
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }

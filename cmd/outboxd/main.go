@@ -24,7 +24,8 @@ var version = "dev"
 const usage = `outboxd relays outbox rows from the MySQL/MariaDB binlog to Kafka and RocketMQ.
 
 Usage:
-  outboxd run --config F [--from-gtid SET [--force]]   stream and deliver until SIGTERM/SIGINT
+  outboxd run --config F [--from-gtid SET [--force]] [--dead-letter-event ID]...
+                                                        stream and deliver until SIGTERM/SIGINT
   outboxd check --config F                              verify the server, privileges and sinks
   outboxd status --config F [--json]                    show a running outboxd's state (from admin.listen)
   outboxd checkpoint show --config F                    print the saved checkpoint as JSON
