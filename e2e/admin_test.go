@@ -221,20 +221,7 @@ func TestAdminLagReadinessAndStatus(t *testing.T) {
 	}
 
 	// The broker comes back: ready again, everything delivered, lag back to 0.
-	var kc2 *kfake.Cluster
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(portNum(t, port)), kfake.DataDir(dataDir), kfake.SyncWrites())
-		if err == nil {
-			kc2 = c
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("restart kfake: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Cleanup(kc2.Close)
+	restartKafka(t, port, dataDir)
 	admWaitReady(t, admin, http.StatusOK, 30*time.Second)
 	admWaitFor(t, 20*time.Second, func() string { return fmt.Sprintf("lag %v", vals) }, func() bool {
 		vals, _ = admScrape(t, admin)

@@ -125,20 +125,7 @@ func TestBrokerOutage(t *testing.T) {
 	}
 
 	// The broker comes back on the same port with its data.
-	var kc2 *kfake.Cluster
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(portNum(t, port)), kfake.DataDir(dataDir), kfake.SyncWrites())
-		if err == nil {
-			kc2 = c
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("restart kfake: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Cleanup(kc2.Close)
+	kc2 := restartKafka(t, port, dataDir)
 	for i := 60; i < 70; i++ {
 		commit(i)
 	}
@@ -160,4 +147,22 @@ func portNum(t *testing.T, addr string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// restartKafka brings a kfake broker back on the port it had, with the data it stored
+// (DataDir), as a broker process restarting would; the port may take a moment to free up.
+func restartKafka(t *testing.T, port, dataDir string) *kfake.Cluster {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(portNum(t, port)), kfake.DataDir(dataDir), kfake.SyncWrites())
+		if err == nil {
+			t.Cleanup(c.Close)
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("restart kfake: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
