@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -210,6 +211,14 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 			p.m.Failed(name, it.route, kind, 1)
 			if kind == metrics.KindPermanent {
 				if it.dead {
+					if stripped, ok := withoutPayload(it.msg); ok {
+						// A dead letter is refused for good mostly because the row's payload is
+						// what is wrong with it (too large). Send the rest: the reason, the
+						// headers and the row's table, id and GTID say where to find it.
+						it.msg = stripped
+						retry = append(retry, it)
+						continue
+					}
 					return nil, &PoisonError{Err: fmt.Errorf("dead letter for %s rejected by sink %s: %w", describe(it), name, f.Err)}
 				}
 				rejected = append(rejected, rejection{item: it, err: fmt.Errorf("%s rejected by sink %s topic %s: %w",
@@ -273,4 +282,26 @@ func describe(it item) string {
 		id = "id " + it.ev.ID + ", "
 	}
 	return fmt.Sprintf("outbox row in %s.%s (%sevent_id %q, gtid %s)", it.ev.Schema, it.ev.Table, id, it.ev.EventID.Bytes, it.txn.GTID)
+}
+
+// HeaderPayloadOmitted marks a dead letter sent without the row's payload because the broker
+// refused it with the payload; its value is the payload's size in bytes.
+const HeaderPayloadOmitted = "outbox_dead_letter_payload_omitted"
+
+// withoutPayload returns a copy of a dead letter without its value, or false if it has none
+// left to drop.
+func withoutPayload(m *sink.Message) (*sink.Message, bool) {
+	if len(m.Value) == 0 {
+		return nil, false
+	}
+	for _, h := range m.Headers {
+		if h.Key == HeaderPayloadOmitted {
+			return nil, false
+		}
+	}
+	c := *m
+	c.Value = nil
+	c.Headers = append(append([]sink.Header(nil), m.Headers...),
+		sink.Header{Key: HeaderPayloadOmitted, Value: []byte(strconv.Itoa(len(m.Value)))})
+	return &c, true
 }
