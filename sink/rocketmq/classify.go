@@ -3,11 +3,19 @@ package rocketmq
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/outboxd/outboxd/sink"
 )
+
+// ErrAuth marks a send the broker's ACL rejected: the AccessKey is unknown, the signature does
+// not match (wrong SecretKey), or the request carried no credentials. It is transient on
+// purpose: the rows are fine and the operator must fix the config, so the pipeline retries with
+// backoff and reports the sink as down instead of dead-lettering every row. Test with
+// errors.Is.
+var ErrAuth = errors.New("rocketmq ACL authentication failed")
 
 // Errors the sink raises itself. classify decides whether each is permanent.
 var (
@@ -78,11 +86,14 @@ func needsRouteCheck(err error) bool {
 // classify is the one place that decides whether retrying err can succeed: it returns err
 // wrapped with sink.Permanent when it cannot, and err unchanged otherwise. Permanent: a topic
 // the NameServer confirmed missing, a message the broker calls illegal (13) or too large, no
-// permission (16) or an ACL rejection (SYSTEM_ERROR with an AclException: credentials or
-// grants must change), an empty body or a bad topic name. Everything else is transient:
+// permission (16), an empty body or a bad topic name. Everything else is transient:
 // SYSTEM_ERROR (1), SYSTEM_BUSY (2), SERVICE_NOT_AVAILABLE (14), the non-OK statuses,
 // timeouts, connection errors, a missing route not confirmed by the NameServer, a cancelled
-// ctx, because the same bytes can succeed once the cluster heals.
+// ctx, because the same bytes can succeed once the cluster heals. An ACL rejection
+// (SYSTEM_ERROR with an AclException) is transient too but wrapped with ErrAuth: it is a
+// config mistake that fails every row alike, so treating it as poison would dead-letter or
+// stop on good rows. The broker's text names the AccessKey and never the SecretKey (it only
+// ever sees an HMAC of it), so the wrapped error is safe to log.
 func classify(err error) error {
 	switch {
 	case err == nil:
@@ -102,8 +113,9 @@ func classify(err error) error {
 		case codeSystemError:
 			// RocketMQ 4.x's plain ACL answers a bad AccessKey, signature or grant with
 			// SYSTEM_ERROR and the exception's text.
-			if strings.Contains(err.Error(), "AclException") {
-				return sink.Permanent(err)
+			if strings.Contains(err.Error(), "AclException") && !errors.Is(err, ErrAuth) {
+				return fmt.Errorf("%w: the broker rejected the request's ACL signature (check the sink's access_key, "+
+					"secret_key or secret_key_file, and that the broker's plain_acl.yml knows that access key): %w", ErrAuth, err)
 			}
 		}
 	}

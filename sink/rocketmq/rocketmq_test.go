@@ -407,7 +407,7 @@ func TestClassifyBrokerCodes(t *testing.T) {
 	}{
 		{fmt.Errorf("CODE: 13, DESC: the message is illegal"), true},
 		{fmt.Errorf("CODE: 16, DESC: the broker[broker-a] sending message is forbidden"), true},
-		{fmt.Errorf("CODE: 1, DESC: AclException: check signature failed"), true},
+		{fmt.Errorf("CODE: 1, DESC: AclException: check signature failed"), false}, // ErrAuth: transient
 		{fmt.Errorf("CODE: 1, DESC: store error"), false},
 		{fmt.Errorf("CODE: 2, DESC: [TIMEOUT_CLEAN_QUEUE]broker busy"), false},
 		{fmt.Errorf("CODE: 14, DESC: service not available"), false},
@@ -421,6 +421,13 @@ func TestClassifyBrokerCodes(t *testing.T) {
 		if got := sink.IsPermanent(classify(tc.err)); got != tc.permanent {
 			t.Errorf("classify(%q) permanent=%v, want %v", tc.err, got, tc.permanent)
 		}
+	}
+	acl := classify(errors.New("CODE: 1, DESC: AclException: check signature failed for accessKey=ak"))
+	if !errors.Is(acl, ErrAuth) || !strings.Contains(acl.Error(), "ACL") || !strings.Contains(acl.Error(), "accessKey=ak") {
+		t.Errorf("ACL rejection: %v, want ErrAuth naming ACL and the access key", acl)
+	}
+	if again := classify(acl); again.Error() != acl.Error() {
+		t.Errorf("classify wrapped ErrAuth twice: %v", again)
 	}
 	if c, ok := brokerCode(errors.New("send: CODE: 17  DESC: x")); !ok || c != 17 {
 		t.Errorf("brokerCode with MQClientErr's format: %d %v", c, ok)
@@ -570,8 +577,10 @@ func TestACL(t *testing.T) {
 	}
 	bad := newSink(t, c, func(cfg *Config) { cfg.AccessKey, cfg.SecretKey = "ak", "wrong" })
 	se := sendErr(t, bad.Send(t.Context(), keyed(topic, []string{"b"}, 1)))
-	if !sink.IsPermanent(se.Failures[0].Err) || strings.Contains(se.Error(), "wrong") {
-		t.Fatalf("wrong secret: %v, want a permanent failure that does not quote the secret", se)
+	ferr := se.Failures[0].Err
+	if sink.IsPermanent(ferr) || !errors.Is(ferr, ErrAuth) || strings.Contains(se.Error(), "wrong") ||
+		!strings.Contains(ferr.Error(), "access_key") || !strings.Contains(ferr.Error(), "accessKey=ak") {
+		t.Fatalf("wrong secret: %v, want a transient ErrAuth naming the access key and not the secret", se)
 	}
 }
 
