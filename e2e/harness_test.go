@@ -208,6 +208,7 @@ type cfgOpts struct {
 	User, Pass string
 	ServerID   int
 	Extra      string // more top-level YAML
+	Addr       string // the source address, when not Srv.Addr (a proxy in front of it)
 }
 
 var serverIDs atomic.Int64
@@ -221,7 +222,11 @@ func (o cfgOpts) yaml() string {
 	if o.ServerID == 0 {
 		o.ServerID = 1000 + int(serverIDs.Add(1))
 	}
-	fmt.Fprintf(&b, "source:\n  flavor: mariadb\n  addr: %s\n  user: %s\n  password: %q\n  server_id: %d\n", o.Srv.Addr, user, o.Pass, o.ServerID)
+	addr := o.Srv.Addr
+	if o.Addr != "" {
+		addr = o.Addr
+	}
+	fmt.Fprintf(&b, "source:\n  flavor: mariadb\n  addr: %s\n  user: %s\n  password: %q\n  server_id: %d\n", addr, user, o.Pass, o.ServerID)
 	if o.Start != "" {
 		fmt.Fprintf(&b, "  start: %q\n", o.Start)
 	}
