@@ -27,6 +27,15 @@ func rmqSink(c *rocketmq.Cluster) string {
 	return fmt.Sprintf("{type: rocketmq, nameservers: [%q], send_timeout: 1s}", c.NameServer())
 }
 
+// rmqCfg relays w's outbox table from its current position to the RocketMQ cluster rc, as
+// sink "rmq", with routes (YAML list items).
+func rmqCfg(t *testing.T, w *world, rc *rocketmq.Cluster, routes string) cfgOpts {
+	return cfgOpts{
+		Srv: w.srv, Start: w.position(), Dir: t.TempDir(), Tables: []string{w.schema + ".outbox_event"},
+		Sinks: map[string]string{"rmq": rmqSink(rc)}, Routes: routes,
+	}
+}
+
 // waitRMQ waits until topic holds at least n messages.
 func waitRMQ(t *testing.T, c *rocketmq.Cluster, topic string, n int, timeout time.Duration) []rocketmq.Message {
 	t.Helper()
@@ -83,11 +92,7 @@ func checkRMQKeyOrder(t *testing.T, ms []rocketmq.Message, committed []string, k
 func TestRocketMQDelivery(t *testing.T) {
 	w := newWorld(t, sharedServer(t))
 	rc := rmqCluster(t, rocketmq.Options{Topics: []string{"PAY_EVENT"}})
-	o := cfgOpts{
-		Srv: w.srv, Start: w.position(), Dir: t.TempDir(), Tables: []string{w.schema + ".outbox_event"},
-		Sinks:  map[string]string{"rmq": rmqSink(rc)},
-		Routes: "  - match: {topic: \"pay.*\"}\n    sink: rmq\n    topic: PAY_EVENT\n    tag: \"{event_type}\"\n",
-	}
+	o := rmqCfg(t, w, rc, "  - match: {topic: \"pay.*\"}\n    sink: rmq\n    topic: PAY_EVENT\n    tag: \"{event_type}\"\n")
 	startRelay(t, o, daemon.Options{})
 
 	big := []byte(strings.Repeat("0123456789abcdef", 600)) // > 4 KiB: the client compresses it
@@ -137,11 +142,7 @@ func TestRocketMQDelivery(t *testing.T) {
 func TestRocketMQNonOKStatusIsNotAnAck(t *testing.T) {
 	w := newWorld(t, sharedServer(t))
 	rc := rmqCluster(t, rocketmq.Options{Topics: []string{"T"}})
-	o := cfgOpts{
-		Srv: w.srv, Start: w.position(), Dir: t.TempDir(), Tables: []string{w.schema + ".outbox_event"},
-		Sinks:  map[string]string{"rmq": rmqSink(rc)},
-		Routes: "  - sink: rmq\n    topic: T\n",
-	}
+	o := rmqCfg(t, w, rc, "  - sink: rmq\n    topic: T\n")
 	startRelay(t, o, daemon.Options{})
 	first := w.commit(row{EventID: "warmup", Key: "k", Topic: "t", Payload: []byte("w")})
 	waitRMQ(t, rc, "T", 1, 20*time.Second)
@@ -186,11 +187,7 @@ func TestRocketMQNonOKStatusIsNotAnAck(t *testing.T) {
 func TestRocketMQOutageAndCrash(t *testing.T) {
 	w := newWorld(t, sharedServer(t))
 	rc := rmqCluster(t, rocketmq.Options{Topics: []string{"T"}})
-	o := cfgOpts{
-		Srv: w.srv, Start: w.position(), Dir: t.TempDir(), Tables: []string{w.schema + ".outbox_event"},
-		Sinks:  map[string]string{"rmq": rmqSink(rc)},
-		Routes: "  - sink: rmq\n    topic: T\n",
-	}
+	o := rmqCfg(t, w, rc, "  - sink: rmq\n    topic: T\n")
 	cfgPath := writeCfg(t, o)
 	p := startBinary(t, "run", "--config", cfgPath)
 	var committed []string
