@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/testenv/faultproxy"
+	"github.com/outboxd/outboxd/testenv/kafkafault"
 )
 
 const (
@@ -136,20 +137,7 @@ func (k *kafka) failProduces(n int, code int16) bool {
 		if remaining > 0 {
 			c.KeepControl()
 		}
-		pr := req.(*kmsg.ProduceRequest)
-		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
-		resp.Version = pr.Version
-		for _, t := range pr.Topics {
-			rt := kmsg.NewProduceResponseTopic()
-			rt.Topic, rt.TopicID = t.Topic, t.TopicID
-			for _, p := range t.Partitions {
-				rp := kmsg.NewProduceResponseTopicPartition()
-				rp.Partition = p.Partition
-				rp.ErrorCode = code
-				rt.Partitions = append(rt.Partitions, rp)
-			}
-			resp.Topics = append(resp.Topics, rt)
-		}
+		resp := kafkafault.ProduceError(req.(*kmsg.ProduceRequest), code)
 		return resp, nil, true
 	})
 	return true

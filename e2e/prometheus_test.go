@@ -24,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/daemon"
+	"github.com/outboxd/outboxd/testenv/kafkafault"
 )
 
 // A real Prometheus scrapes outboxd's admin endpoint, and every query of the shipped Grafana
@@ -182,24 +183,13 @@ func failProduceOnce(c *kfake.Cluster, topic string, code int16) {
 	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		req := kreq.(*kmsg.ProduceRequest)
 		found := false
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
 		for _, rt := range req.Topics {
 			found = found || rt.Topic == topic
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = code
-				sp.BaseOffset = -1
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
 		}
 		if !found {
 			return nil, nil, false // not handled: the control stays for the next request
 		}
-		return resp, nil, true
+		return kafkafault.ProduceError(req, code), nil, true
 	})
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/sink/sinktest"
+	"github.com/outboxd/outboxd/testenv/kafkafault"
 )
 
 // env is an in-process kfake cluster plus a real franz-go client to create topics and read back.
@@ -164,23 +165,6 @@ func hasTopic(req *kmsg.ProduceRequest, topic string, partition int32) bool {
 	return false
 }
 
-func errorResponse(req *kmsg.ProduceRequest, code int16) *kmsg.ProduceResponse {
-	resp := req.ResponseKind().(*kmsg.ProduceResponse)
-	for _, rt := range req.Topics {
-		st := kmsg.NewProduceResponseTopic()
-		st.Topic = rt.Topic
-		for _, rp := range rt.Partitions {
-			sp := kmsg.NewProduceResponseTopicPartition()
-			sp.Partition = rp.Partition
-			sp.ErrorCode = code
-			sp.BaseOffset = -1
-			st.Partitions = append(st.Partitions, sp)
-		}
-		resp.Topics = append(resp.Topics, st)
-	}
-	return resp
-}
-
 // failProduce answers the next count produce requests for topic (and partition, unless it is
 // negative; count < 0 means until the test ends) with code instead of storing them.
 func (e *env) failProduce(topic string, partition int32, code int16, count int) {
@@ -203,7 +187,7 @@ func (e *env) failProduce(topic string, partition int32, code int16, count int) 
 		if left != 0 {
 			e.c.KeepControl()
 		}
-		return errorResponse(req, code), nil, true
+		return kafkafault.ProduceError(req, code), nil, true
 	})
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/sink/sinktest"
+	"github.com/outboxd/outboxd/testenv/kafkafault"
 )
 
 func TestConformance(t *testing.T) {
@@ -509,7 +510,7 @@ func TestFailedBatchStopsPartition(t *testing.T) {
 		if !hasTopic(req, topic, -1) || seen.Add(1) != 2 {
 			return nil, nil, false
 		}
-		return errorResponse(req, codeNotEnoughReplicas), nil, true
+		return kafkafault.ProduceError(req, codeNotEnoughReplicas), nil, true
 	})
 	msgs := keyed(topic, 30, func(int) string { return "same" })
 	for _, m := range msgs {
