@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -251,69 +250,26 @@ func (s *Sink) Send(ctx context.Context, msgs []*sink.Message) error {
 			}
 		}
 	}
-	cascade(msgs, errs)
+	sink.CascadeByKey(msgs, errs, errNotSent)
 
 	batches := s.assign(msgs, errs, infos)
 	// kafka-go runs one request at a time per connection, so each concurrent partition request
-	// holds a connection of its own; the semaphore caps how many a wide Send opens.
-	sem := make(chan struct{}, maxInFlight)
-	var wg sync.WaitGroup
-	for _, b := range batches {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case sem <- struct{}{}:
-				defer func() { <-sem }()
-			case <-ctx.Done():
-				for _, i := range b.idx {
-					errs[i] = fmt.Errorf("topic %s partition %d: %w", b.topic, b.partition, ctx.Err())
-				}
-				return
+	// holds a connection of its own; the limit caps how many a wide Send opens.
+	sink.FanOut(ctx, len(batches), maxInFlight,
+		func(k int) { s.sendPartition(ctx, start, msgs, batches[k], errs) },
+		func(k int) {
+			b := batches[k]
+			for _, i := range b.idx {
+				errs[i] = fmt.Errorf("topic %s partition %d: %w", b.topic, b.partition, ctx.Err())
 			}
-			s.sendPartition(ctx, start, msgs, b, errs)
-		}()
-	}
-	wg.Wait()
-	cascade(msgs, errs)
+		})
+	sink.CascadeByKey(msgs, errs, errNotSent)
 	if s.closed.Load() {
 		// A Send racing Close may have opened a fresh connection pool; drop it.
 		s.transport.CloseIdleConnections()
 	}
 
-	var fs []sink.Failure
-	for i, err := range errs {
-		if err != nil {
-			fs = append(fs, sink.Failure{Index: i, Err: s.authError(err)})
-		}
-	}
-	if len(fs) == 0 {
-		return nil
-	}
-	return &sink.SendError{Failures: fs}
-}
-
-// cascade fails every keyed message that follows a failed message with the same key, so the
-// caller's resend cannot put a later message before an earlier one.
-func cascade(msgs []*sink.Message, errs []error) {
-	if !slices.ContainsFunc(errs, func(err error) bool { return err != nil }) {
-		return // the common case: nothing failed, nothing to cascade
-	}
-	first := make(map[string]int)
-	for i, m := range msgs {
-		if m == nil || m.Key == nil {
-			continue
-		}
-		if j, failed := first[string(m.Key)]; failed { // no allocation for the lookup
-			if errs[i] == nil {
-				errs[i] = fmt.Errorf("topic %s: message %d follows failed message %d with the same key: %w", m.Topic, i, j, errNotSent)
-			}
-			continue
-		}
-		if errs[i] != nil {
-			first[string(m.Key)] = i
-		}
-	}
+	return sink.Collect(errs, s.authError)
 }
 
 // assign picks each pending message's partition and groups them per partition in slice order.

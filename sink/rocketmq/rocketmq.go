@@ -438,41 +438,21 @@ func (s *Sink) Send(ctx context.Context, msgs []*sink.Message) error {
 		}
 		out[i] = outMsg{m: m, pm: pm, hash: h}
 	}
-	cascade(msgs, errs)
+	sink.CascadeByKey(msgs, errs, errNotSent)
 
 	lanes := s.assign(out, errs)
 	run := &sendRun{s: s, msgs: msgs, out: out, errs: errs, topicErr: map[string]error{}}
-	sem := make(chan struct{}, maxLanes)
-	var wg sync.WaitGroup
-	for _, l := range lanes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case sem <- struct{}{}:
-				defer func() { <-sem }()
-			case <-ctx.Done():
-				for _, i := range l.idx {
-					errs[i] = fmt.Errorf("rocketmq sink %q: topic %s: %w", s.name, l.topic, ctx.Err())
-				}
-				return
+	sink.FanOut(ctx, len(lanes), maxLanes,
+		func(k int) { run.lane(ctx, lanes[k]) },
+		func(k int) {
+			l := lanes[k]
+			for _, i := range l.idx {
+				errs[i] = fmt.Errorf("rocketmq sink %q: topic %s: %w", s.name, l.topic, ctx.Err())
 			}
-			run.lane(ctx, l)
-		}()
-	}
-	wg.Wait()
-	cascade(msgs, errs)
+		})
+	sink.CascadeByKey(msgs, errs, errNotSent)
 
-	var fs []sink.Failure
-	for i, err := range errs {
-		if err != nil {
-			fs = append(fs, sink.Failure{Index: i, Err: err})
-		}
-	}
-	if len(fs) == 0 {
-		return nil
-	}
-	return &sink.SendError{Failures: fs}
+	return sink.Collect(errs, nil)
 }
 
 // assign groups the sendable messages into lanes: per topic, hash modulo the topic's queue
@@ -748,25 +728,4 @@ func (s *Sink) Check(ctx context.Context, topics []string) error {
 		return fmt.Errorf("rocketmq sink %q: %w", s.name, err)
 	}
 	return nil
-}
-
-// cascade fails every keyed message that follows a failed message with the same key, so the
-// caller's resend cannot put a later message before an earlier one.
-func cascade(msgs []*sink.Message, errs []error) {
-	first := make(map[string]int)
-	for i, m := range msgs {
-		if m == nil || m.Key == nil {
-			continue
-		}
-		k := string(m.Key)
-		if j, failed := first[k]; failed {
-			if errs[i] == nil {
-				errs[i] = fmt.Errorf("topic %s: message %d follows failed message %d with the same key: %w", m.Topic, i, j, errNotSent)
-			}
-			continue
-		}
-		if errs[i] != nil {
-			first[k] = i
-		}
-	}
 }
