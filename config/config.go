@@ -89,6 +89,12 @@ type Source struct {
 	// Heartbeat, when set, makes outboxd upsert one row of a table on an interval, so a quiet
 	// database still produces binlog transactions that move the checkpoint.
 	Heartbeat *Heartbeat `yaml:"heartbeat"`
+	// SkipChecks names start-up checks (server.CheckNames) whose problems outboxd run logs as
+	// warnings instead of refusing to start: for a check that is wrong about a given server.
+	SkipChecks []string `yaml:"skip_checks"`
+	// AllowMinimalRowMetadata accepts binlog_row_metadata other than FULL, with its risk of
+	// fields mapped to the wrong columns after an ALTER TABLE.
+	AllowMinimalRowMetadata bool `yaml:"allow_minimal_row_metadata"`
 }
 
 // Heartbeat is the optional heartbeat row: outboxd writes (id = server_id, ts = NOW(6)) into
@@ -268,6 +274,11 @@ func parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 }
 
 func parseFiles(data []byte, lookup func(string) (string, bool), readFile func(string) ([]byte, error)) (*Config, error) {
+	return parseWith(data, lookup, readFile, false)
+}
+
+// parseWith is parseFiles; noSecrets leaves the secrets out (see LoadWithoutSecrets).
+func parseWith(data []byte, lookup func(string) (string, bool), readFile func(string) ([]byte, error), noSecrets bool) (*Config, error) {
 	var root yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
@@ -278,7 +289,7 @@ func parseFiles(data []byte, lookup func(string) (string, bool), readFile func(s
 		return nil, errors.New("the file holds more than one YAML document; keep only one")
 	}
 
-	w := walker{lookup: lookup, lines: map[string]int{}}
+	w := walker{lookup: lookup, lines: map[string]int{}, noSecrets: noSecrets}
 	w.walk(&root, configType, "")
 	c := &Config{}
 	if root.Kind != 0 {
@@ -291,7 +302,10 @@ func parseFiles(data []byte, lookup func(string) (string, bool), readFile func(s
 	c.ApplyDefaults()
 	// Secrets from files first, so Validate sees the values (access_key and secret_key come as
 	// a pair whichever way each is given).
-	fileErrs := c.resolveFiles(readFile)
+	if noSecrets {
+		readFile = withoutSecretFiles(readFile)
+	}
+	fileErrs := c.resolveFiles(readFile, noSecrets)
 	err := c.Validate()
 	if len(fileErrs) > 0 {
 		// One flat join, so callers and notUnder see every FieldError at the same level.

@@ -53,6 +53,8 @@ type walker struct {
 	steps  int
 	// expanded holds the scalar nodes whose value was already expanded.
 	expanded map[*yaml.Node]bool
+	// noSecrets replaces secret values by a placeholder without expanding them.
+	noSecrets bool
 }
 
 func (w *walker) fail(path string, line int, format string, args ...any) {
@@ -178,6 +180,10 @@ func (w *walker) pairs(n *yaml.Node, t reflect.Type, path string) [][2]*yaml.Nod
 func (w *walker) walkScalar(n *yaml.Node, t reflect.Type, path string) {
 	if n.Kind != yaml.ScalarNode {
 		w.fail(path, n.Line, "want %s, got %s", describeType(t), describeNode(n))
+		return
+	}
+	if w.noSecrets && isSecretField(path) && n.Value != "" {
+		n.Value, n.Tag, n.Style = secretPlaceholder, "!!str", yaml.DoubleQuotedStyle
 		return
 	}
 	// An aliased node is visited once per alias; its value must be expanded only once, or a

@@ -42,6 +42,7 @@ func (c *Config) Redacted() *Config {
 
 func (s Source) redacted() Source {
 	s.Password = redact(s.Password)
+	s.SkipChecks = slices.Clone(s.SkipChecks)
 	if s.TLS != nil {
 		t := *s.TLS
 		s.TLS = &t

@@ -94,7 +94,7 @@ func readLimitedFile(name string) ([]byte, error) {
 // resolveFiles reads every *_file secret into its value field and every ca_file into memory,
 // returning one FieldError per problem. A secret given both ways is an error: which one wins
 // would otherwise be a guess.
-func (c *Config) resolveFiles(readFile func(string) ([]byte, error)) []error {
+func (c *Config) resolveFiles(readFile func(string) ([]byte, error), skipCA bool) []error {
 	p := &problems{c: c}
 	secret := func(field string, val *string, file string) {
 		if file == "" {
@@ -118,7 +118,7 @@ func (c *Config) resolveFiles(readFile func(string) ([]byte, error)) []error {
 		*val = v
 	}
 	ca := func(field, file string) []byte {
-		if file == "" {
+		if file == "" || skipCA {
 			return nil
 		}
 		b, err := readFile(file)

@@ -28,6 +28,7 @@ func (p *problems) add(field, format string, args ...any) {
 func (c *Config) Validate() error {
 	p := &problems{c: c}
 	c.validateSource(p)
+	c.validateSkipChecks(p)
 	c.validateTables(p)
 	c.validateSinks(p)
 	c.validateRoutes(p)

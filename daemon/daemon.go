@@ -84,6 +84,11 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 		return fmt.Errorf("connect to source %s: %w", cfg.Source.Addr, err)
 	}
 	defer db.Close()
+	// Before anything reads positions: log_bin off or the wrong flavor would otherwise surface
+	// as a confusing GTID error.
+	if err := startPreflight(ctx, db, cfg, log); err != nil {
+		return err
+	}
 
 	start, origin, err := ResolveStart(ctx, db, cfg, store, o.FromGTID, o.Force)
 	if err != nil {
@@ -213,6 +218,10 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, reconnectMax)
+		if err := reverify(ctx, db, cfg, log); err != nil {
+			log.Info().Str("gtid_set", start.String()).Msg("stopped")
+			return err
+		}
 	}
 }
 
@@ -257,9 +266,9 @@ func runSession(ctx context.Context, reader *binlog.Reader, pl *pipeline.Pipelin
 // losing events, which takes an explicit new position from the operator.
 func ResolveStart(ctx context.Context, db *sql.DB, cfg *config.Config, store *checkpoint.Store, fromGTID string, force bool) (gtid.Set, string, error) {
 	flavor := cfg.Source.Flavor
-	serverPos, err := server.Position(ctx, db, flavor)
+	serverPos, err := readServerPosition(ctx, db, flavor)
 	if err != nil {
-		return gtid.Set{}, "", fmt.Errorf("read the server's GTID position: %w", err)
+		return gtid.Set{}, "", err
 	}
 	var start gtid.Set
 	var origin string
@@ -282,7 +291,11 @@ func ResolveStart(ctx context.Context, db *sql.DB, cfg *config.Config, store *ch
 			if start, err = cp.Set(); err != nil {
 				return gtid.Set{}, "", fmt.Errorf("checkpoint %s: %w", cfg.Checkpoint.Path, err)
 			}
-			// Missing sources were checked when the set was first chosen; purges happen since.
+			// Missing sources were checked when the set was first chosen; purges happen since,
+			// and a server restored from a backup or reset is behind its replicas' checkpoints.
+			if err := checkAhead(ctx, db, start, serverPos, "checkpoint"); err != nil {
+				return gtid.Set{}, "", err
+			}
 			if err := checkPurged(ctx, db, flavor, start, "checkpoint", cfg.Checkpoint.Path); err != nil {
 				return gtid.Set{}, "", err
 			}
@@ -309,15 +322,7 @@ func ResolveStart(ctx context.Context, db *sql.DB, cfg *config.Config, store *ch
 			origin = "source.start"
 		}
 	}
-	if missing := start.MissingSources(serverPos); len(missing) > 0 && !force {
-		what := "server UUIDs"
-		if flavor == gtid.MariaDB {
-			what = "domains"
-		}
-		return gtid.Set{}, "", fmt.Errorf("%s %s lacks %s %s that the server has (%s): starting there would replay them from their first transaction; add their current positions to the set, or pass --force to do exactly that",
-			origin, start, what, strings.Join(missing, ", "), serverPos)
-	}
-	if err := checkPurged(ctx, db, flavor, start, origin, cfg.Checkpoint.Path); err != nil {
+	if err := ValidateStart(ctx, db, cfg, start, origin, force); err != nil {
 		return gtid.Set{}, "", err
 	}
 	return start, origin, nil
@@ -447,22 +452,13 @@ func Check(ctx context.Context, cfg *config.Config, log zerolog.Logger) (problem
 		problems = append(problems, fmt.Sprintf("source %s: cannot connect: %v", cfg.Source.Addr, err))
 	} else {
 		defer db.Close()
-		tables := make([]string, len(cfg.Tables))
-		for i, t := range cfg.Tables {
-			tables[i] = t.Table
-		}
-		ps, err := server.Check(ctx, db, cfg.Source.Flavor, tables)
+		r, err := inspectSource(ctx, db, cfg)
 		if err != nil {
-			return nil, nil, fmt.Errorf("check source %s: %w", cfg.Source.Addr, err)
+			return nil, nil, err
 		}
-		for _, p := range ps {
-			line := fmt.Sprintf("source %s: %s is %s: %s", cfg.Source.Addr, p.Setting, p.Found, p.Fix)
-			if p.Warning {
-				warnings = append(warnings, line)
-			} else {
-				problems = append(problems, line)
-			}
-		}
+		problems = append(problems, r.problems...)
+		warnings = append(warnings, r.warnings...)
+		warnings = append(warnings, r.skipped...)
 	}
 	sinks, err := OpenSinks(cfg, log)
 	if err != nil {

@@ -142,10 +142,14 @@ func checkPurged(ctx context.Context, db *sql.DB, flavor gtid.Flavor, start gtid
 	if len(lines) == 0 {
 		return nil
 	}
+	retry := "outboxd run --from-gtid"
+	if origin == OriginCheckpointSet {
+		retry = "outboxd checkpoint set --gtid"
+	}
 	return fmt.Errorf("%w: %s %s needs transactions the server has purged from its binlogs, so outboxd cannot deliver them:\n  %s\n"+
 		"outboxd does not skip them on its own. To go on without them (data loss: these events are never delivered), either "+
-		"start at the oldest position the server still has: outboxd run --from-gtid '%s'; "+
+		"start at the oldest position the server still has: %s '%s'; "+
 		"or delete the checkpoint %s and set source.start: latest, which also skips everything up to the server's current position. "+
 		"--force does not bypass this check",
-		ErrStartPurged, origin, start, strings.Join(lines, "\n  "), strings.ReplaceAll(nearest.String(), "\n", ""), checkpointPath)
+		ErrStartPurged, origin, start, strings.Join(lines, "\n  "), retry, strings.ReplaceAll(nearest.String(), "\n", ""), checkpointPath)
 }

@@ -16,6 +16,11 @@ type Problem struct {
 	Fix     string // exactly what to change: the statement to run and the my.cnf line
 	// Warning marks a soft problem: outboxd runs, with a stated cost.
 	Warning bool
+	// Check is the stable name of the check that found it (one of CheckNames), the name
+	// source.skip_checks takes.
+	Check string
+	// Skipped marks a problem found by a check the request skips: reported, not fatal.
+	Skipped bool
 }
 
 func (p Problem) String() string {
@@ -28,100 +33,13 @@ func (p Problem) String() string {
 
 // Check inspects the server's binlog settings and the current account's privileges, and reports
 // everything that keeps outboxd from reading the outbox tables (each "schema.table") from the
-// binlog. Hard problems come first, then warnings. It blocks on a few queries; an error means the
-// server could not be inspected (and says which query failed), not that a check failed. Safe for
-// concurrent use.
+// binlog. It is Inspect without column checks or overrides; see there.
 func Check(ctx context.Context, db *sql.DB, f gtid.Flavor, tables []string) ([]Problem, error) {
-	if err := checkFlavor(f); err != nil {
-		return nil, err
-	}
-	type tableName struct{ schema, table string }
-	var names []tableName
+	req := Request{Flavor: f}
 	for _, t := range tables {
-		schema, table, ok := strings.Cut(t, ".")
-		if !ok || schema == "" || table == "" {
-			return nil, fmt.Errorf("outbox table %q: want schema.table", t)
-		}
-		names = append(names, tableName{schema, table})
+		req.Tables = append(req.Tables, Table{Name: t})
 	}
-
-	vars, err := globalVars(ctx, db)
-	if err != nil {
-		return nil, err
-	}
-	var ps []Problem
-	ps = append(ps, checkVars(f, vars)...)
-
-	user, err := currentUser(ctx, db)
-	if err != nil {
-		return nil, err
-	}
-	gs, err := readGrants(ctx, db, f)
-	if err != nil {
-		return nil, err
-	}
-	if !gs.hasGlobal("REPLICATION SLAVE", "REPLICATION REPLICA") {
-		ps = append(ps, Problem{
-			Setting: "REPLICATION SLAVE",
-			Found:   "not granted to " + user + " (the binlog stream fails with a misleading ERROR 1045 Access denied)",
-			Fix:     "GRANT REPLICATION SLAVE ON *.* TO " + user + ";",
-		})
-	}
-	clientPrivs := []string{"REPLICATION CLIENT", "SUPER"}
-	found := "not granted to " + user
-	if f == gtid.MariaDB {
-		// MariaDB 10.5+ prints REPLICATION CLIENT as BINLOG MONITOR, and SUPER no longer allows
-		// SHOW BINLOG EVENTS.
-		clientPrivs = []string{"BINLOG MONITOR", "REPLICATION CLIENT"}
-		found = "not granted to " + user + " (SHOW GRANTS shows neither BINLOG MONITOR nor REPLICATION CLIENT)"
-	}
-	if !gs.hasGlobal(clientPrivs...) {
-		ps = append(ps, Problem{
-			Setting: "REPLICATION CLIENT",
-			Found:   found,
-			Fix:     "GRANT REPLICATION CLIENT ON *.* TO " + user + "; (needed for SHOW BINARY LOGS and reading purged GTIDs)",
-		})
-	}
-	for _, n := range names {
-		q := quoteIdent(n.schema) + "." + quoteIdent(n.table)
-		canSelect := gs.canSelect(n.schema, n.table)
-		if !canSelect {
-			ps = append(ps, Problem{
-				Setting: "SELECT ON " + q,
-				Found:   "not granted to " + user,
-				Fix:     "GRANT SELECT ON " + q + " TO " + user + "; (outboxd reads the outbox table's columns; or grant SELECT on " + quoteIdent(n.schema) + ".*)",
-			})
-		}
-		var count int
-		err := db.QueryRowContext(ctx,
-			"SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
-			n.schema, n.table).Scan(&count)
-		if err != nil {
-			return nil, fmt.Errorf("check outbox table %s.%s exists: %w", n.schema, n.table, err)
-		}
-		// information_schema hides tables the user has no privilege on: without SELECT the
-		// privilege problem above is the one to fix first.
-		if count == 0 && canSelect {
-			ps = append(ps, Problem{
-				Setting: "table " + n.schema + "." + n.table,
-				Found:   "missing",
-				Fix:     "create the outbox table " + q + " (or correct the table name in the outboxd config)",
-			})
-		}
-	}
-	// Hard problems first: an operator fixes those before anything else.
-	out := make([]Problem, 0, len(ps))
-	for _, p := range ps {
-		if !p.Warning {
-			out = append(out, p)
-		}
-	}
-	for _, p := range ps {
-		if p.Warning {
-			out = append(out, p)
-		}
-	}
-	return out, nil
+	return Inspect(ctx, db, req)
 }
 
 var checkedVars = []string{
@@ -157,7 +75,7 @@ func globalVars(ctx context.Context, db *sql.DB) (map[string]string, error) {
 
 // checkVars turns server variables into problems. It is separate from Check so it can be tested
 // for MySQL without a MySQL server.
-func checkVars(f gtid.Flavor, vars map[string]string) []Problem {
+func checkVars(f gtid.Flavor, vars map[string]string, allowMinimal bool) []Problem {
 	var ps []Problem
 	persist := "SET GLOBAL %s = '%s'; and add %s = %s under [mysqld] in my.cnf so it survives a restart (connected sessions keep the old value until they reconnect)"
 	if f == gtid.MySQL {
@@ -179,15 +97,21 @@ func checkVars(f gtid.Flavor, vars map[string]string) []Problem {
 	}
 	switch v, ok := vars["binlog_row_metadata"]; {
 	case !ok:
+		// Older servers cannot log names: nothing to set, so a warning (the stream watches for
+		// what it can detect).
 		ps = append(ps, Problem{
 			Setting: "binlog_row_metadata", Found: "not supported by this server version", Warning: true,
 			Fix: "upgrade to MySQL 8.0.1+ or MariaDB 10.5+ and set binlog_row_metadata = FULL; until then outboxd reads column names from information_schema, which is wrong for rows written before an ALTER TABLE on the outbox table",
 		})
 	case v != "FULL":
-		ps = append(ps, Problem{
-			Setting: "binlog_row_metadata", Found: v, Warning: true,
-			Fix: setting("binlog_row_metadata", "FULL") + "; until then outboxd reads column names from information_schema, which is wrong for rows written before an ALTER TABLE on the outbox table",
-		})
+		// Without names in the binlog a row written before a column reorder is read with
+		// today's order: fields land in the wrong roles without any error. Only an explicit
+		// source.allow_minimal_row_metadata accepts that.
+		fix := setting("binlog_row_metadata", "FULL") + "; without it outboxd reads column names from information_schema, which maps the fields of rows written before an ALTER TABLE on the outbox table to the wrong columns"
+		if !allowMinimal {
+			fix += " (to accept that risk instead, set source.allow_minimal_row_metadata: true)"
+		}
+		ps = append(ps, Problem{Setting: "binlog_row_metadata", Found: v, Warning: allowMinimal, Fix: fix})
 	}
 	if v := vars["server_id"]; v == "" || v == "0" {
 		ps = append(ps, Problem{Setting: "server_id", Found: orUnset(v), Fix: setting("server_id", "<a unique non-zero id>")})
@@ -210,6 +134,10 @@ func checkVars(f gtid.Flavor, vars map[string]string) []Problem {
 				Fix: setting("gtid_strict_mode", "ON") + "; without it the server accepts out-of-order GTIDs within a domain, which a GTID checkpoint can skip or replay",
 			})
 		}
+	}
+	// Every variable check is named after its variable.
+	for i := range ps {
+		ps[i].Check = ps[i].Setting
 	}
 	return ps
 }

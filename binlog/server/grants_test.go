@@ -1,6 +1,7 @@
 package server
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -169,15 +170,18 @@ func TestCheckVars(t *testing.T) {
 	good := map[string]string{"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL",
 		"binlog_row_metadata": "FULL", "server_id": "1", "gtid_mode": "ON", "enforce_gtid_consistency": "ON", "gtid_strict_mode": "ON"}
 	for _, f := range []gtid.Flavor{gtid.MySQL, gtid.MariaDB} {
-		if ps := checkVars(f, good); len(ps) != 0 {
+		if ps := checkVars(f, good, false); len(ps) != 0 {
 			t.Errorf("%s good settings: %v", f, ps)
 		}
 	}
 	bad := map[string]string{"log_bin": "OFF", "binlog_format": "MIXED", "binlog_row_image": "MINIMAL",
 		"binlog_row_metadata": "MINIMAL", "server_id": "0", "gtid_mode": "OFF_PERMISSIVE", "enforce_gtid_consistency": "WARN"}
 	got := map[string]Problem{}
-	for _, p := range checkVars(gtid.MySQL, bad) {
+	for _, p := range checkVars(gtid.MySQL, bad, false) {
 		got[p.Setting] = p
+		if !slices.Contains(CheckNames(), p.Check) {
+			t.Errorf("%s: check name %q is not one of CheckNames", p.Setting, p.Check)
+		}
 	}
 	for _, s := range []string{"log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata", "server_id", "gtid_mode", "enforce_gtid_consistency"} {
 		p, ok := got[s]
@@ -185,8 +189,8 @@ func TestCheckVars(t *testing.T) {
 			t.Errorf("MySQL: no problem for %s", s)
 			continue
 		}
-		if p.Warning != (s == "binlog_row_metadata") {
-			t.Errorf("%s: Warning = %v", s, p.Warning)
+		if p.Warning {
+			t.Errorf("%s: Warning = %v, want a problem", s, p.Warning)
 		}
 		if !strings.Contains(p.Fix, s) {
 			t.Errorf("%s: fix does not name the setting: %q", s, p.Fix)
@@ -195,9 +199,58 @@ func TestCheckVars(t *testing.T) {
 	if p := got["binlog_format"]; p.Found != "MIXED" || !strings.Contains(p.Fix, "SET PERSIST binlog_format = 'ROW'") {
 		t.Errorf("binlog_format problem = %+v", p)
 	}
-	ps := checkVars(gtid.MariaDB, map[string]string{"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL",
-		"binlog_row_metadata": "NO_LOG", "server_id": "1", "gtid_strict_mode": "OFF"})
+	noLog := map[string]string{"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL",
+		"binlog_row_metadata": "NO_LOG", "server_id": "1", "gtid_strict_mode": "OFF"}
+	ps := checkVars(gtid.MariaDB, noLog, true)
 	if len(ps) != 2 || !ps[0].Warning || !ps[1].Warning {
-		t.Errorf("MariaDB NO_LOG + strict off: want two warnings, got %v", ps)
+		t.Errorf("MariaDB NO_LOG allowed + strict off: want two warnings, got %v", ps)
+	}
+	// Without allow_minimal_row_metadata the metadata is a problem that names the override.
+	ps = checkVars(gtid.MariaDB, noLog, false)
+	if len(ps) != 2 || ps[0].Warning || ps[0].Check != CheckBinlogRowMetadata ||
+		!strings.Contains(ps[0].Fix, "source.allow_minimal_row_metadata: true") || !ps[1].Warning {
+		t.Errorf("MariaDB NO_LOG + strict off: want a metadata problem and a warning, got %v", ps)
+	}
+	// A server without the variable cannot log names: a warning whatever the setting.
+	delete(noLog, "binlog_row_metadata")
+	if ps := checkVars(gtid.MariaDB, noLog, false); len(ps) != 2 || !ps[0].Warning {
+		t.Errorf("no binlog_row_metadata variable: want warnings, got %v", ps)
+	}
+}
+
+func TestMissingColumns(t *testing.T) {
+	tbl := Table{Name: "shop.outbox", Field: "tables[1]", Columns: []Column{
+		{Name: "event_id", Role: "event_id", Required: true, Type: "VARCHAR(64) NOT NULL"},
+		{Name: "Topic", Role: "topic", Required: true, Type: "VARCHAR(255) NOT NULL"},
+		{Name: "headers", Role: "headers", Type: "JSON NULL"},
+	}}
+	ps := MissingColumns("shop", "outbox", tbl, []string{"id", "topic", "payload"})
+	if len(ps) != 2 {
+		t.Fatalf("want event_id and headers reported, got %v", ps)
+	}
+	if p := ps[0]; p.Warning || p.Check != CheckTableColumns ||
+		!strings.Contains(p.Fix, "ALTER TABLE `shop`.`outbox` ADD COLUMN `event_id` VARCHAR(64) NOT NULL;") ||
+		!strings.Contains(p.Fix, "tables[1].columns.event_id") || !strings.Contains(p.Found, "id, topic, payload") {
+		t.Errorf("required column: %+v", p)
+	}
+	if p := ps[1]; !p.Warning || !strings.Contains(p.Fix, "tables[1].columns.headers") {
+		t.Errorf("optional column: %+v", p)
+	}
+}
+
+func TestIsMariaDB(t *testing.T) {
+	for _, c := range []struct {
+		version, comment string
+		want             bool
+	}{
+		{"10.11.6-MariaDB-0+deb12u1-log", "Debian 12", true},
+		{"5.5.5-10.11.6-MariaDB", "", true},
+		{"8.0.36", "MySQL Community Server - GPL", false},
+		{"8.0.33", "Dolt", false},
+		{"8.0.33", "mariadb.org binary distribution", true},
+	} {
+		if got := IsMariaDB(c.version, c.comment); got != c.want {
+			t.Errorf("IsMariaDB(%q, %q) = %v", c.version, c.comment, got)
+		}
 	}
 }

@@ -40,6 +40,22 @@ func (f configFlags) load(args []string) (*config.Config, error) {
 	return loadConfig(*f.path)
 }
 
+// loadReadOnly parses args and loads the config they name without its secrets, for commands
+// that connect to neither the source nor a sink.
+func (f configFlags) loadReadOnly(args []string) (*config.Config, error) {
+	if err := parseFlags(f.FlagSet, args); err != nil {
+		return nil, err
+	}
+	if *f.path == "" {
+		return nil, &exitError{code: 2, err: errors.New("--config is required")}
+	}
+	cfg, err := config.LoadWithoutSecrets(*f.path)
+	if err != nil {
+		return nil, &exitError{code: 2, err: err}
+	}
+	return cfg, nil
+}
+
 func loadConfig(path string) (*config.Config, error) {
 	if path == "" {
 		return nil, &exitError{code: 2, err: errors.New("--config is required")}
@@ -107,7 +123,7 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 func cmdCheckpointShow(args []string, stdout io.Writer) error {
 	fs := newConfigFlags("checkpoint show", os.Stderr)
-	cfg, err := fs.load(args)
+	cfg, err := fs.loadReadOnly(args)
 	if err != nil {
 		return err
 	}
@@ -150,7 +166,7 @@ func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writ
 			return fmt.Errorf("connect to source to validate --gtid (pass --force to skip): %w", err)
 		}
 		defer db.Close()
-		if _, _, err := daemon.ResolveStart(ctx, db, cfg, store, parsed.String(), false); err != nil {
+		if err := daemon.ValidateStart(ctx, db, cfg, parsed, daemon.OriginCheckpointSet, false); err != nil {
 			return err
 		}
 	}
@@ -175,17 +191,29 @@ func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writ
 func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newConfigFlags("status", stderr)
 	asJSON := fs.Bool("json", false, "print the raw /status JSON")
-	cfg, err := fs.load(args)
-	if err != nil {
+	addr := fs.String("addr", "", "the admin server's host:port (instead of admin.listen from --config)")
+	if err := parseFlags(fs.FlagSet, args); err != nil {
 		return err
 	}
-	addr := cfg.Admin.Addr()
-	if addr == "" {
-		return &exitError{code: 2, err: errors.New("admin.listen is off in this config: outboxd serves no status; set admin.listen, such as " + config.DefaultAdminListen)}
+	switch {
+	case *addr != "" && *fs.path != "":
+		return &exitError{code: 2, err: errors.New("give either --addr or --config, not both")}
+	case *addr == "":
+		if *fs.path == "" {
+			return &exitError{code: 2, err: errors.New("--config or --addr is required")}
+		}
+		cfg, err := config.LoadWithoutSecrets(*fs.path)
+		if err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		if *addr = cfg.Admin.Addr(); *addr == "" {
+			return &exitError{code: 2, err: errors.New("admin.listen is off in this config: outboxd serves no status; set admin.listen, such as " + config.DefaultAdminListen)}
+		}
 	}
+	addrV := *addr
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	st, err := admin.FetchStatus(ctx, addr)
+	st, err := admin.FetchStatus(ctx, addrV)
 	if err != nil {
 		return err
 	}

@@ -27,7 +27,7 @@ Usage:
   outboxd run --config F [--from-gtid SET [--force]] [--dead-letter-event ID]...
                                                         stream and deliver until SIGTERM/SIGINT
   outboxd check --config F                              verify the server, privileges and sinks
-  outboxd status --config F [--json]                    show a running outboxd's state (from admin.listen)
+  outboxd status --config F | --addr HOST:PORT [--json] show a running outboxd's state (from admin.listen)
   outboxd checkpoint show --config F                    print the saved checkpoint as JSON
   outboxd checkpoint set --config F --gtid SET [--force] replace the saved checkpoint
   outboxd version                                       print the version

@@ -1,0 +1,166 @@
+package daemon
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/gtid"
+)
+
+// ErrStartAhead: the start set names transactions the server has not written. On MySQL the
+// server would then skip its next transactions up to those numbers as already seen (silent loss);
+// on MariaDB it may wait for them or stream from elsewhere. It comes from another server, a reset
+// binlog or a typo; outboxd refuses it, with or without --force.
+var ErrStartAhead = errors.New("start position is ahead of the server")
+
+// Origin labels used for a start set given to `checkpoint set`.
+const OriginCheckpointSet = "checkpoint set --gtid"
+
+// ValidateStart checks a start set given by origin (--from-gtid, source.start, checkpoint set
+// --gtid) before it is used or saved: it must not lack a source the server has (unless force),
+// must not be ahead of the server, and must not need purged binlogs. It blocks on a few
+// queries; the error says what to change, in terms of the command that gave the set.
+func ValidateStart(ctx context.Context, db *sql.DB, cfg *config.Config, start gtid.Set, origin string, force bool) error {
+	flavor := cfg.Source.Flavor
+	serverPos, err := readServerPosition(ctx, db, flavor)
+	if err != nil {
+		return err
+	}
+	if missing := start.MissingSources(serverPos); len(missing) > 0 && !force {
+		what := "server UUIDs"
+		if flavor == gtid.MariaDB {
+			what = "domains"
+		}
+		return fmt.Errorf("%s %s lacks %s %s that the server has (%s): starting there would replay them from their first transaction; add their current positions to the set, or pass --force to do exactly that",
+			origin, start, what, strings.Join(missing, ", "), serverPos)
+	}
+	if err := checkAhead(ctx, db, start, serverPos, origin); err != nil {
+		return err
+	}
+	return checkPurged(ctx, db, flavor, start, origin, cfg.Checkpoint.Path)
+}
+
+// checkAhead returns an ErrStartAhead error when start names transactions the server has not
+// written. It blocks on one query for MariaDB.
+func checkAhead(ctx context.Context, db *sql.DB, start, serverPos gtid.Set, origin string) error {
+	var lines []string
+	var err error
+	if start.Flavor() == gtid.MySQL {
+		lines = MySQLAhead(start, serverPos)
+	} else {
+		var state string
+		var strict sql.NullString
+		if qerr := db.QueryRowContext(ctx, "SELECT @@GLOBAL.gtid_binlog_state, @@GLOBAL.gtid_strict_mode").Scan(&state, &strict); qerr != nil {
+			return fmt.Errorf("read the server's gtid_binlog_state to check %s %s: %w", origin, start, qerr)
+		}
+		strictOn := strict.String == "1" || strings.EqualFold(strict.String, "ON")
+		if lines, err = MariaDBAhead(start, serverPos, state, strictOn); err != nil {
+			return fmt.Errorf("check %s %s against the server's position: %w", origin, start, err)
+		}
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	pos := strings.ReplaceAll(serverPos.String(), "\n", "")
+	return fmt.Errorf("%w: %s %s names transactions the server has not written (the server's position is %s):\n  %s\n"+
+		"such a set comes from another server, a binlog that was reset, or a typo; check source.addr, then %s. --force does not bypass this check",
+		ErrStartAhead, origin, start, pos, strings.Join(lines, "\n  "), startFix(origin, pos))
+}
+
+// startFix says how to give a better start set, in terms of the command that gave this one.
+func startFix(origin, pos string) string {
+	switch {
+	case origin == OriginCheckpointSet:
+		return fmt.Sprintf("give a set the server has, such as its position: outboxd checkpoint set --gtid '%s'", pos)
+	case strings.HasPrefix(origin, "source.start"):
+		return fmt.Sprintf("set source.start to a set the server has, such as its position '%s', or to latest", pos)
+	case origin == "checkpoint":
+		return fmt.Sprintf("if this is the right server, replace the checkpoint: outboxd checkpoint set --gtid '%s' (its position; events since the checkpoint's true position are skipped)", pos)
+	}
+	return fmt.Sprintf("pass a set the server has, such as its position: --from-gtid '%s'", pos)
+}
+
+// MySQLAhead returns a line naming the GTIDs of start that are not in the server's
+// @@gtid_executed, nil when start is a subset of it. Pure.
+func MySQLAhead(start, executed gtid.Set) []string {
+	extra := start.Subtract(executed)
+	if extra.IsEmpty() {
+		return nil
+	}
+	return []string{strings.ReplaceAll(extra.String(), "\n", "") + " are not in @@gtid_executed"}
+}
+
+// MariaDBAhead returns a line per domain of start whose GTID the server has certainly not
+// written, nil when none. state is @@gtid_binlog_state: the last sequence number each server id
+// wrote in each domain. A GTID d-s-n is ahead when server s's last in domain d is below n (a
+// server numbers its own transactions above everything it has seen in the domain, so its
+// numbers only grow). Without an entry for s, sequence numbers of other servers decide only
+// under gtid_strict_mode (which keeps a domain's numbers increasing); otherwise the server
+// decides when the stream starts (ERROR 1236). A domain the server has never written is left to
+// MissingSources' counterpart on the server. Pure.
+func MariaDBAhead(start, pos gtid.Set, state string, strict bool) ([]string, error) {
+	startPos, err := mariaPositions(start)
+	if err != nil {
+		return nil, err
+	}
+	serverPos, err := mariaPositions(pos)
+	if err != nil {
+		return nil, err
+	}
+	last, err := parseBinlogState(state)
+	if err != nil {
+		return nil, err
+	}
+	var lines []string
+	for _, g := range orderedPositions(startPos) {
+		cur, known := serverPos[g.domain]
+		if m, ok := last[[2]uint32{g.domain, g.server}]; ok {
+			if g.seq > m {
+				lines = append(lines, fmt.Sprintf("domain %d: %s is ahead of server id %d's last transaction in it, %d-%d-%d", g.domain, g, g.server, g.domain, g.server, m))
+			}
+			continue
+		}
+		if strict && known && g.seq > cur.seq {
+			lines = append(lines, fmt.Sprintf("domain %d: %s is ahead of the domain's last transaction %s (gtid_strict_mode keeps its numbers increasing), and server id %d never wrote to it", g.domain, g, cur, g.server))
+		}
+	}
+	return lines, nil
+}
+
+// parseBinlogState parses @@gtid_binlog_state ("0-1-8,0-2-50,1-1-3") into (domain, server id) →
+// last sequence number.
+func parseBinlogState(state string) (map[[2]uint32]uint64, error) {
+	out := map[[2]uint32]uint64{}
+	for _, part := range strings.Split(state, ",") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		f := strings.Split(part, "-")
+		if len(f) != 3 {
+			return nil, fmt.Errorf("gtid_binlog_state element %q: want domain-server-sequence", part)
+		}
+		d, err1 := strconv.ParseUint(f[0], 10, 32)
+		s, err2 := strconv.ParseUint(f[1], 10, 32)
+		n, err3 := strconv.ParseUint(f[2], 10, 64)
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return nil, fmt.Errorf("gtid_binlog_state element %q: %w", part, err)
+		}
+		out[[2]uint32{uint32(d), uint32(s)}] = n
+	}
+	return out, nil
+}
+
+// readServerPosition is server.Position with the error an operator reads at start.
+func readServerPosition(ctx context.Context, db *sql.DB, flavor gtid.Flavor) (gtid.Set, error) {
+	pos, err := server.Position(ctx, db, flavor)
+	if err != nil {
+		return gtid.Set{}, fmt.Errorf("read the server's GTID position: %w", err)
+	}
+	return pos, nil
+}

@@ -1,0 +1,136 @@
+package daemon
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	mysqldriver "github.com/go-sql-driver/mysql"
+	"github.com/rs/zerolog"
+
+	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/config"
+)
+
+// ErrPreflight: the source server or the account is not set up for outboxd (what `outboxd check`
+// classes as a problem). Streaming anyway would lose rows without an error (a statement-logged
+// INSERT is not seen) or die on the first row, so run refuses, at start and after every
+// reconnect. source.skip_checks overrides single checks.
+var ErrPreflight = errors.New("the source server is not set up for outboxd")
+
+// inspectRequest is what `check` and the run preflight verify on the source.
+func inspectRequest(cfg *config.Config) server.Request {
+	req := server.Request{
+		Flavor:                  cfg.Source.Flavor,
+		AllowMinimalRowMetadata: cfg.Source.AllowMinimalRowMetadata,
+		Skip:                    cfg.Source.SkipChecks,
+	}
+	for i, t := range cfg.Tables {
+		c := t.Columns
+		// event_id, key, topic and payload: a row without one is poison (router.malformed);
+		// event_type and headers only add headers.
+		req.Tables = append(req.Tables, server.Table{
+			Name:  t.Table,
+			Field: fmt.Sprintf("tables[%d]", i),
+			Columns: []server.Column{
+				{Name: c.EventID, Role: "event_id", Required: true, Type: "VARCHAR(64) NOT NULL"},
+				{Name: c.Key, Role: "key", Required: true, Type: "VARCHAR(64) NOT NULL"},
+				{Name: c.Topic, Role: "topic", Required: true, Type: "VARCHAR(128) NOT NULL"},
+				{Name: c.Payload, Role: "payload", Required: true, Type: "JSON NOT NULL"},
+				{Name: c.EventType, Role: "event_type", Type: "VARCHAR(64) NULL"},
+				{Name: c.Headers, Role: "headers", Type: "JSON NULL"},
+			},
+		})
+	}
+	return req
+}
+
+// sourceReport is the source part of `check`, one line per finding, as check prints them.
+type sourceReport struct {
+	problems, warnings []string
+	// skipped are findings of the checks in source.skip_checks.
+	skipped []string
+}
+
+// inspectSource runs server.Inspect for cfg on db. err means the server could not be inspected.
+func inspectSource(ctx context.Context, db *sql.DB, cfg *config.Config) (sourceReport, error) {
+	ps, err := server.Inspect(ctx, db, inspectRequest(cfg))
+	if err != nil {
+		return sourceReport{}, fmt.Errorf("check source %s: %w", cfg.Source.Addr, err)
+	}
+	var r sourceReport
+	for _, p := range ps {
+		line := fmt.Sprintf("source %s: %s is %s: %s", cfg.Source.Addr, p.Setting, p.Found, p.Fix)
+		switch {
+		case p.Skipped:
+			r.skipped = append(r.skipped, line+" (check "+p.Check+" skipped by source.skip_checks)")
+		case p.Warning:
+			r.warnings = append(r.warnings, line)
+		default:
+			r.problems = append(r.problems, line)
+		}
+	}
+	return r, nil
+}
+
+// preflight refuses to stream from a source that `check` finds problems with, in one error that
+// lists every fix. Warnings and the findings of skipped checks are logged. It blocks on the
+// inspection queries; a failure to inspect is returned as is (not ErrPreflight).
+func preflight(ctx context.Context, db *sql.DB, cfg *config.Config, log zerolog.Logger) error {
+	r, err := inspectSource(ctx, db, cfg)
+	if err != nil {
+		return err
+	}
+	for _, w := range r.warnings {
+		log.Warn().Msg(w)
+	}
+	for _, s := range r.skipped {
+		log.Warn().Msg(s)
+	}
+	if len(r.problems) > 0 {
+		return fmt.Errorf("%w: %d problem(s); fix them (outboxd check --config <file> prints the same), or, for a check that is wrong about this server, name it in source.skip_checks:\n  %s",
+			ErrPreflight, len(r.problems), strings.Join(r.problems, "\n  "))
+	}
+	return nil
+}
+
+// startPreflight is the preflight before the first stream, after naming each skipped check.
+func startPreflight(ctx context.Context, db *sql.DB, cfg *config.Config, log zerolog.Logger) error {
+	for _, name := range cfg.Source.SkipChecks {
+		log.Warn().Str("check", name).
+			Msg("source.skip_checks: this start-up check is skipped; a problem it finds is logged, and outboxd runs anyway")
+	}
+	return preflight(ctx, db, cfg, log)
+}
+
+// reverify runs the preflight again before a reconnect, since a server restarted with other
+// settings (binlog_format=STATEMENT, log_bin off) would be streamed from without an error. A
+// server that cannot be inspected yet (still restarting) is retried with the reconnect backoff
+// until it answers or ctx ends (then it returns nil: Run sees ctx). It returns an ErrPreflight
+// error when the server answers with problems.
+func reverify(ctx context.Context, db *sql.DB, cfg *config.Config, log zerolog.Logger) error {
+	backoff := reconnectInitial
+	for {
+		err := preflight(ctx, db, cfg, log)
+		var me *mysqldriver.MySQLError
+		if errors.As(err, &me) && me.Number == 1045 {
+			return fmt.Errorf("source %s refused the login on reconnect: %w", cfg.Source.Addr, err)
+		}
+		if err == nil || errors.Is(err, ErrPreflight) || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		log.Warn().Err(err).Dur("retry_in", backoff).Msg("source not inspectable before reconnecting, retrying")
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, reconnectMax)
+	}
+}
