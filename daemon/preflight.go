@@ -76,10 +76,16 @@ func inspectSource(ctx context.Context, db *sql.DB, cfg *config.Config) (sourceR
 	return r, nil
 }
 
+// preflightTimeout bounds one inspection of the source.
+const preflightTimeout = 30 * time.Second
+
 // preflight refuses to stream from a source that `check` finds problems with, in one error that
 // lists every fix. Warnings and the findings of skipped checks are logged. It blocks on the
 // inspection queries; a failure to inspect is returned as is (not ErrPreflight).
 func preflight(ctx context.Context, db *sql.DB, cfg *config.Config, log zerolog.Logger) error {
+	// A blackholed connection would otherwise hold the start (or the reconnect) forever.
+	ctx, cancel := context.WithTimeout(ctx, preflightTimeout)
+	defer cancel()
 	r, err := inspectSource(ctx, db, cfg)
 	if err != nil {
 		return err

@@ -208,6 +208,7 @@ type cfgOpts struct {
 	User, Pass string
 	ServerID   int
 	Extra      string // more top-level YAML
+	Source     string // more lines under source:, each indented by two spaces
 	Addr       string // the source address, when not Srv.Addr (a proxy in front of it)
 }
 
@@ -230,6 +231,7 @@ func (o cfgOpts) yaml() string {
 	if o.Start != "" {
 		fmt.Fprintf(&b, "  start: %q\n", o.Start)
 	}
+	b.WriteString(o.Source)
 	b.WriteString("tables:\n")
 	for _, t := range o.Tables {
 		fmt.Fprintf(&b, "  - table: %s\n", t)

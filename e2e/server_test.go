@@ -26,7 +26,10 @@ func TestMinimalRowMetadataAndAlter(t *testing.T) {
 		t.Fatalf("binlog_row_metadata = %q, %v", meta, err)
 	}
 	kc := kafkaCluster(t, "t")
-	startRelay(t, simpleCfg(t, w, kc, w.position()), daemon.Options{})
+	o := simpleCfg(t, w, kc, w.position())
+	// MINIMAL is refused unless the operator accepts its risk (TestMinimalMetadataIsRefused).
+	o.Source = "  allow_minimal_row_metadata: true\n"
+	startRelay(t, o, daemon.Options{})
 
 	w.commit(row{EventID: "before", Key: "k1", Topic: "t", EventType: str("A"), Payload: []byte("p1")})
 	c := newConsumer(t, kc, "t")

@@ -140,14 +140,15 @@ func TestCheckMariaDB(t *testing.T) {
 			t.Fatal(err)
 		}
 		p, ok := find(ps, "table app.nope")
-		if !ok || p.Found != "missing" || len(ps) != 1 {
+		if !ok || !strings.HasPrefix(p.Found, "missing (") || p.Check != CheckTableExists || len(ps) != 1 ||
+			!strings.HasPrefix(p.Fix, "check the table name") || !strings.Contains(p.Fix, "other, outbox") {
 			t.Errorf("want only the missing table, got %v", ps)
 		}
 		if _, err := Check(t.Context(), root, gtid.MariaDB, []string{"outbox"}); err == nil {
 			t.Error("a table name without schema was accepted")
 		}
 	})
-	t.Run("minimal metadata is a warning", func(t *testing.T) {
+	t.Run("minimal metadata is a problem unless allowed", func(t *testing.T) {
 		exec(t, root, "SET GLOBAL binlog_row_metadata = 'MINIMAL'")
 		defer exec(t, root, "SET GLOBAL binlog_row_metadata = 'FULL'")
 		ps, err := Check(t.Context(), root, gtid.MariaDB, tables)
@@ -155,8 +156,74 @@ func TestCheckMariaDB(t *testing.T) {
 			t.Fatal(err)
 		}
 		p, ok := find(ps, "binlog_row_metadata")
-		if !ok || !p.Warning || p.Found != "MINIMAL" || len(ps) != 1 {
-			t.Errorf("want one binlog_row_metadata warning, got %v", ps)
+		if !ok || p.Warning || p.Found != "MINIMAL" || len(ps) != 1 || !strings.Contains(p.Fix, "allow_minimal_row_metadata") {
+			t.Errorf("want one binlog_row_metadata problem, got %v", ps)
+		}
+		ps, err = Inspect(t.Context(), root, Request{Flavor: gtid.MariaDB, Tables: []Table{{Name: "app.outbox"}}, AllowMinimalRowMetadata: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, ok = find(ps, "binlog_row_metadata")
+		if !ok || !p.Warning || len(ps) != 1 {
+			t.Errorf("allowed: want one binlog_row_metadata warning, got %v", ps)
+		}
+	})
+	// A misspelled table of a user with a table-level grant: the server cannot tell missing
+	// from forbidden, so the table name comes first and the GRANT (which would fail on a
+	// missing table) second.
+	t.Run("misspelled table with a table-level grant", func(t *testing.T) {
+		db := openAs(t, s, root, "tbl",
+			"GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO %s",
+			"GRANT SELECT ON app.outbox TO %s")
+		ps, err := Check(t.Context(), db, gtid.MariaDB, []string{"app.outbx"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, ok := find(ps, "table app.outbx")
+		if !ok || len(ps) != 1 || p.Check != CheckTableExists || !strings.HasPrefix(p.Found, "missing or not visible") ||
+			!strings.HasPrefix(p.Fix, "check the table name first") || !strings.Contains(p.Fix, "can see: outbox") {
+			t.Fatalf("want a missing-or-invisible table with the name first, got %v", ps)
+		}
+		// The GRANT the old check suggested indeed fails on the missing table.
+		if _, err := root.ExecContext(t.Context(), "GRANT SELECT ON app.outbx TO 'tbl'@'%'"); err == nil {
+			t.Error("GRANT on a missing table succeeded; the advice above is wrong")
+		}
+	})
+	t.Run("missing columns", func(t *testing.T) {
+		ps, err := Inspect(t.Context(), root, Request{Flavor: gtid.MariaDB, Tables: []Table{{Name: "app.outbox", Field: "tables[0]", Columns: []Column{
+			{Name: "topic", Role: "topic", Required: true, Type: "VARCHAR(128) NOT NULL"},
+			{Name: "event_id", Role: "event_id", Required: true, Type: "VARCHAR(64) NOT NULL"},
+			{Name: "headers", Role: "headers", Type: "JSON NULL"},
+		}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ps) != 2 || ps[0].Setting != "column app.outbox.event_id" || ps[0].Warning || !ps[1].Warning {
+			t.Fatalf("want the event_id problem and the headers warning, got %v", ps)
+		}
+		exec(t, root, strings.Split(ps[0].Fix, ";")[0])
+		defer exec(t, root, "ALTER TABLE app.outbox DROP COLUMN event_id")
+		ps, err = Inspect(t.Context(), root, Request{Flavor: gtid.MariaDB, Tables: []Table{{Name: "app.outbox", Columns: []Column{
+			{Name: "EVENT_ID", Role: "event_id", Required: true}}}}})
+		if err != nil || len(ps) != 0 {
+			t.Errorf("after the ALTER TABLE of the fix: %v, %v", ps, err)
+		}
+	})
+	t.Run("flavor mismatch", func(t *testing.T) {
+		ps, err := Check(t.Context(), root, gtid.MySQL, tables)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ps) != 1 || ps[0].Check != CheckFlavor || !strings.HasPrefix(ps[0].Fix, "this server is MariaDB: set source.flavor: mariadb") {
+			t.Fatalf("want only the flavor problem, got %v", ps)
+		}
+		// Skipped, the rest is checked (with MySQL's rules: gtid_mode is not set on MariaDB).
+		ps, err = Inspect(t.Context(), root, Request{Flavor: gtid.MySQL, Tables: []Table{{Name: "app.outbox"}}, Skip: []string{CheckFlavor}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(Fatal(ps)) == 0 || ps[len(ps)-1].Check != CheckFlavor || !ps[len(ps)-1].Skipped {
+			t.Errorf("flavor skipped: got %v", ps)
 		}
 	})
 }
