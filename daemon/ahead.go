@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/outboxd/outboxd/binlog/server"
@@ -137,21 +136,9 @@ func MariaDBAhead(start, pos gtid.Set, state string, strict bool) ([]string, err
 // last sequence number.
 func parseBinlogState(state string) (map[[2]uint32]uint64, error) {
 	out := map[[2]uint32]uint64{}
-	for _, part := range strings.Split(state, ",") {
-		if part = strings.TrimSpace(part); part == "" {
-			continue
-		}
-		f := strings.Split(part, "-")
-		if len(f) != 3 {
-			return nil, fmt.Errorf("gtid_binlog_state element %q: want domain-server-sequence", part)
-		}
-		d, err1 := strconv.ParseUint(f[0], 10, 32)
-		s, err2 := strconv.ParseUint(f[1], 10, 32)
-		n, err3 := strconv.ParseUint(f[2], 10, 64)
-		if err := errors.Join(err1, err2, err3); err != nil {
-			return nil, fmt.Errorf("gtid_binlog_state element %q: %w", part, err)
-		}
-		out[[2]uint32{uint32(d), uint32(s)}] = n
+	err := eachMariaGTID(state, func(g mariaGTID) { out[[2]uint32{g.domain, g.server}] = g.seq })
+	if err != nil {
+		return nil, fmt.Errorf("gtid_binlog_state: %w", err)
 	}
 	return out, nil
 }

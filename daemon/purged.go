@@ -97,23 +97,29 @@ func (g mariaGTID) String() string { return fmt.Sprintf("%d-%d-%d", g.domain, g.
 // package exposes no per-domain access; String prints "d-s-n,..." and Parse accepts only that).
 func mariaPositions(s gtid.Set) (map[uint32]mariaGTID, error) {
 	out := map[uint32]mariaGTID{}
-	for _, part := range strings.Split(s.String(), ",") {
+	err := eachMariaGTID(s.String(), func(g mariaGTID) { out[g.domain] = g })
+	return out, err
+}
+
+// eachMariaGTID calls fn for each "domain-server-sequence" of a comma-separated list.
+func eachMariaGTID(list string, fn func(mariaGTID)) error {
+	for _, part := range strings.Split(list, ",") {
 		if part = strings.TrimSpace(part); part == "" {
 			continue
 		}
 		f := strings.Split(part, "-")
 		if len(f) != 3 {
-			return nil, fmt.Errorf("MariaDB GTID %q: want domain-server-sequence", part)
+			return fmt.Errorf("MariaDB GTID %q: want domain-server-sequence", part)
 		}
 		d, err1 := strconv.ParseUint(f[0], 10, 32)
 		sv, err2 := strconv.ParseUint(f[1], 10, 32)
 		n, err3 := strconv.ParseUint(f[2], 10, 64)
 		if err := errors.Join(err1, err2, err3); err != nil {
-			return nil, fmt.Errorf("MariaDB GTID %q: %w", part, err)
+			return fmt.Errorf("MariaDB GTID %q: %w", part, err)
 		}
-		out[uint32(d)] = mariaGTID{domain: uint32(d), server: uint32(sv), seq: n}
+		fn(mariaGTID{domain: uint32(d), server: uint32(sv), seq: n})
 	}
-	return out, nil
+	return nil
 }
 
 // orderedPositions is mariaPositions' result in domain order.

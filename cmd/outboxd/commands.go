@@ -210,10 +210,9 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return &exitError{code: 2, err: errors.New("admin.listen is off in this config: outboxd serves no status; set admin.listen, such as " + config.DefaultAdminListen)}
 		}
 	}
-	addrV := *addr
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	st, err := admin.FetchStatus(ctx, addrV)
+	st, err := admin.FetchStatus(ctx, *addr)
 	if err != nil {
 		return err
 	}
