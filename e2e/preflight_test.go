@@ -154,6 +154,18 @@ func TestRunRefusesMissingColumnAndTable(t *testing.T) {
 			"check the table name (tables[0].table"}, "GRANT SELECT ON `"+w.schema+"`.`nope`")
 	})
 
+	t.Run("missing privilege", func(t *testing.T) {
+		user := "nosl_" + w.schema
+		w.exec("CREATE USER '" + user + "'@'127.0.0.1' IDENTIFIED BY 'pw'")
+		w.exec("GRANT BINLOG MONITOR ON *.* TO '" + user + "'@'127.0.0.1'")
+		w.exec("GRANT SELECT ON " + w.schema + ".outbox_event TO '" + user + "'@'127.0.0.1'")
+		t.Cleanup(func() { w.exec("DROP USER '" + user + "'@'127.0.0.1'") })
+		o := simpleCfg(t, w, kc, "")
+		o.User, o.Pass = user, "pw"
+		wantRefusal(t, writeCfg(t, o), []string{"1 problem(s)", "REPLICATION SLAVE is not granted to '" + user + "'@'127.0.0.1'",
+			"GRANT REPLICATION SLAVE ON *.* TO '" + user + "'@'127.0.0.1';"})
+	})
+
 	t.Run("flavor mysql against MariaDB", func(t *testing.T) {
 		o := simpleCfg(t, w, kc, "")
 		path := writeYAML(t, o.Dir, "mysql.yaml", strings.Replace(o.yaml(), "flavor: mariadb", "flavor: mysql", 1))

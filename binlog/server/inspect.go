@@ -191,9 +191,11 @@ func Fatal(ps []Problem) []Problem {
 // speaks the MySQL flavor (MySQL, Percona, Dolt, ...).
 func checkServerFlavor(ctx context.Context, db *sql.DB, f gtid.Flavor) (*Problem, error) {
 	var version, comment sql.NullString
-	if err := db.QueryRowContext(ctx, "SELECT VERSION(), @@version_comment").Scan(&version, &comment); err != nil {
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
 		return nil, fmt.Errorf("read the server version (SELECT VERSION()): %w", err)
 	}
+	// Not every MySQL-compatible server has @@version_comment; VERSION() decides without it.
+	_ = db.QueryRowContext(ctx, "SELECT @@version_comment").Scan(&comment)
 	isMaria := IsMariaDB(version.String, comment.String)
 	switch {
 	case f == gtid.MySQL && isMaria:
