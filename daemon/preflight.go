@@ -63,14 +63,15 @@ func inspectSource(ctx context.Context, db *sql.DB, cfg *config.Config) (sourceR
 	}
 	var r sourceReport
 	for _, p := range ps {
-		line := fmt.Sprintf("source %s: %s is %s: %s", cfg.Source.Addr, p.Setting, p.Found, p.Fix)
+		// The check's name is what source.skip_checks takes.
+		line := fmt.Sprintf("source %s: %s is %s: %s [check %s", cfg.Source.Addr, p.Setting, p.Found, p.Fix, p.Check)
 		switch {
 		case p.Skipped:
-			r.skipped = append(r.skipped, line+" (check "+p.Check+" skipped by source.skip_checks)")
+			r.skipped = append(r.skipped, line+", skipped by source.skip_checks]")
 		case p.Warning:
-			r.warnings = append(r.warnings, line)
+			r.warnings = append(r.warnings, line+"]")
 		default:
-			r.problems = append(r.problems, line)
+			r.problems = append(r.problems, line+"]")
 		}
 	}
 	return r, nil
@@ -97,7 +98,7 @@ func preflight(ctx context.Context, db *sql.DB, cfg *config.Config, log zerolog.
 		log.Warn().Msg(s)
 	}
 	if len(r.problems) > 0 {
-		return fmt.Errorf("%w: %d problem(s); fix them (outboxd check --config <file> prints the same), or, for a check that is wrong about this server, name it in source.skip_checks:\n  %s",
+		return fmt.Errorf("%w: %d problem(s); fix them (outboxd check --config <file> prints the same), or, for a check that is wrong about this server, name it (in brackets) in source.skip_checks:\n  %s",
 			ErrPreflight, len(r.problems), strings.Join(r.problems, "\n  "))
 	}
 	return nil
