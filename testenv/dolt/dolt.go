@@ -54,6 +54,9 @@ type Server struct {
 	Addr string // "127.0.0.1:port"
 	Port int
 	Dir  string // holds data/, root/ (DOLT_ROOT_PATH), config.yaml and server.log
+	// StartedAt is when the server process was started. Dolt writes its own start time into
+	// every binlog event header, so a binlog reader sees every transaction committed then.
+	StartedAt time.Time
 
 	bin  string
 	mu   sync.Mutex
@@ -221,6 +224,7 @@ func (s *Server) startOnce(ctx context.Context, port int) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("dolt: start %s: %w", s.bin, err)
 	}
+	s.StartedAt = time.Now()
 	p := &process{cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
