@@ -427,15 +427,20 @@ func TestDoltRun(t *testing.T) {
 	stopDolt(t, p)
 }
 
+// newDoltRelay is a world with an outboxd config from its current position to topic "t" of a
+// new Kafka cluster, with an admin address and a consumer of "t".
+func newDoltRelay(t *testing.T) (w *doltWorld, cfg, admin, dir string, c *consumer) {
+	w = newDoltWorld(t)
+	kc := kafkaCluster(t, "t")
+	admin, dir = admFreeAddr(t), t.TempDir()
+	cfg = w.writeCfg(t, doltRelay{Start: w.position(), Admin: admin, Kafka: kc, Dir: dir})
+	return w, cfg, admin, dir, newConsumer(t, kc, "t")
+}
+
 // Restarts: after SIGTERM and after kill -9, no transaction the checkpoint covers is delivered
 // again, though Dolt streams them all again; what was committed while outboxd was down arrives.
 func TestDoltRestart(t *testing.T) {
-	w := newDoltWorld(t)
-	kc := kafkaCluster(t, "t")
-	admin := admFreeAddr(t)
-	dir := t.TempDir()
-	cfg := w.writeCfg(t, doltRelay{Start: w.position(), Admin: admin, Kafka: kc, Dir: dir})
-	c := newConsumer(t, kc, "t")
+	w, cfg, admin, dir, c := newDoltRelay(t)
 	var committed []string
 	batch := func(name string, n int) (ids []string, pos string) {
 		for i := 0; i < n; i++ {
@@ -504,12 +509,7 @@ func TestDoltRestart(t *testing.T) {
 // `checkpoint set --gtid X` and `run --from-gtid X` resend by design, exactly the transactions
 // after X, from Dolt as from MySQL.
 func TestDoltReplay(t *testing.T) {
-	w := newDoltWorld(t)
-	kc := kafkaCluster(t, "t")
-	admin := admFreeAddr(t)
-	dir := t.TempDir()
-	cfg := w.writeCfg(t, doltRelay{Start: w.position(), Admin: admin, Kafka: kc, Dir: dir})
-	c := newConsumer(t, kc, "t")
+	w, cfg, admin, dir, c := newDoltRelay(t)
 
 	p := runDolt(t, cfg, admin)
 	var pos []string

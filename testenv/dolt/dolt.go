@@ -21,10 +21,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/outboxd/outboxd/testenv/internal/serverproc"
 )
 
 // Version is the Go module version of github.com/dolthub/dolt/go that scripts/install-dolt.sh
@@ -60,13 +61,7 @@ type Server struct {
 
 	bin  string
 	mu   sync.Mutex
-	proc *process
-}
-
-type process struct {
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the process has exited
-	err  error         // Wait's result; read only after done is closed
+	proc *serverproc.Process
 }
 
 // CachePath is where scripts/install-dolt.sh puts the binary:
@@ -133,7 +128,8 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	for attempt := 0; ; attempt++ {
 		port := o.Port
 		if pick {
-			if port, err = freePort(); err != nil {
+			if port, err = serverproc.FreePort(); err != nil {
+				err = fmt.Errorf("dolt: %w", err)
 				break
 			}
 		}
@@ -187,18 +183,6 @@ system_variables:
 
 var errPortInUse = errors.New("port in use")
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("dolt: find a free port on 127.0.0.1: %w", err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	if err := l.Close(); err != nil {
-		return 0, fmt.Errorf("dolt: find a free port: %w", err)
-	}
-	return port, nil
-}
-
 // startOnce starts the server on port and waits until it accepts queries.
 func (s *Server) startOnce(ctx context.Context, port int) error {
 	s.mu.Lock()
@@ -220,20 +204,15 @@ func (s *Server) startOnce(ctx context.Context, port int) error {
 	cmd.Dir = filepath.Join(s.Dir, "data")
 	cmd.Env = append(os.Environ(), "DOLT_ROOT_PATH="+filepath.Join(s.Dir, "root"), "DOLT_DISABLE_EVENT_FLUSH=1")
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	p, err := serverproc.Start(cmd)
+	if err != nil {
 		return fmt.Errorf("dolt: start %s: %w", s.bin, err)
 	}
 	s.StartedAt = time.Now()
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
 	s.Port = port
 	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	if err := s.waitReady(ctx, p); err != nil {
-		killProcess(p)
+	if err := serverproc.WaitSQL(ctx, s.config(""), p, "dolt"); err != nil {
+		p.Kill()
 		log := s.logSince(logStart)
 		if strings.Contains(log, "address already in use") {
 			return fmt.Errorf("dolt: port %d: %w: %w", port, errPortInUse, err)
@@ -244,44 +223,12 @@ func (s *Server) startOnce(ctx context.Context, port int) error {
 	return nil
 }
 
-// waitReady polls until root can run a query over TCP, the process exits, or ctx is done.
-func (s *Server) waitReady(ctx context.Context, p *process) error {
-	cfg := s.config("")
-	cfg.Timeout = time.Second
-	connector, err := mysql.NewConnector(cfg)
-	if err != nil {
-		return fmt.Errorf("build DSN: %w", err)
-	}
-	db := sql.OpenDB(connector)
-	defer db.Close()
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	var lastErr error
-	for {
-		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		var one int
-		err := db.QueryRowContext(pctx, "SELECT 1").Scan(&one)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		lastErr = err
-		select {
-		case <-p.done:
-			return fmt.Errorf("dolt exited before accepting connections: %v", p.err)
-		case <-ctx.Done():
-			return fmt.Errorf("not accepting connections (last error: %v): %w", lastErr, ctx.Err())
-		case <-tick.C:
-		}
-	}
-}
-
 func (s *Server) logSince(offset int64) string {
 	b, err := os.ReadFile(s.logPath())
 	if err != nil || offset > int64(len(b)) {
 		return ""
 	}
-	return tail(b[offset:], 4000)
+	return serverproc.Tail(b[offset:], 4000)
 }
 
 // LogTail returns up to the last n bytes of the server's log, for failure reports. Safe for
@@ -291,14 +238,7 @@ func (s *Server) LogTail(n int) string {
 	if err != nil {
 		return ""
 	}
-	return tail(b, n)
-}
-
-func tail(b []byte, n int) string {
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
+	return serverproc.Tail(b, n)
 }
 
 func (s *Server) config(db string) *mysql.Config {
@@ -353,27 +293,10 @@ func (s *Server) Stop() error {
 		return nil
 	}
 	s.proc = nil
-	select {
-	case <-p.done:
-		return nil
-	default:
+	if err := p.Stop(stopTimeout); err != nil {
+		return fmt.Errorf("dolt %s: %w", s.Addr, err)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		killProcess(p)
-		return fmt.Errorf("dolt %s: SIGTERM: %w", s.Addr, err)
-	}
-	select {
-	case <-p.done:
-		return nil
-	case <-time.After(stopTimeout):
-		killProcess(p)
-		return fmt.Errorf("dolt %s: did not stop within %s of SIGTERM; killed", s.Addr, stopTimeout)
-	}
-}
-
-func killProcess(p *process) {
-	_ = p.cmd.Process.Kill()
-	<-p.done
+	return nil
 }
 
 // Close stops the server and removes its directory. It blocks until the process exited; the

@@ -4,8 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"os"
 	"testing"
+
+	"github.com/outboxd/outboxd/testenv/internal/serverproc"
 )
 
 // StartT starts a server for a test and registers Close (plus the log tail on failure) with
@@ -33,15 +34,7 @@ func StartT(t testing.TB, o Options) *Server {
 // set a missing binary fails it: CI builds Dolt (make deps), so its absence there is a bug.
 func RequireT(t testing.TB) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("integration test: needs Dolt (-short)")
-	}
-	if _, err := Binary(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%v (CI is set, so this test must not skip)", err)
-		}
-		t.Skipf("%v", err)
-	}
+	serverproc.RequireT(t, "Dolt", Binary, "")
 }
 
 // GrantRelay creates user@'%' with password and the privileges outboxd's user needs on a
