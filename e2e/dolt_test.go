@@ -277,7 +277,8 @@ func TestDoltRun(t *testing.T) {
 	// A second outboxd with the default read_timeout (10s) over the same idle stream: Dolt's 30 s
 	// heartbeat comes too late for it.
 	kc10 := kafkaCluster(t, "orders", "users", "json")
-	p10 := startBinary(t, "run", "--config", w.writeCfg(t, doltRelay{Start: w.position(), ReadTimeout: "default", Kafka: kc10}))
+	admin10 := admFreeAddr(t)
+	p10 := runDolt(t, w.writeCfg(t, doltRelay{Start: w.position(), ReadTimeout: "default", Admin: admin10, Kafka: kc10}), admin10)
 
 	binary := make([]byte, 256)
 	for i := range binary {
@@ -376,9 +377,25 @@ func TestDoltRun(t *testing.T) {
 
 	// Idle past Dolt's 30 s heartbeat: with read_timeout 45s the stream stays up, heartbeats
 	// arrive; with the default 10s it is dropped and reconnected.
+	// /status is sampled meanwhile: a heartbeat shows outboxd caught up (lag 0) for 3 s (3 of
+	// the 1 s periods it asked for); after that, until the next one 30 s later, the lag counts
+	// from the heartbeat, so an idle Dolt source reads up to 30 s of lag.
 	before, _ := admScrape(t, admin)
-	time.Sleep(35 * time.Second)
+	var caughtUp int
+	var maxIdleLag float64
+	for end := time.Now().Add(35 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		st := doltStatus(t, admin)
+		if st.CaughtUp {
+			caughtUp++
+		} else if caughtUp > 0 {
+			maxIdleLag = max(maxIdleLag, st.LagSeconds)
+		}
+	}
 	after, _ := admScrape(t, admin)
+	t.Logf("idle 35 s: %d samples caught up, then lag up to %.1fs", caughtUp, maxIdleLag)
+	if caughtUp == 0 {
+		t.Errorf("idle 35 s: /status never showed caught_up, though Dolt sent a heartbeat")
+	}
 	if after["outboxd_heartbeats_received_total"] <= before["outboxd_heartbeats_received_total"] {
 		t.Errorf("no heartbeat from Dolt within 35 s (received %v before, %v after)", before["outboxd_heartbeats_received_total"], after["outboxd_heartbeats_received_total"])
 	}
@@ -397,14 +414,7 @@ func TestDoltRun(t *testing.T) {
 	hb := after["outboxd_heartbeats_received_total"]
 	last = w.commit("outbox_event", row{EventID: "late", Key: "k0", Topic: "orders", Payload: []byte("x")})
 	rs = c.waitForEvent("late", 10*time.Second)
-	var st struct {
-		LagSeconds float64 `json:"lag_seconds"`
-		CaughtUp   bool    `json:"caught_up"`
-	}
-	code, body := admGet(admin, "/status")
-	if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil {
-		t.Fatalf("/status: %d %s", code, body)
-	}
+	st := doltStatus(t, admin)
 	uptime := time.Since(w.srv.StartedAt).Seconds()
 	now, _ := admScrape(t, admin)
 	if now["outboxd_heartbeats_received_total"] == hb && (st.CaughtUp || st.LagSeconds < uptime-3) {
@@ -435,6 +445,22 @@ func newDoltRelay(t *testing.T) (w *doltWorld, cfg, admin, dir string, c *consum
 	admin, dir = admFreeAddr(t), t.TempDir()
 	cfg = w.writeCfg(t, doltRelay{Start: w.position(), Admin: admin, Kafka: kc, Dir: dir})
 	return w, cfg, admin, dir, newConsumer(t, kc, "t")
+}
+
+type doltLag struct {
+	LagSeconds float64 `json:"lag_seconds"`
+	CaughtUp   bool    `json:"caught_up"`
+}
+
+// doltStatus reads the lag fields of /status.
+func doltStatus(t *testing.T, admin string) doltLag {
+	t.Helper()
+	var st doltLag
+	code, body := admGet(admin, "/status")
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil {
+		t.Fatalf("/status: %d %s", code, body)
+	}
+	return st
 }
 
 // Restarts: after SIGTERM and after kill -9, no transaction the checkpoint covers is delivered
