@@ -50,7 +50,13 @@ const (
 	DefaultLogFormat          = "json"
 	DefaultAdminListen        = "127.0.0.1:9120"
 	DefaultHeartbeatInterval  = 5 * time.Second
+	DefaultSourceReadTimeout  = 10 * time.Second
 )
+
+// SourceHeartbeatPeriod is the replication heartbeat period outboxd asks the source for (the
+// binlog reader's HeartbeatPeriod). source.read_timeout must exceed it, or an idle stream
+// times out between two heartbeats.
+const SourceHeartbeatPeriod = time.Second
 
 // Config is the whole configuration file. Log it with String or Redacted, which hide secrets.
 type Config struct {
@@ -86,6 +92,11 @@ type Source struct {
 	ServerID uint32 `yaml:"server_id"`
 	// Start is where to begin without a checkpoint: "latest", "earliest" or a GTID set.
 	Start string `yaml:"start"`
+	// ReadTimeout bounds the wait for any packet of the binlog stream (events or heartbeats), so
+	// a dead connection is noticed; default DefaultSourceReadTimeout. It must exceed the period
+	// between the server's heartbeats: SourceHeartbeatPeriod for a server that honours the
+	// period asked for, 30s for Dolt, which ignores it.
+	ReadTimeout time.Duration `yaml:"read_timeout"`
 	// Heartbeat, when set, makes outboxd upsert one row of a table on an interval, so a quiet
 	// database still produces binlog transactions that move the checkpoint.
 	Heartbeat *Heartbeat `yaml:"heartbeat"`
@@ -364,6 +375,7 @@ func (c *Config) ApplyDefaults() {
 	if c.Source.Start == "" {
 		c.Source.Start = DefaultStart
 	}
+	setDefaultDur(&c.Source.ReadTimeout, DefaultSourceReadTimeout)
 	if c.Pipeline.MaxInflightEvents == 0 {
 		c.Pipeline.MaxInflightEvents = DefaultMaxInflightEvents
 	}

@@ -61,7 +61,8 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &Config{
-		Source: Source{Flavor: gtid.MariaDB, Addr: "127.0.0.1:3306", User: "outboxd", ServerID: 4242, Start: "latest"},
+		Source: Source{Flavor: gtid.MariaDB, Addr: "127.0.0.1:3306", User: "outboxd", ServerID: 4242, Start: "latest",
+			ReadTimeout: 10 * time.Second},
 		Tables: []Table{{Table: "shop.outbox_event", Columns: Columns{
 			EventID: "event_id", Key: "biz_key", Topic: "topic", Payload: "payload", EventType: "event_type", Headers: "headers"}}},
 		Sinks: map[string]Sink{"main": {Type: "kafka", Brokers: []string{"127.0.0.1:9092"}, ClientID: "outboxd",
@@ -97,6 +98,7 @@ source:
   password: ${PW}
   server_id: 4294967295
   start: "3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5"
+  read_timeout: 45s
 tables:
   - table: shop.outbox_event
     columns: {event_id: id2, key: biz_key, topic: t, payload: body, event_type: et, headers: h}
@@ -135,7 +137,7 @@ func TestFull(t *testing.T) {
 	}
 	want := &Config{
 		Source: Source{Flavor: gtid.MySQL, Addr: "db.internal:3307", User: "relay", Password: "p#w: x",
-			ServerID: 4294967295, Start: "3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5"},
+			ServerID: 4294967295, Start: "3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5", ReadTimeout: 45 * time.Second},
 		Tables: []Table{
 			{Table: "shop.outbox_event", Columns: Columns{EventID: "id2", Key: "biz_key", Topic: "t", Payload: "body", EventType: "et", Headers: "h"}},
 			{Table: "billing.outbox", Columns: Columns{EventID: "event_id", Key: "account", Topic: "topic", Payload: "payload", EventType: "event_type", Headers: "headers"}},
@@ -332,6 +334,30 @@ func TestDeadLetterRequiredOnlyWithDeadLetter(t *testing.T) {
 	wantContains(t, mustFail(t, minimal+"on_poison: dead_letter\ndead_letter: {sink: other, topic: \"{topic}\"}\n", noEnv),
 		`dead_letter.sink (line 14): "other" is not a configured sink`, "dead_letter.topic", "literal")
 	wantContains(t, mustFail(t, minimal+"on_poison: drop\n", noEnv), `on_poison (line 13): "drop" is not allowed; use stop or dead_letter`)
+}
+
+func TestReadTimeout(t *testing.T) {
+	for _, v := range []string{"45s", "1001ms", "2m"} {
+		y := strings.Replace(minimal, "server_id: 4242", "server_id: 4242\n  read_timeout: "+v, 1)
+		c, err := parse([]byte(y), noEnv)
+		if err != nil {
+			t.Errorf("read_timeout %s: %v", v, err)
+			continue
+		}
+		want, _ := time.ParseDuration(v)
+		if c.Source.ReadTimeout != want {
+			t.Errorf("read_timeout %s: got %s", v, c.Source.ReadTimeout)
+		}
+	}
+	// Not above the heartbeat period outboxd asks for: an idle stream would time out between
+	// two heartbeats. 0 is the default, not an error.
+	for _, v := range []string{"1s", "500ms", "-5s"} {
+		y := strings.Replace(minimal, "server_id: 4242", "server_id: 4242\n  read_timeout: "+v, 1)
+		wantContains(t, mustFail(t, y, noEnv), "source.read_timeout (line 7): must exceed the source heartbeat period 1s",
+			"more than 30s for Dolt", "got "+strings.TrimPrefix(v, "+"))
+	}
+	y := strings.Replace(minimal, "server_id: 4242", "server_id: 4242\n  read_timeout: 10", 1)
+	wantContains(t, mustFail(t, y, noEnv), "source.read_timeout")
 }
 
 func TestStart(t *testing.T) {

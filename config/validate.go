@@ -89,6 +89,10 @@ func (c *Config) validateSource(p *problems) {
 	if s.ServerID == 0 {
 		p.add("source.server_id", "is required; set an id from 1 to 4294967295 that no other replica of the server uses")
 	}
+	if s.ReadTimeout <= SourceHeartbeatPeriod {
+		p.add("source.read_timeout", "must exceed the source heartbeat period %s (a few periods, such as the default %s; more than 30s for Dolt, which sends heartbeats every 30s); got %s",
+			SourceHeartbeatPeriod, DefaultSourceReadTimeout, s.ReadTimeout)
+	}
 	switch s.Start {
 	case StartLatest, StartEarliest:
 	case "":

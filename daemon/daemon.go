@@ -130,7 +130,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 		Columns:         &server.ColumnReader{DB: db},
 		Logger:          log.With().Str("component", "binlog").Logger(),
 		HeartbeatPeriod: sourceHeartbeatPeriod,
-		ReadTimeout:     sourceReadTimeout,
+		ReadTimeout:     cfg.Source.ReadTimeout,
 		Metrics:         m,
 	})
 	if err != nil {
@@ -226,11 +226,9 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 }
 
 // Source heartbeats: an idle server sends one every period, which keeps the lag gauge at 0
-// when caught up; the read timeout notices a dead connection.
-const (
-	sourceHeartbeatPeriod = time.Second
-	sourceReadTimeout     = 10 * time.Second
-)
+// when caught up; source.read_timeout (which config validates to exceed the period) notices a
+// dead connection.
+const sourceHeartbeatPeriod = config.SourceHeartbeatPeriod
 
 // runSession streams from start through pl until ctx ends, the stream fails or the pipeline
 // stops. The pipeline drains and saves its checkpoint before it returns.

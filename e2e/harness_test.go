@@ -47,6 +47,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	closeSharedDolt()
 	sharedMu.Lock()
 	if shared != nil {
 		shared.Close()
@@ -160,18 +161,8 @@ func (w *world) commitTo(table string, rows ...row) string {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	if _, err := tx.Exec("INSERT INTO "+w.schema+".orders (customer) VALUES (?)", "c"); err != nil {
+	if err := insertRows(tx, w.schema, table, rows); err != nil {
 		w.t.Fatal(err)
-	}
-	for _, r := range rows {
-		var key any = r.Key
-		if r.NullKey {
-			key = nil
-		}
-		if _, err := tx.Exec("INSERT INTO "+w.schema+"."+table+" (event_id, biz_key, topic, event_type, payload, headers) VALUES (?, ?, ?, ?, ?, ?)",
-			r.EventID, key, r.Topic, r.EventType, r.Payload, r.Headers); err != nil {
-			w.t.Fatal(err)
-		}
 	}
 	if err := tx.Commit(); err != nil {
 		w.t.Fatal(err)
@@ -181,6 +172,24 @@ func (w *world) commitTo(table string, rows ...row) string {
 		w.t.Fatal(err)
 	}
 	return g
+}
+
+// insertRows inserts an order row into schema.orders and rows into schema.table in tx.
+func insertRows(tx *sql.Tx, schema, table string, rows []row) error {
+	if _, err := tx.Exec("INSERT INTO "+schema+".orders (customer) VALUES (?)", "c"); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		var key any = r.Key
+		if r.NullKey {
+			key = nil
+		}
+		if _, err := tx.Exec("INSERT INTO "+schema+"."+table+" (event_id, biz_key, topic, event_type, payload, headers) VALUES (?, ?, ?, ?, ?, ?)",
+			r.EventID, key, r.Topic, r.EventType, r.Payload, r.Headers); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // kafkaCluster starts a kfake cluster with the topics (3 partitions each).

@@ -3,8 +3,12 @@
 #   mariadb-server - the real source the integration tests start themselves;
 #   prometheus     - promtool checks configs/prometheus (configs/configs_test.go), and
 #                    e2e/prometheus_test.go runs the prometheus binary against outboxd.
+#   dolt           - the MySQL-flavor source of e2e/dolt_test.go, built once into a cache by
+#                    scripts/install-dolt.sh.
 # Nothing is started here: the tests run their own servers, in temp dirs on free ports.
 set -euo pipefail
+
+"$(dirname "$0")/install-dolt.sh"
 
 need=()
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need+=(mariadb-server)

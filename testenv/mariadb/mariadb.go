@@ -19,10 +19,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/outboxd/outboxd/testenv/internal/serverproc"
 )
 
 // StartTimeout bounds how long Start waits for a new server to accept connections when the
@@ -61,15 +62,9 @@ type Server struct {
 	ownDir     bool   // Dir was created by Start and is removed by Close
 	sockDir    string // separate short directory for the socket when Dir is too long, else ""
 	mu         sync.Mutex
-	proc       *process
+	proc       *serverproc.Process
 	lastStderr *tailBuffer
 	errLogPath string // "" when the error log goes to Options.Log
-}
-
-type process struct {
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the process has exited
-	err  error         // Wait's result; read only after done is closed
 }
 
 // Binary locates mariadbd: on PATH, then /usr/sbin, /usr/libexec, /usr/local/sbin,
@@ -262,9 +257,9 @@ func (s *Server) installDB(ctx context.Context, datadir string) error {
 	cmd := exec.CommandContext(ctx, inst, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	setPdeathsig(cmd)
+	serverproc.SetPdeathsig(cmd)
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("mariadb: %s %s: %w\n%s", inst, strings.Join(args, " "), err, tail(out.Bytes(), 4000))
+		return fmt.Errorf("mariadb: %s %s: %w\n%s", inst, strings.Join(args, " "), err, serverproc.Tail(out.Bytes(), 4000))
 	}
 	return nil
 }
@@ -277,9 +272,9 @@ func (s *Server) startLoop(ctx context.Context, o Options) error {
 	for attempt := 0; attempt < 5; attempt++ {
 		port := o.Port
 		if pick {
-			p, err := freePort()
+			p, err := serverproc.FreePort()
 			if err != nil {
-				return err
+				return fmt.Errorf("mariadb: %w", err)
 			}
 			port = p
 		}
@@ -296,18 +291,6 @@ func (s *Server) startLoop(ctx context.Context, o Options) error {
 }
 
 var errPortInUse = errors.New("port in use")
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("mariadb: find a free port on 127.0.0.1: %w", err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	if err := l.Close(); err != nil {
-		return 0, fmt.Errorf("mariadb: find a free port: %w", err)
-	}
-	return port, nil
-}
 
 func (o Options) args(s *Server, port int) []string {
 	rowMeta := strings.ToUpper(o.RowMetadata)
@@ -370,16 +353,11 @@ func (s *Server) startOnce(ctx context.Context, o Options, port int) error {
 		stderr = io.MultiWriter(o.Log, s.lastStderr)
 	}
 	cmd.Stdout, cmd.Stderr = stderr, stderr
-	setPdeathsig(cmd)
 	logStart := s.errLogSize()
-	if err := cmd.Start(); err != nil {
+	p, err := serverproc.Start(cmd)
+	if err != nil {
 		return fmt.Errorf("mariadb: start %s: %w", s.bin, err)
 	}
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
 	s.Port = port
 	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 
@@ -388,8 +366,8 @@ func (s *Server) startOnce(ctx context.Context, o Options, port int) error {
 		ctx, cancel = context.WithTimeout(ctx, StartTimeout)
 		defer cancel()
 	}
-	if err := s.waitReady(ctx, p); err != nil {
-		killProcess(p)
+	if err := serverproc.WaitSQL(ctx, s.config(""), p, "mariadbd"); err != nil {
+		p.Kill()
 		log := s.logSince(logStart)
 		if strings.Contains(log, "Address already in use") || strings.Contains(log, "Do you already have another server running on port") {
 			return fmt.Errorf("mariadb: port %d: %w: %w\n%s", port, errPortInUse, err, log)
@@ -398,38 +376,6 @@ func (s *Server) startOnce(ctx context.Context, o Options, port int) error {
 	}
 	s.proc = p
 	return nil
-}
-
-// waitReady polls until root can run a query over TCP, the process exits, or ctx is done.
-func (s *Server) waitReady(ctx context.Context, p *process) error {
-	cfg := s.config("")
-	cfg.Timeout = time.Second
-	connector, err := mysql.NewConnector(cfg)
-	if err != nil {
-		return fmt.Errorf("build DSN: %w", err)
-	}
-	db := sql.OpenDB(connector)
-	defer db.Close()
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	var lastErr error
-	for {
-		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		var one int
-		err := db.QueryRowContext(pctx, "SELECT 1").Scan(&one)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		lastErr = err
-		select {
-		case <-p.done:
-			return fmt.Errorf("mariadbd exited before accepting connections: %v", p.err)
-		case <-ctx.Done():
-			return fmt.Errorf("not accepting connections (last error: %v): %w", lastErr, ctx.Err())
-		case <-tick.C:
-		}
-	}
 }
 
 func (s *Server) errLogSize() int64 {
@@ -458,7 +404,7 @@ func (s *Server) logSince(offset int64) string {
 	if s.lastStderr != nil {
 		b = append(b, s.lastStderr.Bytes()...)
 	}
-	return tail(b, 4000)
+	return serverproc.Tail(b, 4000)
 }
 
 // LogTail returns up to the last n bytes of the server's error log, for failure reports.
@@ -468,11 +414,11 @@ func (s *Server) LogTail(n int) string {
 	defer s.mu.Unlock()
 	if s.errLogPath != "" {
 		if b, err := os.ReadFile(s.errLogPath); err == nil {
-			return tail(b, n)
+			return serverproc.Tail(b, n)
 		}
 	}
 	if s.lastStderr != nil {
-		return tail(s.lastStderr.Bytes(), n)
+		return serverproc.Tail(s.lastStderr.Bytes(), n)
 	}
 	return ""
 }
@@ -554,22 +500,10 @@ func (s *Server) Stop() error {
 		return nil
 	}
 	s.proc = nil
-	select {
-	case <-p.done:
-		return nil // already exited (crashed or killed by someone else)
-	default:
+	if err := p.Stop(stopTimeout); err != nil {
+		return fmt.Errorf("mariadb %s: %w", s.Addr, err)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		killProcess(p)
-		return fmt.Errorf("mariadb %s: SIGTERM: %w", s.Addr, err)
-	}
-	select {
-	case <-p.done:
-		return nil
-	case <-time.After(stopTimeout):
-		killProcess(p)
-		return fmt.Errorf("mariadb %s: did not stop within %s of SIGTERM; killed", s.Addr, stopTimeout)
-	}
+	return nil
 }
 
 // Kill stops the server with SIGKILL (a crash: no clean shutdown, InnoDB recovers on the next
@@ -580,29 +514,16 @@ func (s *Server) Kill() error {
 	if s.proc == nil {
 		return nil
 	}
-	killProcess(s.proc)
+	s.proc.Kill()
 	s.proc = nil
 	return nil
-}
-
-func killProcess(p *process) {
-	_ = p.cmd.Process.Kill()
-	<-p.done
 }
 
 // Running reports whether the server process is alive. Safe for concurrent use.
 func (s *Server) Running() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.proc == nil {
-		return false
-	}
-	select {
-	case <-s.proc.done:
-		return false
-	default:
-		return true
-	}
+	return s.proc != nil && s.proc.Running()
 }
 
 // Close stops the server and removes its directory when Start created it. It blocks until the
@@ -636,11 +557,4 @@ func (t *tailBuffer) Bytes() []byte {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return append([]byte(nil), t.b...)
-}
-
-func tail(b []byte, n int) string {
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
 }

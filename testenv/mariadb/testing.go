@@ -1,8 +1,9 @@
 package mariadb
 
 import (
-	"os"
 	"testing"
+
+	"github.com/outboxd/outboxd/testenv/internal/serverproc"
 )
 
 // StartT starts a server for a test and registers Close (plus the error log tail on failure) with
@@ -30,13 +31,5 @@ func StartT(t testing.TB, o Options) *Server {
 // set a missing mariadbd fails it: CI installs MariaDB, so its absence there is a bug.
 func RequireT(t testing.TB) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("integration test: needs MariaDB (-short)")
-	}
-	if _, err := Binary(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%v (CI is set, so this test must not skip)", err)
-		}
-		t.Skip("mariadbd not found: apt-get install -y mariadb-server")
-	}
+	serverproc.RequireT(t, "MariaDB", Binary, "mariadbd not found: apt-get install -y mariadb-server")
 }
