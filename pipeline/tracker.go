@@ -34,6 +34,9 @@ type tracker struct {
 	events    int // unacknowledged events held
 	bytes     int // and their size
 	closed    bool
+	// heldEvents and heldBytes are the part of events and bytes that prepared XA transactions
+	// hold until their XA COMMIT (xa.go): no acknowledgement frees them before that.
+	heldEvents, heldBytes int
 
 	queue []*entry // in binlog order; queue[0] is the oldest transaction not yet checkpointable
 
@@ -56,7 +59,7 @@ func newTracker(start gtid.Set, maxEvents, maxBytes int) *tracker {
 
 // admit reserves capacity for a piece of n events and size bytes, blocking while the pipeline
 // is full. A piece larger than the whole capacity is admitted when nothing else is in flight,
-// so a huge transaction still moves, one piece at a time. It returns ctx's error if ctx ends
+// (or only held XA rows, see xa.go), so a huge transaction still moves, one piece at a time. It returns ctx's error if ctx ends
 // first, or errClosed after close.
 func (t *tracker) admit(ctx context.Context, n, size int) error {
 	if n == 0 {
@@ -78,7 +81,9 @@ func (t *tracker) admit(ctx context.Context, n, size int) error {
 			return err
 		}
 		fits := t.events+n <= t.maxEvents && t.bytes+size <= t.maxBytes
-		if fits || t.events == 0 {
+		// Nothing in flight that an acknowledgement could free (held XA rows wait for a later
+		// XA COMMIT): admit, or the stream would never reach it.
+		if fits || t.events == t.heldEvents {
 			t.events += n
 			t.bytes += size
 			return nil
