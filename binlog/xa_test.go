@@ -97,7 +97,7 @@ func checkXA(t *testing.T, got, want []xaWant) {
 }
 
 // MariaDB 10.11's layout, as SHOW BINLOG EVENTS printed it: the prepared group is a GTID flagged
-// FL_PREPARED_XA (shown as "XA START X'7831',X'',1 GTID 0-1-4"), rows, "XA END", XA_prepare; the
+// FL_PREPARED_XA (shown as "XA START X'7831',X”,1 GTID 0-1-4"), rows, "XA END", XA_prepare; the
 // commit is a standalone GTID and one query, here after an ordinary transaction.
 func TestAssemblerMariaDBXA(t *testing.T) {
 	a := NewAssembler(AssemblerConfig{Flavor: gtid.MariaDB, Logger: zerolog.New(zerolog.NewTestWriter(t)),
