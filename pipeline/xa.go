@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/binlog"
+	"github.com/outboxd/outboxd/metrics"
 )
 
 // Two-phase XA transactions.
@@ -277,3 +278,6 @@ func (t *tracker) discard(e *entry, n, size int) {
 	t.space.Broadcast()
 	t.mu.Unlock()
 }
+
+// The XA gauges of package metrics read PreparedXA.
+var _ metrics.PreparedXA = (*Pipeline)(nil)
