@@ -3,11 +3,13 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/outboxd/outboxd/binlog"
+	"github.com/outboxd/outboxd/gtid"
 )
 
 func xaTxn(seq int, op binlog.XAOp, gtrid string, events ...string) *binlog.Txn {
@@ -210,5 +212,57 @@ func TestXAPreparedTwiceIsAnError(t *testing.T) {
 	err := runAll(t, p, xaTxn(1, binlog.XAPrepare, "x1", "a:1"), xaTxn(2, binlog.XAPrepare, "x1", "a:2"))
 	if err == nil || !strings.Contains(err.Error(), "'x1'") || !strings.Contains(err.Error(), "already prepared") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// A head held for long (a prepared XA) with many acknowledged transactions behind it: the queue
+// stays short, and once the head is acknowledged the checkpoint is exactly what adding each
+// transaction would give, with the position of the last one.
+func TestTrackerCompactsAcknowledgedEntriesBehindAHeldHead(t *testing.T) {
+	for _, c := range []struct {
+		flavor gtid.Flavor
+		gtid   func(i int) string
+		want   string
+	}{
+		{gtid.MariaDB, func(i int) string { return fmt.Sprintf("0-1-%d", i) }, "0-1-20001,1-1-20000"},
+		{gtid.MySQL, func(i int) string { return fmt.Sprintf("3e11fa47-71ca-11e1-9e33-c80aa9429562:%d", i) }, "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-20001"},
+	} {
+		tr := newTracker(gtid.Empty(c.flavor), 100, 1<<20)
+		now := time.Unix(1700000000, 0)
+		head := tr.begin(c.gtid(1), now, now)
+		tr.extend(head, 1)
+		var inflightItems []item
+		for i := 2; i <= 20001; i++ {
+			g := c.gtid(i)
+			if c.flavor == gtid.MariaDB && i == 20000 {
+				g = "1-1-20000" // another domain
+			}
+			e := tr.begin(g, now.Add(time.Duration(i)*time.Second), now)
+			if i == 10000 { // one transaction stays unacknowledged for a while
+				tr.extend(e, 1)
+				inflightItems = []item{{entry: e, size: 1}}
+			}
+			tr.finish(e, "mysql-bin.000002", uint32(i))
+			if n := len(tr.queue); n > 2*minCompact+4 {
+				t.Fatalf("%s: %d entries queued after %d transactions behind a held head", c.flavor, n, i)
+			}
+		}
+		tr.ack(inflightItems)
+		tr.mu.Lock()
+		queued := len(tr.queue)
+		tr.mu.Unlock()
+		if cp, _, _ := tr.snapshot(); cp.GTIDSet != "" {
+			t.Fatalf("%s: checkpoint %q moved past the held head", c.flavor, cp.GTIDSet)
+		}
+		tr.finish(head, "mysql-bin.000001", 1)
+		tr.ack([]item{{entry: head, size: 1}})
+		cp, _, err := tr.snapshot()
+		if err != nil || cp.GTIDSet != c.want || cp.Pos != 20001 || cp.File != "mysql-bin.000002" ||
+			!cp.CommitTime.Equal(now.Add(20001*time.Second)) {
+			t.Fatalf("%s: checkpoint %+v (%v), want %s at mysql-bin.000002:20001 (queue held %d entries)", c.flavor, cp, err, c.want, queued)
+		}
+		if n := tr.ackedCount(); n != 20001 || len(tr.queue) != 0 {
+			t.Fatalf("%s: %d transactions counted as acknowledged, want 20001; %d still queued", c.flavor, n, len(tr.queue))
+		}
 	}
 }
