@@ -282,3 +282,27 @@ func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
 }
+
+// A prepared XA with more rows than one piece (512 events) is held whole, across its pieces,
+// and delivered in its row order at XA COMMIT.
+func TestXAPreparedLargerThanAPiece(t *testing.T) {
+	w := newWorld(t, sharedServer(t))
+	kc := kafkaCluster(t, "t")
+	o := simpleCfg(t, w, kc, w.position())
+	startRelay(t, o, daemon.Options{})
+	c := newConsumer(t, kc, "t")
+	ids := make([]string, 1200)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("big%04d", i)
+	}
+	xaPrepare(w, "'big'", ids...)
+	w.commit(row{EventID: "m", Key: "k", Topic: "t", Payload: []byte("m")})
+	c.waitForEvent("m", 20*time.Second)
+	c.settle(300 * time.Millisecond)
+	if len(c.got) != 1 {
+		t.Fatalf("%d records before XA COMMIT, want only m", len(c.got))
+	}
+	w.exec("XA COMMIT 'big'")
+	rs := c.waitFor(1201, 30*time.Second)
+	checkPerKeyOrder(t, rs, append([]string{"m"}, ids...))
+}
