@@ -64,13 +64,20 @@ func newTracker(start gtid.Set, maxEvents, maxBytes int) *tracker {
 }
 
 // admit reserves capacity for a piece of n events and size bytes, blocking while the pipeline
-// is full. A piece larger than the whole capacity is admitted when nothing else is in flight,
-// (or only held XA rows, see xa.go), so a huge transaction still moves, one piece at a time. It returns ctx's error if ctx ends
-// first, or errClosed after close.
+// is full. A piece larger than the whole capacity is admitted when nothing else is in flight
+// (or only held XA rows, see xa.go), so a huge transaction still moves, one piece at a time. It
+// returns ctx's error if ctx ends first, or errClosed after close.
 func (t *tracker) admit(ctx context.Context, n, size int) error {
 	if n == 0 {
 		return nil
 	}
+	return t.reserve(ctx, n, size, false)
+}
+
+// reserve waits until n events of size bytes fit, then counts them in flight (and as held for
+// held). Unless held, it also admits them when nothing is in flight that an acknowledgement
+// could free: only held XA rows, which wait for a later XA COMMIT, so waiting would never end.
+func (t *tracker) reserve(ctx context.Context, n, size int, held bool) error {
 	stop := context.AfterFunc(ctx, func() {
 		t.mu.Lock()
 		t.space.Broadcast()
@@ -87,11 +94,13 @@ func (t *tracker) admit(ctx context.Context, n, size int) error {
 			return err
 		}
 		fits := t.events+n <= t.maxEvents && t.bytes+size <= t.maxBytes
-		// Nothing in flight that an acknowledgement could free (held XA rows wait for a later
-		// XA COMMIT): admit, or the stream would never reach it.
-		if fits || t.events == t.heldEvents {
+		if fits || (!held && t.events == t.heldEvents) {
 			t.events += n
 			t.bytes += size
+			if held {
+				t.heldEvents += n
+				t.heldBytes += size
+			}
 			return nil
 		}
 		t.space.Wait()

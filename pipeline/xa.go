@@ -231,32 +231,9 @@ func (t *tracker) admitHeld(ctx context.Context, gtid string, n, size, prepared 
 	if n == 0 {
 		return nil
 	}
-	stop := context.AfterFunc(ctx, func() {
-		t.mu.Lock()
-		t.space.Broadcast()
-		t.mu.Unlock()
-	})
-	defer stop()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for {
-		if t.closed {
-			return errClosed
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		// The held events fit on their own (checked above), so the events that do not fit are
-		// in lanes, and their acknowledgements will make room.
-		if t.events+n <= t.maxEvents && t.bytes+size <= t.maxBytes {
-			t.events += n
-			t.bytes += size
-			t.heldEvents += n
-			t.heldBytes += size
-			return nil
-		}
-		t.space.Wait()
-	}
+	// The held events fit on their own (checked above), so the events that do not fit now are
+	// in lanes, and their acknowledgements will make room.
+	return t.reserve(ctx, n, size, true)
 }
 
 // unhold marks held events as handed to lanes: they stay in flight until acknowledged.
