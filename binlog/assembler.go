@@ -132,6 +132,7 @@ type Assembler struct {
 	// inPayload is set while the inner events of a TRANSACTION_PAYLOAD are handled: their
 	// headers carry positions inside the compressed blob, not file positions.
 	inPayload bool
+	xa        xaGroup // see xa.go
 }
 
 // NewAssembler returns an Assembler for the configured outbox tables. It does not block.
@@ -203,8 +204,16 @@ func (a *Assembler) Handle(ctx context.Context, ev *replication.BinlogEvent) (*T
 		g := e.GTID
 		a.begin(fmt.Sprintf("%d-%d-%d", g.DomainID, g.ServerID, g.SequenceNumber),
 			time.Unix(int64(ev.Header.Timestamp), 0).UTC(), st)
+		a.xa.open = e.Flags&mariadbFlPreparedXA != 0
 	case *replication.QueryEvent:
+		if t, ok, err := a.xaQuery(ev, e); ok {
+			return t, err
+		}
 		return a.handleQuery(ev, e), nil
+	case *replication.GenericEvent:
+		if ev.Header.EventType == replication.XA_PREPARE_LOG_EVENT {
+			return a.xaPrepare(ev, e)
+		}
 	case *replication.XIDEvent:
 		if a.cur != nil {
 			return a.complete(), nil
@@ -252,7 +261,7 @@ func (a *Assembler) maybePiece() *Txn {
 	if a.piece == 0 || a.cur == nil || a.inPayload || len(a.cur.Events) < a.piece {
 		return nil
 	}
-	p := &Txn{GTID: a.cur.GTID, CommitTime: a.cur.CommitTime, Events: a.cur.Events, Partial: true}
+	p := &Txn{GTID: a.cur.GTID, CommitTime: a.cur.CommitTime, Events: a.cur.Events, Partial: true, XA: a.pieceStep()}
 	a.cur.Events = make([]Event, 0, a.piece)
 	a.emitted = true
 	return p
@@ -274,12 +283,18 @@ func (a *Assembler) begin(gt string, at time.Time, st txnState) {
 	a.cur = &Txn{GTID: gt, CommitTime: at}
 	a.emitted = false
 	a.state = st
+	a.xa = xaGroup{}
 }
 
 func (a *Assembler) complete() *Txn {
 	t := a.cur
 	t.File, t.Pos = a.file, a.pos
-	a.cur, a.state, a.emitted = nil, stateIdle, false
+	if a.xa.open {
+		// An XA group that ends in a COMMIT rather than an XA_PREPARE_LOG_EVENT committed in one
+		// phase: pieces sent ahead as XAPending are committed with it.
+		t.XA = &XAStep{Op: XAOnePhase}
+	}
+	a.cur, a.state, a.emitted, a.xa = nil, stateIdle, false, xaGroup{}
 	return t
 }
 

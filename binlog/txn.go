@@ -21,6 +21,11 @@ type Txn struct {
 	// File and Pos are the binlog coordinates just past the transaction's last event.
 	File string
 	Pos  uint32
+	// XA is set on the steps of an XA transaction (see xa.go): the prepared group (and its
+	// pieces), whose rows must wait for the XA COMMIT group, and that XA COMMIT or XA ROLLBACK
+	// group. Nil for every other transaction, including a one-phase XA that MariaDB writes as
+	// an ordinary group.
+	XA *XAStep
 	// Events are the INSERTs into configured outbox tables, in binlog order. Empty for
 	// transactions that touch no outbox table: those still move the position.
 	Events []Event

@@ -38,6 +38,14 @@ type Pipeline interface {
 	InFlight() (events, bytes int)
 }
 
+// PreparedXA is implemented by a Pipeline that holds prepared XA transactions until their
+// XA COMMIT (*pipeline.Pipeline); the XA gauges read 0 for a Pipeline without it.
+type PreparedXA interface {
+	// PreparedXA reports how many prepared XA transactions wait for their XA COMMIT or
+	// XA ROLLBACK and the prepare time of the oldest (zero when none).
+	PreparedXA() (n int, oldest time.Time)
+}
+
 // Options configure New. The zero value works.
 type Options struct {
 	// Version is the build's version, for outboxd_build_info.
@@ -194,6 +202,14 @@ func New(o Options) *Metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "outboxd_checkpoint_age_seconds", Help: "Now minus the time the last checkpoint was saved.",
 		}, func() float64 { return m.checkpointAge().Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "outboxd_xa_prepared_transactions",
+			Help: "Prepared XA transactions whose XA COMMIT or XA ROLLBACK has not been read yet; each holds the checkpoint before its XA PREPARE.",
+		}, func() float64 { n, _ := m.preparedXA(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "outboxd_xa_oldest_prepared_age_seconds",
+			Help: "Now minus the binlog time of the oldest prepared XA transaction not yet committed or rolled back; 0 if none. The checkpoint cannot pass it.",
+		}, func() float64 { _, age := m.preparedXA(); return age.Seconds() }),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -474,6 +490,21 @@ func (m *Metrics) inFlight() (events, bytes int) {
 		return 0, 0
 	}
 	return p.InFlight()
+}
+
+func (m *Metrics) preparedXA() (n int, age time.Duration) {
+	m.mu.Lock()
+	p := m.pipe
+	m.mu.Unlock()
+	x, ok := p.(PreparedXA)
+	if !ok {
+		return 0, 0
+	}
+	n, oldest := x.PreparedXA()
+	if n == 0 || oldest.IsZero() {
+		return n, 0
+	}
+	return n, max(0, m.now().Sub(oldest))
 }
 
 func (m *Metrics) checkpointAge() time.Duration {

@@ -106,6 +106,8 @@ func TestEveryContractMetricIsRegistered(t *testing.T) {
 		"outboxd_lag_seconds":                         dto.MetricType_GAUGE,
 		"outboxd_oldest_unacked_event_age_seconds":    dto.MetricType_GAUGE,
 		"outboxd_checkpoint_age_seconds":              dto.MetricType_GAUGE,
+		"outboxd_xa_prepared_transactions":            dto.MetricType_GAUGE,
+		"outboxd_xa_oldest_prepared_age_seconds":      dto.MetricType_GAUGE,
 		"outboxd_checkpoint_saves_total":              dto.MetricType_COUNTER,
 		"outboxd_checkpoint_commit_timestamp_seconds": dto.MetricType_GAUGE,
 		"outboxd_source_connected":                    dto.MetricType_GAUGE,
@@ -293,5 +295,44 @@ func TestCountBehind(t *testing.T) {
 	}
 	if _, err := CountBehind(gtid.Empty(gtid.MySQL), gtid.Empty(gtid.MariaDB)); err == nil {
 		t.Error("mixed flavors accepted")
+	}
+}
+
+type fakeXAPipe struct {
+	fakePipe
+	n      int
+	oldest time.Time
+}
+
+func (f *fakeXAPipe) PreparedXA() (int, time.Time) { return f.n, f.oldest }
+
+// The XA age is computed at scrape time, so it grows while the XA stays prepared, and is 0
+// (present, not absent) when none is prepared or the pipeline does not hold XA transactions.
+func TestPreparedXAGauges(t *testing.T) {
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	m := New(Options{Now: func() time.Time { return now }})
+	if v := value(t, gather(t, m), "outboxd_xa_oldest_prepared_age_seconds"); v != 0 {
+		t.Fatalf("age without pipeline = %v", v)
+	}
+	m.SetPipeline(&fakePipe{})
+	if v := value(t, gather(t, m), "outboxd_xa_prepared_transactions"); v != 0 {
+		t.Fatalf("count for a pipeline without XA = %v", v)
+	}
+	p := &fakeXAPipe{}
+	m.SetPipeline(p)
+	if v := value(t, gather(t, m), "outboxd_xa_oldest_prepared_age_seconds"); v != 0 {
+		t.Fatalf("age with none prepared = %v", v)
+	}
+	p.n, p.oldest = 2, now.Add(-30*time.Second)
+	fams := gather(t, m)
+	if v := value(t, fams, "outboxd_xa_oldest_prepared_age_seconds"); v != 30 {
+		t.Fatalf("age = %v, want 30", v)
+	}
+	if v := value(t, fams, "outboxd_xa_prepared_transactions"); v != 2 {
+		t.Fatalf("count = %v, want 2", v)
+	}
+	now = now.Add(time.Minute)
+	if v := value(t, gather(t, m), "outboxd_xa_oldest_prepared_age_seconds"); v != 90 {
+		t.Fatalf("age a minute later = %v, want 90", v)
 	}
 }

@@ -105,6 +105,7 @@ type Pipeline struct {
 	m       *metrics.Metrics
 	// routeLabels caches the route label of each route index; owned by the dispatcher goroutine.
 	routeLabels []string
+	xa          xaState // prepared XA transactions (xa.go)
 }
 
 // New validates cfg and returns a Pipeline.
@@ -252,6 +253,13 @@ func (p *Pipeline) dispatch(ctx context.Context, in <-chan *binlog.Txn) error {
 		items, size, err := p.route(t)
 		if err != nil {
 			return err
+		}
+		if p.xaPath(t) {
+			stop, err := p.dispatchXA(ctx, t, items, size, &open)
+			if err != nil || stop {
+				return err
+			}
+			continue
 		}
 		if err := p.tracker.admit(ctx, len(items), size); err != nil {
 			return nil // shutting down; this piece was never sent, so nothing moves past it

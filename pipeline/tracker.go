@@ -22,6 +22,10 @@ type entry struct {
 	final      bool
 	// done is set when the entry left the tracker (acknowledged and folded into the set).
 	done bool
+	// merged holds the GTIDs of the complete entries compact folded into this one (its own
+	// included); nil for an entry that stands for its own transaction only.
+	merged *gtid.Set
+	folded int // transactions folded into this entry besides its own
 }
 
 // tracker orders the transactions in flight and holds the capacity that is the pipeline's
@@ -34,8 +38,13 @@ type tracker struct {
 	events    int // unacknowledged events held
 	bytes     int // and their size
 	closed    bool
+	// heldEvents and heldBytes are the part of events and bytes that prepared XA transactions
+	// hold until their XA COMMIT (xa.go): no acknowledgement frees them before that.
+	heldEvents, heldBytes int
 
 	queue []*entry // in binlog order; queue[0] is the oldest transaction not yet checkpointable
+	// compactAt is the queue length at which advance next compacts it.
+	compactAt int
 
 	// acked is the executed set through the newest transaction whose events, and all earlier
 	// transactions' events, were acknowledged. Only this set is ever checkpointed.
@@ -49,19 +58,26 @@ type tracker struct {
 }
 
 func newTracker(start gtid.Set, maxEvents, maxBytes int) *tracker {
-	t := &tracker{maxEvents: maxEvents, maxBytes: maxBytes, acked: start.Clone()}
+	t := &tracker{maxEvents: maxEvents, maxBytes: maxBytes, acked: start.Clone(), compactAt: minCompact}
 	t.space = sync.NewCond(&t.mu)
 	return t
 }
 
 // admit reserves capacity for a piece of n events and size bytes, blocking while the pipeline
-// is full. A piece larger than the whole capacity is admitted when nothing else is in flight,
-// so a huge transaction still moves, one piece at a time. It returns ctx's error if ctx ends
-// first, or errClosed after close.
+// is full. A piece larger than the whole capacity is admitted when nothing else is in flight
+// (or only held XA rows, see xa.go), so a huge transaction still moves, one piece at a time. It
+// returns ctx's error if ctx ends first, or errClosed after close.
 func (t *tracker) admit(ctx context.Context, n, size int) error {
 	if n == 0 {
 		return nil
 	}
+	return t.reserve(ctx, n, size, false)
+}
+
+// reserve waits until n events of size bytes fit, then counts them in flight (and as held for
+// held). Unless held, it also admits them when nothing is in flight that an acknowledgement
+// could free: only held XA rows, which wait for a later XA COMMIT, so waiting would never end.
+func (t *tracker) reserve(ctx context.Context, n, size int, held bool) error {
 	stop := context.AfterFunc(ctx, func() {
 		t.mu.Lock()
 		t.space.Broadcast()
@@ -78,9 +94,13 @@ func (t *tracker) admit(ctx context.Context, n, size int) error {
 			return err
 		}
 		fits := t.events+n <= t.maxEvents && t.bytes+size <= t.maxBytes
-		if fits || t.events == 0 {
+		if fits || (!held && t.events == t.heldEvents) {
 			t.events += n
 			t.bytes += size
+			if held {
+				t.heldEvents += n
+				t.heldBytes += size
+			}
 			return nil
 		}
 		t.space.Wait()
@@ -142,16 +162,15 @@ func (t *tracker) advance() {
 		if !e.final || e.pending > 0 {
 			break
 		}
-		if e.gtid != "" {
-			if err := t.acked.Add(e.gtid); err != nil && t.err == nil {
-				t.err = fmt.Errorf("record acknowledged transaction %s: %w", e.gtid, err)
-			}
+		if err := addEntry(&t.acked, e); err != nil && t.err == nil {
+			t.err = err
 		}
 		if e.file != "" {
 			t.ackedFile = e.file
 		}
 		t.ackedPos = e.pos
 		t.ackedTime = e.commitTime
+		t.ackedTxns += uint64(e.folded)
 		e.done = true
 		n++
 	}
@@ -160,6 +179,9 @@ func (t *tracker) advance() {
 		t.queue = t.queue[n:]
 		t.version++
 		t.ackedTxns += uint64(n)
+	}
+	if len(t.queue) >= t.compactAt {
+		t.compact()
 	}
 }
 
@@ -215,9 +237,7 @@ func (t *tracker) readSet() gtid.Set {
 	defer t.mu.Unlock()
 	s := t.acked.Clone()
 	for _, e := range t.queue {
-		if e.gtid != "" {
-			_ = s.Add(e.gtid) // a GTID the set cannot take already failed the run in advance
-		}
+		_ = addEntry(&s, e) // a GTID the set cannot take already failed the run in advance
 	}
 	return s
 }
@@ -227,4 +247,65 @@ func (t *tracker) ackedCount() uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.ackedTxns
+}
+
+// minCompact is the queue length below which the tracker is never compacted.
+const minCompact = 1024
+
+// complete reports whether e is acknowledged and its last piece arrived: nothing refers to it
+// any more but the queue. Holding mu.
+func (e *entry) complete() bool { return e.final && e.pending == 0 }
+
+// addEntry adds the GTIDs e stands for to s.
+func addEntry(s *gtid.Set, e *entry) error {
+	if e.merged != nil {
+		if err := s.AddSet(*e.merged); err != nil {
+			return fmt.Errorf("record acknowledged transactions up to %s: %w", e.gtid, err)
+		}
+		return nil
+	}
+	if e.gtid == "" {
+		return nil
+	}
+	if err := s.Add(e.gtid); err != nil {
+		return fmt.Errorf("record acknowledged transaction %s: %w", e.gtid, err)
+	}
+	return nil
+}
+
+// compact folds each run of complete entries behind the head (which is not complete, or advance
+// would have taken it) into the run's last entry, so that a head held for long — a prepared XA
+// transaction waiting for its XA COMMIT — costs memory per run of acknowledged transactions, not
+// per transaction. The folded entry keeps the run's GTIDs and the position and commit time of
+// its last transaction, which is all advance needs. Amortised O(1) per transaction: the next
+// compaction waits until the queue has doubled. Holding mu.
+func (t *tracker) compact() {
+	out := t.queue[:1]
+	for _, e := range t.queue[1:] {
+		last := out[len(out)-1]
+		if len(out) == 1 || !last.complete() || !e.complete() {
+			out = append(out, e)
+			continue
+		}
+		if last.merged == nil {
+			set := gtid.Empty(t.acked.Flavor())
+			if err := addEntry(&set, last); err != nil {
+				out = append(out, e) // a GTID the set cannot take fails the run when it is folded
+				continue
+			}
+			last.merged = &set
+		}
+		if err := addEntry(last.merged, e); err != nil {
+			out = append(out, e)
+			continue
+		}
+		last.gtid, last.commitTime, last.pos = e.gtid, e.commitTime, e.pos
+		last.folded += 1 + e.folded
+		if e.file != "" {
+			last.file = e.file
+		}
+	}
+	clear(t.queue[len(out):])
+	t.queue = out
+	t.compactAt = max(minCompact, 2*len(out))
 }
