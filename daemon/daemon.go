@@ -66,9 +66,15 @@ const (
 // in-flight sends drain, the checkpoint is saved, and the stream restarts from the
 // acknowledged position with backoff. It blocks for the life of the daemon. The admin server
 // (admin.listen) and the heartbeat row writer (source.heartbeat) run alongside.
-func Run(ctx context.Context, cfg *config.Config, o Options) error {
+func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 	log := o.Logger
 	started := time.Now()
+	streaming := false
+	defer func() {
+		if !streaming {
+			err = startupStopped(ctx, err, log)
+		}
+	}()
 	dlEvents, audit, err := deadLetterOverride(cfg, o.DeadLetterEvents, log)
 	if err != nil {
 		return err
@@ -106,8 +112,9 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 		return err
 	}
 	m := metrics.New(metrics.Options{Version: o.Version, HeartbeatPeriod: sourceHeartbeatPeriod})
-	if cp, err := store.Load(); err == nil && cp != nil {
-		m.CheckpointLoaded(cp.SavedAt, cp.CommitTime)
+	saver, err := prepareCheckpoint(store, m, start, origin, log)
+	if err != nil {
+		return err
 	}
 	declareSinks(m, cfg)
 	dumpTLS, err := binlogTLS(ctx, cfg, db)
@@ -132,7 +139,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 		return err
 	}
 
-	ops := &ops{cfg: cfg, m: m, sinks: sinks, db: db, started: started, version: o.Version, log: log}
+	ops := &ops{cfg: cfg, m: m, sinks: sinks, db: db, saved: saver, started: started, version: o.Version, log: log}
 	// The operator side (admin server, position sampler, heartbeat row) lives as long as Run
 	// and never decides its outcome.
 	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
@@ -146,13 +153,14 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 		opsDone.Wait()
 	}()
 
+	streaming = true
 	backoff := reconnectInitial
 	var sameIDDrops []time.Time // recent drops for another connection with our server_id
 	for {
 		pl, err := pipeline.New(pipeline.Config{
 			Router:             rt,
 			Sinks:              sinks,
-			Saver:              store,
+			Saver:              saver,
 			Start:              start,
 			OnPoison:           cfg.OnPoison,
 			RetryInitial:       cfg.Retry.Initial,
@@ -286,7 +294,7 @@ func ResolveStart(ctx context.Context, db *sql.DB, cfg *config.Config, store *ch
 			if err := checkPurged(ctx, db, flavor, start, "checkpoint", cfg.Checkpoint.Path); err != nil {
 				return gtid.Set{}, "", err
 			}
-			return start, "checkpoint", nil
+			return start, originCheckpoint, nil
 		}
 		switch s := strings.TrimSpace(cfg.Source.Start); s {
 		case "", "latest":
