@@ -60,9 +60,11 @@ const (
 	sameIDWindow    = 2 * time.Minute
 )
 
-// Run relays until ctx ends (then it drains, saves the checkpoint and returns nil) or a fatal
-// error: a poison row under on_poison: stop, a checkpoint that cannot be written, a start
-// position the server lacks, a refused login. A lost source connection is not fatal: the
+// Run relays until ctx ends (then it drains, saves the checkpoint and returns nil; a ctx that
+// ends during start-up returns nil too) or a fatal error: a poison row under on_poison: stop,
+// a checkpoint that cannot be written (for 30 s while streaming), a start position the server
+// lacks, a refused login. The start position is saved as the checkpoint before anything
+// streams, and every stop saves it again. A lost source connection is not fatal: the
 // in-flight sends drain, the checkpoint is saved, and the stream restarts from the
 // acknowledged position with backoff. It blocks for the life of the daemon. The admin server
 // (admin.listen) and the heartbeat row writer (source.heartbeat) run alongside.

@@ -253,9 +253,6 @@ func (p *Pipeline) Run(ctx context.Context, in <-chan *binlog.Txn) error {
 func (p *Pipeline) dispatch(ctx context.Context, in <-chan *binlog.Txn) error {
 	var open *entry // the transaction whose pieces are arriving
 	for {
-		if !p.gate.wait(ctx) {
-			return nil // shutting down, or the saver gave up and returns why
-		}
 		var t *binlog.Txn
 		select {
 		case <-ctx.Done():
@@ -265,6 +262,10 @@ func (p *Pipeline) dispatch(ctx context.Context, in <-chan *binlog.Txn) error {
 				return nil
 			}
 			t = x
+		}
+		// Checked with t in hand, so nothing received after a failed save goes out.
+		if !p.gate.wait(ctx) {
+			return nil // shutting down, or the saver gave up; t was never sent
 		}
 		items, size, err := p.route(t)
 		if err != nil {

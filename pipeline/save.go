@@ -64,14 +64,14 @@ func (g *saveGate) set(open bool) {
 
 // saveLoop writes the checkpoint every interval while it moves, and once more, moved or not,
 // when done closes: every stop leaves the acknowledged position on disk. A failed save is
-// logged, counted and retried with reading paused; when saves have failed for
+// counted, logged (at most every maxSaveRetry) and retried with reading paused; when saves have failed for
 // SaveFailureLimit it calls stop with the error, which ends the run, and returns it.
 func (p *Pipeline) saveLoop(done <-chan struct{}, stop context.CancelCauseFunc) error {
 	interval := p.cfg.CheckpointInterval
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
 	var saved uint64
-	var failingSince time.Time
+	var failingSince, lastLog time.Time
 	failures := 0
 	save := func(force bool) error {
 		c, version, err := p.tracker.snapshot()
@@ -133,9 +133,12 @@ func (p *Pipeline) saveLoop(done <-chan struct{}, stop context.CancelCauseFunc) 
 				return err
 			}
 			retry := min(interval, maxSaveRetry)
-			p.cfg.Logger.Error().Err(err).Time("failing_since", failingSince).Int("failed_attempts", failures).
-				Dur("retry_in", retry).Dur("give_up_after", p.cfg.SaveFailureLimit).
-				Msg("checkpoint not saved; reading paused, retrying")
+			if failures == 1 || now.Sub(lastLog) >= maxSaveRetry {
+				lastLog = now
+				p.cfg.Logger.Error().Err(err).Time("failing_since", failingSince).Int("failed_attempts", failures).
+					Dur("retry_in", retry).Dur("give_up_after", p.cfg.SaveFailureLimit).
+					Msg("checkpoint not saved; reading paused, retrying")
+			}
 			timer.Reset(retry)
 		}
 	}
