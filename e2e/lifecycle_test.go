@@ -31,22 +31,23 @@ func lcCfg(t *testing.T, w *world, brokers string) (cfgOpts, string) {
 	return o, adminAddr
 }
 
-// lcKafkaOn starts a kfake broker on addr, a port outboxd was pointed at while nothing
-// listened there, with the topics.
-func lcKafkaOn(t *testing.T, addr string, topics ...string) *kfake.Cluster {
+// stop sends SIGTERM and expects a clean exit (0) within 30 s.
+func (p *proc) stop(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(portNum(t, addr)), kfake.SeedTopics(3, topics...))
-		if err == nil {
-			t.Cleanup(c.Close)
-			return c
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("start kfake on %s: %v", addr, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0; output:\n%s", code, p.output())
 	}
+}
+
+// lcStart runs outboxd on cfg and waits until the start position (the server's, for
+// latest) is saved: from then on no committed row is skipped.
+func lcStart(t *testing.T, w *world, o cfgOpts, cfg string) (string, *proc) {
+	t.Helper()
+	pos := w.position()
+	p := startBinary(t, "run", "--config", cfg)
+	waitCheckpoint(t, o.Dir, pos, 30*time.Second)
+	return pos, p
 }
 
 func (p *proc) signal(t *testing.T, sig syscall.Signal) {
@@ -85,15 +86,9 @@ func TestLatestStartIsSavedWithoutTraffic(t *testing.T) {
 	kc := kafkaCluster(t, "t")
 	o, _ := lcCfg(t, w, kc.ListenAddrs()[0])
 	cfg := writeCfg(t, o)
-	pos := w.position()
-
-	p := startBinary(t, "run", "--config", cfg)
-	waitCheckpoint(t, o.Dir, pos, 30*time.Second)
+	pos, p := lcStart(t, w, o, cfg)
 	p.waitLog(t, "start position saved as the checkpoint", 5*time.Second)
-	p.signal(t, syscall.SIGTERM)
-	if code := p.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("exit %d after SIGTERM; output:\n%s", code, p.output())
-	}
+	p.stop(t)
 	if got := readCheckpoint(t, o.Dir); got != pos {
 		t.Fatalf("checkpoint after a stop with no traffic %q, want the server's position %q", got, pos)
 	}
@@ -103,10 +98,7 @@ func TestLatestStartIsSavedWithoutTraffic(t *testing.T) {
 	c := newConsumer(t, kc, "t")
 	c.waitForEvent("while-down", 30*time.Second)
 	waitCheckpoint(t, o.Dir, g, 20*time.Second)
-	p2.signal(t, syscall.SIGTERM)
-	if code := p2.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("exit %d; output:\n%s", code, p2.output())
-	}
+	p2.stop(t)
 	if ids := eventIDs(c.settle(300 * time.Millisecond)); len(ids) != 1 {
 		t.Fatalf("delivered %v, want while-down once", ids)
 	}
@@ -120,10 +112,7 @@ func TestUnreachableBrokerOnFirstRunLosesNothing(t *testing.T) {
 	brokerAddr := admFreeAddr(t) // nothing listens there yet
 	o, _ := lcCfg(t, w, brokerAddr)
 	cfg := writeCfg(t, o)
-	pos := w.position()
-
-	p := startBinary(t, "run", "--config", cfg)
-	waitCheckpoint(t, o.Dir, pos, 30*time.Second)
+	pos, p := lcStart(t, w, o, cfg)
 	g := w.commit(row{EventID: "unsent", Key: "k", Topic: "t", Payload: []byte("x")})
 	p.waitLog(t, `"gtid":"`+g+`"`, 20*time.Second) // read, and failing to send
 	p.signal(t, syscall.SIGTERM)
@@ -138,15 +127,12 @@ func TestUnreachableBrokerOnFirstRunLosesNothing(t *testing.T) {
 		t.Fatalf("checkpoint %q, want the start %q (the row was never acknowledged)", got, pos)
 	}
 
-	kc := lcKafkaOn(t, brokerAddr, "t")
+	kc := kafkaOn(t, brokerAddr, kfake.SeedTopics(3, "t"))
 	p2 := startBinary(t, "run", "--config", cfg)
 	c := newConsumer(t, kc, "t")
 	c.waitForEvent("unsent", 30*time.Second)
 	waitCheckpoint(t, o.Dir, g, 20*time.Second)
-	p2.signal(t, syscall.SIGTERM)
-	if code := p2.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("exit %d; output:\n%s", code, p2.output())
-	}
+	p2.stop(t)
 }
 
 // Item 1, the very first row is poison under on_poison: stop: outboxd exits 1 with the
@@ -160,10 +146,7 @@ func TestPoisonFirstRowKeepsTheStart(t *testing.T) {
 	o.OnPoison = "stop"
 	o.DeadLetter = "{sink: main, topic: outbox.dead_letter}"
 	cfg := writeCfg(t, o)
-	pos := w.position()
-
-	p := startBinary(t, "run", "--config", cfg)
-	waitCheckpoint(t, o.Dir, pos, 30*time.Second)
+	pos, p := lcStart(t, w, o, cfg)
 	w.commit(row{EventID: "poison", Key: "k", Topic: "nowhere", Payload: []byte("x")})
 	g := w.commit(row{EventID: "after", Key: "k", Topic: "order.x", Payload: []byte("y")})
 	if code := p.wait(t, 30*time.Second); code != 1 {
@@ -182,10 +165,7 @@ func TestPoisonFirstRowKeepsTheStart(t *testing.T) {
 	c := newConsumer(t, kc, "order.x")
 	c.waitForEvent("after", 30*time.Second)
 	waitCheckpoint(t, o.Dir, g, 20*time.Second)
-	p2.signal(t, syscall.SIGTERM)
-	if code := p2.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("exit %d; output:\n%s", code, p2.output())
-	}
+	p2.stop(t)
 }
 
 // Item 5: with the checkpoint directory immutable, the failure is logged and counted at once,
@@ -197,9 +177,7 @@ func TestUnwritableCheckpointStopsWithinTheBound(t *testing.T) {
 	o, adminAddr := lcCfg(t, w, kc.ListenAddrs()[0])
 	cfg := writeCfg(t, o)
 
-	pos := w.position()
-	p := startBinary(t, "run", "--config", cfg)
-	waitCheckpoint(t, o.Dir, pos, 30*time.Second)
+	_, p := lcStart(t, w, o, cfg)
 	g1 := w.commit(row{EventID: "saved", Key: "k", Topic: "t", Payload: []byte("1")})
 	waitCheckpoint(t, o.Dir, g1, 30*time.Second)
 
@@ -261,10 +239,7 @@ func TestUnwritableCheckpointStopsWithinTheBound(t *testing.T) {
 	}
 	p2 := startBinary(t, "run", "--config", cfg)
 	c.waitForEvent("paused", 30*time.Second)
-	p2.signal(t, syscall.SIGTERM)
-	if code := p2.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("exit %d; output:\n%s", code, p2.output())
-	}
+	p2.stop(t)
 }
 
 // Item 10, SIGHUP: logged and ignored; the relay goes on, and a later SIGTERM drains and
@@ -275,9 +250,7 @@ func TestSIGHUPIsIgnored(t *testing.T) {
 	o, _ := lcCfg(t, w, kc.ListenAddrs()[0])
 	cfg := writeCfg(t, o)
 
-	pos := w.position()
-	p := startBinary(t, "run", "--config", cfg)
-	waitCheckpoint(t, o.Dir, pos, 30*time.Second) // started: latest no longer skips a row
+	_, p := lcStart(t, w, o, cfg) // started: latest no longer skips a row
 	g := w.commit(row{EventID: "before-hup", Key: "k", Topic: "t", Payload: []byte("1")})
 	waitCheckpoint(t, o.Dir, g, 30*time.Second)
 	p.signal(t, syscall.SIGHUP)
@@ -290,18 +263,12 @@ func TestSIGHUPIsIgnored(t *testing.T) {
 	c := newConsumer(t, kc, "t")
 	c.waitForEvent("after-hup", 20*time.Second)
 	waitCheckpoint(t, o.Dir, g, 20*time.Second)
-	p.signal(t, syscall.SIGTERM)
-	if code := p.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("exit %d after SIGTERM; output:\n%s", code, p.output())
-	}
+	p.stop(t)
 
 	p2 := startBinary(t, "run", "--config", cfg)
 	g = w.commit(row{EventID: "after-restart", Key: "k", Topic: "t", Payload: []byte("3")})
 	waitCheckpoint(t, o.Dir, g, 30*time.Second)
-	p2.signal(t, syscall.SIGTERM)
-	if code := p2.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("exit %d; output:\n%s", code, p2.output())
-	}
+	p2.stop(t)
 	if ids := strings.Join(eventIDs(c.settle(500*time.Millisecond)), " "); ids != "before-hup after-hup after-restart" {
 		t.Fatalf("delivered %q, want each row once, in order", ids)
 	}
@@ -334,10 +301,7 @@ func TestSecondSIGTERMForcesTheExit(t *testing.T) {
 	brokerAddr := admFreeAddr(t)
 	o, _ := lcCfg(t, w, brokerAddr)
 	cfg := writeCfg(t, o)
-	pos := w.position()
-
-	p := startBinary(t, "run", "--config", cfg)
-	waitCheckpoint(t, o.Dir, pos, 30*time.Second)
+	pos, p := lcStart(t, w, o, cfg)
 	g := w.commit(row{EventID: "stuck", Key: "k", Topic: "t", Payload: []byte("x")})
 	p.waitLog(t, `"gtid":"`+g+`"`, 20*time.Second)
 	p.signal(t, syscall.SIGTERM)
@@ -361,12 +325,9 @@ func TestSecondSIGTERMForcesTheExit(t *testing.T) {
 		t.Fatalf("checkpoint %q, want the start %q", got, pos)
 	}
 
-	kc := lcKafkaOn(t, brokerAddr, "t")
+	kc := kafkaOn(t, brokerAddr, kfake.SeedTopics(3, "t"))
 	p2 := startBinary(t, "run", "--config", cfg)
 	newConsumer(t, kc, "t").waitForEvent("stuck", 30*time.Second)
 	waitCheckpoint(t, o.Dir, g, 20*time.Second)
-	p2.signal(t, syscall.SIGTERM)
-	if code := p2.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("exit %d; output:\n%s", code, p2.output())
-	}
+	p2.stop(t)
 }
