@@ -183,7 +183,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 		err = runSession(ctx, reader, pl, start)
 		start = pl.Acked()
 		if err == nil || ctx.Err() != nil {
-			log.Info().Str("gtid_set", start.String()).Msg("stopped")
+			saver.logStopped(log, start)
 			return err
 		}
 		if errors.Is(err, binlog.ErrGTIDNotOnServer) {
@@ -193,7 +193,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 			}
 		}
 		if !errors.Is(err, binlog.ErrDisconnected) {
-			log.Info().Str("gtid_set", start.String()).Msg("stopped")
+			saver.logStopped(log, start)
 			return err
 		}
 		if errors.Is(err, binlog.ErrServerIDInUse) {
@@ -204,7 +204,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 			sameIDDrops = slices.DeleteFunc(sameIDDrops, func(t time.Time) bool { return now.Sub(t) > sameIDWindow })
 			sameIDDrops = append(sameIDDrops, now)
 			if len(sameIDDrops) >= sameIDDropLimit {
-				log.Info().Str("gtid_set", start.String()).Msg("stopped")
+				saver.logStopped(log, start)
 				return fmt.Errorf("source %s: server_id %d is used by another replica: the server dropped this binlog stream %d times within %s for another connection with the same server_id, "+
 					"so the two keep cutting each other off; give every outboxd and every replica of this server its own source.server_id "+
 					"(the other may be a second outboxd started with this config): %w",
@@ -218,7 +218,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 			Msg("source connection lost; in-flight sends drained, reconnecting from the acknowledged position")
 		select {
 		case <-ctx.Done():
-			log.Info().Str("gtid_set", start.String()).Msg("stopped")
+			saver.logStopped(log, start)
 			return nil
 		case <-time.After(backoff):
 		}

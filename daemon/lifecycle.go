@@ -121,3 +121,14 @@ func prepareCheckpoint(store *checkpoint.Store, m *metrics.Metrics, start gtid.S
 	}
 	return saver, nil
 }
+
+// logStopped logs the end of the run with the checkpoint on disk as gtid_set, and the
+// acknowledged set beside it when a failed save left the two apart.
+func (s *savedStore) logStopped(log zerolog.Logger, acked gtid.Set) {
+	st := s.state()
+	ev := log.Info().Str("gtid_set", st.last.GTIDSet)
+	if a := acked.String(); a != st.last.GTIDSet {
+		ev = ev.Str("acked_gtid_set", a)
+	}
+	ev.Msg("stopped")
+}

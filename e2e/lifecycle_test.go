@@ -224,6 +224,10 @@ func TestUnwritableCheckpointStopsWithinTheBound(t *testing.T) {
 	if !strings.Contains(out, "outboxd stopped with an error") || !strings.Contains(out, "make the checkpoint's directory writable") {
 		t.Fatalf("no clear error at the stop; output:\n%s", out)
 	}
+	// The last words name the checkpoint on disk, and the acknowledged set apart.
+	if want := fmt.Sprintf(`"gtid_set":%q,"acked_gtid_set":%q`, g1, g2); !strings.Contains(out, want) {
+		t.Fatalf("no %s in the output:\n%s", want, out)
+	}
 	for _, id := range eventIDs(c.settle(300 * time.Millisecond)) {
 		if id == "paused" {
 			t.Fatal("a row committed while saves failed was read and delivered: reading was not paused")
