@@ -29,13 +29,20 @@ type Status struct {
 	Source        Source    `json:"source"`
 	// ReadGTIDSet is the executed set through the newest transaction read.
 	ReadGTIDSet string `json:"read_gtid_set"`
-	// CheckpointGTIDSet is the executed set through the newest acknowledged transaction; the
-	// saved checkpoint follows it within checkpoint.interval.
+	// AckedGTIDSet is the executed set through the newest acknowledged transaction; the saved
+	// checkpoint follows it within checkpoint.interval while saves succeed.
+	AckedGTIDSet string `json:"acked_gtid_set"`
+	// CheckpointGTIDSet is the checkpoint last written to checkpoint.path (or found there at
+	// start): where a restart resumes. Never a position that is only in memory.
 	CheckpointGTIDSet    string    `json:"checkpoint_gtid_set"`
 	CheckpointSavedAt    time.Time `json:"checkpoint_saved_at"`
 	CheckpointCommitTime time.Time `json:"checkpoint_commit_time"`
-	LagSeconds           float64   `json:"lag_seconds"`
-	OldestUnackedSeconds float64   `json:"oldest_unacked_event_age_seconds"`
+	// CheckpointSaveError is the error of the latest save while saves fail, "" otherwise.
+	CheckpointSaveError    string    `json:"checkpoint_save_error,omitempty"`
+	CheckpointFailingSince time.Time `json:"checkpoint_failing_since,omitzero"`
+
+	LagSeconds           float64 `json:"lag_seconds"`
+	OldestUnackedSeconds float64 `json:"oldest_unacked_event_age_seconds"`
 	// CaughtUp is set when a recent heartbeat showed the server had nothing newer.
 	CaughtUp bool            `json:"caught_up"`
 	InFlight InFlight        `json:"in_flight"`
@@ -221,9 +228,13 @@ func (st *Status) Print(w io.Writer) error {
 	fmt.Fprintf(&b, "outboxd %s, up %s (since %s)\n", st.Version, durationText(st.UptimeSeconds), st.StartedAt.Format(time.RFC3339))
 	fmt.Fprintf(&b, "source       %s %s, %s\n", st.Flavor, st.Source.Addr, conn)
 	fmt.Fprintf(&b, "read         %s\n", orNone(st.ReadGTIDSet))
+	fmt.Fprintf(&b, "acked        %s\n", orNone(st.AckedGTIDSet))
 	fmt.Fprintf(&b, "checkpoint   %s\n", orNone(st.CheckpointGTIDSet))
 	if !st.CheckpointSavedAt.IsZero() {
 		fmt.Fprintf(&b, "             saved %s, covers commits up to %s\n", st.CheckpointSavedAt.Format(time.RFC3339), timeText(st.CheckpointCommitTime))
+	}
+	if st.CheckpointSaveError != "" {
+		fmt.Fprintf(&b, "             NOT SAVING since %s (reading paused): %s\n", st.CheckpointFailingSince.Format(time.RFC3339), st.CheckpointSaveError)
 	}
 	lag := durationText(st.LagSeconds)
 	if st.CaughtUp {

@@ -24,7 +24,8 @@ func TestEndpoints(t *testing.T) {
 		Listen:   "127.0.0.1:0",
 		Gatherer: reg,
 		Status: func(context.Context) Status {
-			return Status{Version: "v1", Flavor: "mariadb", CheckpointGTIDSet: "0-1-5", Sinks: map[string]Sink{"main": {Type: "kafka", Known: true, Up: true}}}
+			return Status{Version: "v1", Flavor: "mariadb", CheckpointGTIDSet: "0-1-5", AckedGTIDSet: "0-1-7",
+				CheckpointSaveError: "checkpoint not saved: disk full", CheckpointFailingSince: time.Unix(1700000000, 0).UTC(), Sinks: map[string]Sink{"main": {Type: "kafka", Known: true, Up: true}}}
 		},
 		Ready: func(context.Context) []string { return notReady.Load().([]string) },
 	})
@@ -71,14 +72,14 @@ func TestEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Version != "v1" || st.CheckpointGTIDSet != "0-1-5" || !st.Sinks["main"].Up {
+	if st.Version != "v1" || st.CheckpointGTIDSet != "0-1-5" || st.AckedGTIDSet != "0-1-7" || st.CheckpointSaveError == "" || !st.Sinks["main"].Up {
 		t.Fatalf("status = %+v", st)
 	}
 	var b strings.Builder
 	if err := st.Print(&b); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"outboxd v1", "checkpoint   0-1-5", "sink main", "kafka up"} {
+	for _, want := range []string{"outboxd v1", "acked        0-1-7", "checkpoint   0-1-5", "NOT SAVING since 2023-11-14T22:13:20Z (reading paused): checkpoint not saved: disk full", "sink main", "kafka up"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("printed status lacks %q:\n%s", want, b.String())
 		}

@@ -60,15 +60,23 @@ const (
 	sameIDWindow    = 2 * time.Minute
 )
 
-// Run relays until ctx ends (then it drains, saves the checkpoint and returns nil) or a fatal
-// error: a poison row under on_poison: stop, a checkpoint that cannot be written, a start
-// position the server lacks, a refused login. A lost source connection is not fatal: the
+// Run relays until ctx ends (then it drains, saves the checkpoint and returns nil; a ctx that
+// ends during start-up returns nil too) or a fatal error: a poison row under on_poison: stop,
+// a checkpoint that cannot be written (for 30 s while streaming), a start position the server
+// lacks, a refused login. The start position is saved as the checkpoint before anything
+// streams, and every stop saves it again. A lost source connection is not fatal: the
 // in-flight sends drain, the checkpoint is saved, and the stream restarts from the
 // acknowledged position with backoff. It blocks for the life of the daemon. The admin server
 // (admin.listen) and the heartbeat row writer (source.heartbeat) run alongside.
-func Run(ctx context.Context, cfg *config.Config, o Options) error {
+func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 	log := o.Logger
 	started := time.Now()
+	streaming := false
+	defer func() {
+		if !streaming {
+			err = startupStopped(ctx, err, log)
+		}
+	}()
 	dlEvents, audit, err := deadLetterOverride(cfg, o.DeadLetterEvents, log)
 	if err != nil {
 		return err
@@ -111,8 +119,9 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 		return err
 	}
 	m := metrics.New(metrics.Options{Version: o.Version, HeartbeatPeriod: sourceHeartbeatPeriod})
-	if cp, err := store.Load(); err == nil && cp != nil {
-		m.CheckpointLoaded(cp.SavedAt, cp.CommitTime)
+	saver, err := prepareCheckpoint(store, m, start, origin, log)
+	if err != nil {
+		return err
 	}
 	declareSinks(m, cfg)
 	dumpTLS, err := binlogTLS(ctx, cfg, db)
@@ -137,7 +146,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 		return err
 	}
 
-	ops := &ops{cfg: cfg, m: m, sinks: sinks, db: db, started: started, version: o.Version, log: log}
+	ops := &ops{cfg: cfg, m: m, sinks: sinks, db: db, saved: saver, started: started, version: o.Version, log: log}
 	// The operator side (admin server, position sampler, heartbeat row) lives as long as Run
 	// and never decides its outcome.
 	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
@@ -151,13 +160,14 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 		opsDone.Wait()
 	}()
 
+	streaming = true
 	backoff := reconnectInitial
 	var sameIDDrops []time.Time // recent drops for another connection with our server_id
 	for {
 		pl, err := pipeline.New(pipeline.Config{
 			Router:             rt,
 			Sinks:              sinks,
-			Saver:              store,
+			Saver:              saver,
 			Start:              start,
 			OnPoison:           cfg.OnPoison,
 			RetryInitial:       cfg.Retry.Initial,
@@ -178,7 +188,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 		err = runSession(ctx, reader, pl, start)
 		start = pl.Acked()
 		if err == nil || ctx.Err() != nil {
-			log.Info().Str("gtid_set", start.String()).Msg("stopped")
+			saver.logStopped(log, start)
 			return err
 		}
 		if errors.Is(err, binlog.ErrGTIDNotOnServer) {
@@ -188,7 +198,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 			}
 		}
 		if !errors.Is(err, binlog.ErrDisconnected) {
-			log.Info().Str("gtid_set", start.String()).Msg("stopped")
+			saver.logStopped(log, start)
 			return err
 		}
 		if errors.Is(err, binlog.ErrServerIDInUse) {
@@ -199,7 +209,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 			sameIDDrops = slices.DeleteFunc(sameIDDrops, func(t time.Time) bool { return now.Sub(t) > sameIDWindow })
 			sameIDDrops = append(sameIDDrops, now)
 			if len(sameIDDrops) >= sameIDDropLimit {
-				log.Info().Str("gtid_set", start.String()).Msg("stopped")
+				saver.logStopped(log, start)
 				return fmt.Errorf("source %s: server_id %d is used by another replica: the server dropped this binlog stream %d times within %s for another connection with the same server_id, "+
 					"so the two keep cutting each other off; give every outboxd and every replica of this server its own source.server_id "+
 					"(the other may be a second outboxd started with this config): %w",
@@ -213,13 +223,18 @@ func Run(ctx context.Context, cfg *config.Config, o Options) error {
 			Msg("source connection lost; in-flight sends drained, reconnecting from the acknowledged position")
 		select {
 		case <-ctx.Done():
-			log.Info().Str("gtid_set", start.String()).Msg("stopped")
+			saver.logStopped(log, start)
 			return nil
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, reconnectMax)
-		if err := reverify(ctx, db, cfg, log); err != nil {
-			log.Info().Str("gtid_set", start.String()).Msg("stopped")
+		if err := reverify(ctx, db, cfg, log); err != nil || ctx.Err() != nil {
+			// A server that came back with settings outboxd cannot read stops it; a shutdown
+			// during the re-check is no error.
+			saver.logStopped(log, start)
+			if ctx.Err() != nil {
+				return nil
+			}
 			return err
 		}
 	}
@@ -297,7 +312,7 @@ func ResolveStart(ctx context.Context, db *sql.DB, cfg *config.Config, store *ch
 			if err := checkPurged(ctx, db, flavor, start, "checkpoint", cfg.Checkpoint.Path); err != nil {
 				return gtid.Set{}, "", err
 			}
-			return start, "checkpoint", nil
+			return start, originCheckpoint, nil
 		}
 		switch s := strings.TrimSpace(cfg.Source.Start); s {
 		case "", "latest":

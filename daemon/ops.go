@@ -36,6 +36,7 @@ type ops struct {
 	m       *metrics.Metrics
 	sinks   map[string]sink.Sink
 	db      *sql.DB
+	saved   *savedStore // the checkpoint on disk
 	started time.Time
 	version string
 	log     zerolog.Logger
@@ -187,15 +188,16 @@ func (o *ops) status(context.Context) admin.Status {
 	now := time.Now()
 	lag := o.m.Lag()
 	connected, why := o.m.Source()
-	savedAt, commit := o.m.Checkpoint()
+	saved := o.saved.state()
 	st := admin.Status{
 		Version:              o.version,
 		Flavor:               string(o.cfg.Source.Flavor),
 		StartedAt:            o.started.UTC(),
 		UptimeSeconds:        now.Sub(o.started).Seconds(),
 		Source:               admin.Source{Addr: o.cfg.Source.Addr, Connected: connected, LastError: why},
-		CheckpointSavedAt:    savedAt.UTC(),
-		CheckpointCommitTime: commit.UTC(),
+		CheckpointGTIDSet:    saved.last.GTIDSet,
+		CheckpointSavedAt:    saved.last.SavedAt.UTC(),
+		CheckpointCommitTime: saved.last.CommitTime.UTC(),
 		LagSeconds:           lag.Lag.Seconds(),
 		OldestUnackedSeconds: lag.OldestUnacked.Seconds(),
 		CaughtUp:             lag.CaughtUp,
@@ -203,8 +205,12 @@ func (o *ops) status(context.Context) admin.Status {
 	}
 	if pl := o.pipeline(); pl != nil {
 		st.ReadGTIDSet = pl.ReadSet().String()
-		st.CheckpointGTIDSet = pl.Acked().String()
+		st.AckedGTIDSet = pl.Acked().String()
 		st.InFlight.Events, st.InFlight.Bytes = pl.InFlight()
+	}
+	if saved.lastErr != nil {
+		st.CheckpointSaveError = saved.lastErr.Error()
+		st.CheckpointFailingSince = saved.failingSince.UTC()
 	}
 	states := o.m.Sinks()
 	for name, sc := range o.cfg.Sinks {

@@ -185,7 +185,7 @@ func TestAdminLagReadinessAndStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"version", "flavor", "uptime_seconds", "source", "read_gtid_set", "checkpoint_gtid_set",
-		"lag_seconds", "oldest_unacked_event_age_seconds", "in_flight", "sinks"} {
+		"acked_gtid_set", "lag_seconds", "oldest_unacked_event_age_seconds", "in_flight", "sinks"} {
 		if _, ok := st[k]; !ok {
 			t.Errorf("/status lacks %q: %s", k, body)
 		}

@@ -153,15 +153,22 @@ func portNum(t *testing.T, addr string) int {
 // (DataDir), as a broker process restarting would; the port may take a moment to free up.
 func restartKafka(t *testing.T, port, dataDir string) *kfake.Cluster {
 	t.Helper()
+	return kafkaOn(t, port, kfake.DataDir(dataDir), kfake.SyncWrites())
+}
+
+// kafkaOn starts a one-broker kfake cluster on the port of addr, waiting for the port to be
+// free.
+func kafkaOn(t *testing.T, addr string, opts ...kfake.Opt) *kfake.Cluster {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(portNum(t, port)), kfake.DataDir(dataDir), kfake.SyncWrites())
+		c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.Ports(portNum(t, addr))}, opts...)...)
 		if err == nil {
 			t.Cleanup(c.Close)
 			return c
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("restart kfake: %v", err)
+			t.Fatalf("start kfake on %s: %v", addr, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -74,6 +74,7 @@ type Metrics struct {
 	sendDuration    *prometheus.HistogramVec
 	retries         *prometheus.CounterVec
 	checkpointSaves prometheus.Counter
+	checkpointFails prometheus.Counter
 	checkpointTS    prometheus.Gauge
 	sourceConnected prometheus.Gauge
 	sinkUp          *prometheus.GaugeVec
@@ -169,6 +170,8 @@ func New(o Options) *Metrics {
 		Name: "outboxd_send_retries_total", Help: "Resends after a failed Send.",
 	}, []string{"sink"})
 	m.checkpointSaves = counter("outboxd_checkpoint_saves_total", "Checkpoints written.")
+	m.checkpointFails = counter("outboxd_checkpoint_save_failures_total",
+		"Checkpoint writes that failed (each is retried; saves failing for 30 s stop outboxd).")
 	m.checkpointTS = gauge("outboxd_checkpoint_commit_timestamp_seconds", "Commit time (unix seconds) of the newest checkpointed transaction.")
 	m.sourceConnected = gauge("outboxd_source_connected", "1 while the binlog stream is connected and streaming.")
 	m.sinkUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -216,7 +219,7 @@ func New(o Options) *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildInfo,
 		m.binlogEvents, m.binlogBytes, m.heartbeats, m.eventsRead, m.delivered, m.failed,
-		m.deadLetters, m.sendDuration, m.retries, m.checkpointSaves, m.checkpointTS,
+		m.deadLetters, m.sendDuration, m.retries, m.checkpointSaves, m.checkpointFails, m.checkpointTS,
 		m.sourceConnected, m.sinkUp, m.txnsBehind,
 	)
 	m.reg.MustRegister(computed...)
@@ -431,6 +434,14 @@ func (m *Metrics) CheckpointSaved(savedAt, commit time.Time) {
 	}
 	m.checkpointSaves.Inc()
 	m.CheckpointLoaded(savedAt, commit)
+}
+
+// CheckpointSaveFailed counts a checkpoint write that failed. Safe for concurrent use.
+func (m *Metrics) CheckpointSaveFailed() {
+	if m == nil {
+		return
+	}
+	m.checkpointFails.Inc()
 }
 
 // CheckpointLoaded records the checkpoint found at start, without counting a save.

@@ -30,6 +30,7 @@ func TestNilMetricsIsNoOp(t *testing.T) {
 	m.SinkResult("k", nil)
 	m.CheckpointSaved(time.Now(), time.Now())
 	m.CheckpointLoaded(time.Now(), time.Now())
+	m.CheckpointSaveFailed()
 	m.SetBehind(Behind{Transactions: 3})
 	m.DeclareSink("k", []string{"0"})
 	if m.Registry() != nil || m.Sinks() != nil || m.Lag() != (LagResult{}) || m.LastBehind().Transactions != -1 {
@@ -109,6 +110,7 @@ func TestEveryContractMetricIsRegistered(t *testing.T) {
 		"outboxd_xa_prepared_transactions":            dto.MetricType_GAUGE,
 		"outboxd_xa_oldest_prepared_age_seconds":      dto.MetricType_GAUGE,
 		"outboxd_checkpoint_saves_total":              dto.MetricType_COUNTER,
+		"outboxd_checkpoint_save_failures_total":      dto.MetricType_COUNTER,
 		"outboxd_checkpoint_commit_timestamp_seconds": dto.MetricType_GAUGE,
 		"outboxd_source_connected":                    dto.MetricType_GAUGE,
 		"outboxd_heartbeats_received_total":           dto.MetricType_COUNTER,
@@ -210,6 +212,13 @@ func TestLagGrowsWhileStuckWithInjectedClock(t *testing.T) {
 	}
 	if v := value(t, fams, "outboxd_checkpoint_saves_total"); v != 1 {
 		t.Fatalf("saves = %v", v)
+	}
+	if v := value(t, fams, "outboxd_checkpoint_save_failures_total"); v != 0 {
+		t.Fatalf("save failures before any = %v, want the series at 0", v)
+	}
+	m.CheckpointSaveFailed()
+	if v := value(t, gather(t, m), "outboxd_checkpoint_save_failures_total"); v != 1 {
+		t.Fatalf("save failures = %v, want 1", v)
 	}
 }
 

@@ -84,6 +84,10 @@ type Config struct {
 	// DrainTimeout bounds how long sends may go on after the input context ends (default
 	// 30s). Unacknowledged events are then left for the next run.
 	DrainTimeout time.Duration
+	// SaveFailureLimit is how long checkpoint saves may keep failing (retried meanwhile, with
+	// reading paused) before Run stops with an error wrapping ErrCheckpointSave (default
+	// DefaultSaveFailureLimit).
+	SaveFailureLimit time.Duration
 	// DeadLetterEvents are event ids an operator chose to dead-letter under on_poison: stop
 	// (outboxd run --dead-letter-event). Each diversion is passed to Audit.
 	DeadLetterEvents map[string]bool
@@ -106,6 +110,8 @@ type Pipeline struct {
 	// routeLabels caches the route label of each route index; owned by the dispatcher goroutine.
 	routeLabels []string
 	xa          xaState // prepared XA transactions (xa.go)
+	// gate pauses reading while checkpoint saves fail.
+	gate *saveGate
 }
 
 // New validates cfg and returns a Pipeline.
@@ -132,6 +138,7 @@ func New(cfg Config) (*Pipeline, error) {
 	setDefault(&cfg.MaxBatchEvents, DefaultMaxBatchEvents)
 	setDefault(&cfg.MaxBatchBytes, DefaultMaxBatchBytes)
 	setDefault(&cfg.DrainTimeout, 30*time.Second)
+	setDefault(&cfg.SaveFailureLimit, DefaultSaveFailureLimit)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -140,6 +147,7 @@ func New(cfg Config) (*Pipeline, error) {
 		tracker: newTracker(cfg.Start, cfg.MaxInflightEvents, cfg.MaxInflightBytes),
 		lanes:   make(map[string][]*lane, len(cfg.Sinks)),
 		m:       cfg.Metrics,
+		gate:    newSaveGate(),
 	}
 	for name, s := range cfg.Sinks {
 		ls := make([]*lane, cfg.Lanes)
@@ -182,14 +190,19 @@ func (p *Pipeline) AckedTransactions() uint64 { return p.tracker.ackedCount() }
 // sends in flight finish (bounded by DrainTimeout), saves the checkpoint and returns nil;
 // sends still unacknowledged then are logged and left for the next start. It returns an
 // error for a poison row under on_poison: stop (after delivering and checkpointing what came
-// before it) or a failed checkpoint write. In every case the checkpoint written covers only
-// acknowledged transactions.
+// before it) or a checkpoint that could not be saved for SaveFailureLimit (wrapping
+// ErrCheckpointSave; reading pauses while saves fail). Every return saves the checkpoint once
+// more, even when nothing moved since the last save, unless saving is what failed. In every
+// case the checkpoint written covers only acknowledged transactions.
 func (p *Pipeline) Run(ctx context.Context, in <-chan *binlog.Txn) error {
-	// Sends outlive ctx by at most DrainTimeout so a shutdown does not abandon batches that
-	// the broker is about to acknowledge.
+	// runCtx also ends when the saver gives up: the pipeline then stops as on a shutdown.
+	runCtx, stopRun := context.WithCancelCause(ctx)
+	defer stopRun(nil)
+	// Sends outlive runCtx by at most DrainTimeout so a shutdown does not abandon batches
+	// that the broker is about to acknowledge.
 	sendCtx, cancelSend := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSend()
-	stopDrain := context.AfterFunc(ctx, func() {
+	stopDrain := context.AfterFunc(runCtx, func() {
 		t := time.AfterFunc(p.cfg.DrainTimeout, cancelSend)
 		context.AfterFunc(sendCtx, func() { t.Stop() })
 	})
@@ -203,10 +216,10 @@ func (p *Pipeline) Run(ctx context.Context, in <-chan *binlog.Txn) error {
 	}
 	saverDone := make(chan struct{})
 	saverErr := make(chan error, 1)
-	go func() { saverErr <- p.saveLoop(saverDone) }()
+	go func() { saverErr <- p.saveLoop(saverDone, stopRun) }()
 
-	// The dispatcher stops when ctx ends (shutdown) or a lane failed (lanesCtx).
-	dispatchCtx, cancelDispatch := context.WithCancel(ctx)
+	// The dispatcher stops when runCtx ends (shutdown, saver gave up) or a lane failed.
+	dispatchCtx, cancelDispatch := context.WithCancel(runCtx)
 	defer cancelDispatch()
 	stopOnLaneErr := context.AfterFunc(lanesCtx, cancelDispatch)
 	defer stopOnLaneErr()
@@ -224,11 +237,12 @@ func (p *Pipeline) Run(ctx context.Context, in <-chan *binlog.Txn) error {
 
 	if laneErr != nil {
 		var pe *PoisonError
-		if ctx.Err() != nil && sendCtx.Err() != nil && !errors.As(laneErr, &pe) {
-			// A requested shutdown whose drain timed out loses nothing: the checkpoint covers
-			// only what was acknowledged, and the rest is resent on the next start.
+		if runCtx.Err() != nil && sendCtx.Err() != nil && !errors.As(laneErr, &pe) {
+			// A shutdown whose drain timed out loses nothing: the checkpoint saved above
+			// covers only what was acknowledged (at the least the start position, saved
+			// before streaming), and the rest is resent on the next start.
 			p.cfg.Logger.Warn().Err(laneErr).Dur("drain_timeout", p.cfg.DrainTimeout).
-				Msg("shutdown: sends still unacknowledged after the drain timeout; they will be resent on the next start")
+				Msg("shutdown: sends still unacknowledged after the drain timeout; the checkpoint stops before them, so they will be resent on the next start")
 			laneErr = nil
 		}
 	}
@@ -249,6 +263,10 @@ func (p *Pipeline) dispatch(ctx context.Context, in <-chan *binlog.Txn) error {
 				return nil
 			}
 			t = x
+		}
+		// Checked with t in hand, so nothing received after a failed save goes out.
+		if !p.gate.wait(ctx) {
+			return nil // shutting down, or the saver gave up; t was never sent
 		}
 		items, size, err := p.route(t)
 		if err != nil {
@@ -367,44 +385,6 @@ func (p *Pipeline) laneFor(sinkName string, key []byte) *lane {
 		h *= 16777619
 	}
 	return ls[h%uint32(len(ls))]
-}
-
-// saveLoop writes the checkpoint every interval while it moves, and once more when done
-// closes.
-func (p *Pipeline) saveLoop(done <-chan struct{}) error {
-	tick := time.NewTicker(p.cfg.CheckpointInterval)
-	defer tick.Stop()
-	var saved uint64
-	save := func() error {
-		c, version, err := p.tracker.snapshot()
-		if err != nil {
-			return err
-		}
-		if version == saved {
-			return nil
-		}
-		// The tracker's set only ever holds transactions whose events, and all earlier
-		// transactions' events, were acknowledged: saving anything newer could lose
-		// messages on a crash.
-		c.SavedAt = p.cfg.Now().UTC()
-		if err := p.cfg.Saver.Save(c); err != nil {
-			return fmt.Errorf("save checkpoint %s: %w", c.GTIDSet, err)
-		}
-		saved = version
-		p.m.CheckpointSaved(c.SavedAt, c.CommitTime)
-		p.cfg.Logger.Debug().Str("gtid_set", c.GTIDSet).Msg("checkpoint saved")
-		return nil
-	}
-	for {
-		select {
-		case <-done:
-			return save()
-		case <-tick.C:
-			if err := save(); err != nil {
-				return err
-			}
-		}
-	}
 }
 
 // poison applies on_poison to a row that can never be delivered: under stop it returns the

@@ -78,7 +78,7 @@ func newLogger(c config.Log, w io.Writer) zerolog.Logger {
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
 }
 
-func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
+func cmdRun(ctx context.Context, sig *signals, args []string, stderr io.Writer) error {
 	fs := newConfigFlags("run", stderr)
 	from := fs.String("from-gtid", "", "replay from this executed GTID set instead of the checkpoint")
 	var dlEvents stringList
@@ -89,6 +89,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log := newLogger(cfg.Log, stderr)
+	sig.useLogger(log)
 	log.Info().Str("version", version).Msg("outboxd starting")
 	err = daemon.Run(ctx, cfg, daemon.Options{FromGTID: *from, Force: *force, DeadLetterEvents: dlEvents, Logger: log, Version: version})
 	if err != nil {

@@ -10,11 +10,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
-	"syscall"
 	"time"
 )
 
@@ -43,12 +41,12 @@ func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	sig := handleSignals(os.Stderr, os.Exit)
 	tuneGC()
 	stopProfile := startProfile(os.Getenv("OUTBOXD_CPUPROFILE"))
-	err := dispatch(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	err := dispatch(sig.ctx, sig, os.Args[1:], os.Stdout, os.Stderr)
 	stopProfile()
+	sig.stop()
 	if err == nil {
 		return
 	}
@@ -66,14 +64,15 @@ func main() {
 // errReported marks an error that was already logged in full.
 var errReported = errors.New("reported")
 
-func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// dispatch runs the command args names. sig, when not nil, is told the run command's logger.
+func dispatch(ctx context.Context, sig *signals, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return &exitError{code: 2, err: errors.New("no command given")}
 	}
 	switch args[0] {
 	case "run":
-		return cmdRun(ctx, args[1:], stderr)
+		return cmdRun(ctx, sig, args[1:], stderr)
 	case "check":
 		return cmdCheck(ctx, args[1:], stdout, stderr)
 	case "status":

@@ -1,0 +1,134 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/outboxd/outboxd/checkpoint"
+	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/metrics"
+	"github.com/outboxd/outboxd/pipeline"
+)
+
+// savedStore is the checkpoint store as the daemon writes it: every save of a run (the start
+// position, the pipeline's periodic and final saves) goes through Save, which makes it the
+// one place a rule about whether this process may save at all belongs. It remembers the last
+// checkpoint that reached the disk, which /status reports, apart from what is acknowledged but
+// not yet saved. Safe for concurrent use.
+type savedStore struct {
+	store *checkpoint.Store
+
+	mu           sync.Mutex
+	last         checkpoint.Checkpoint // on disk; zero Flavor before the first save or load
+	failingSince time.Time             // of the current run of failed saves
+	lastErr      error
+}
+
+// Save writes c durably and records it as the saved checkpoint, or records the failure. It
+// blocks on file I/O.
+func (s *savedStore) Save(c checkpoint.Checkpoint) error {
+	err := s.store.Save(c)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		if s.lastErr == nil {
+			s.failingSince = time.Now()
+		}
+		s.lastErr = err
+		return err
+	}
+	s.last, s.lastErr, s.failingSince = c, nil, time.Time{}
+	return nil
+}
+
+// loaded records the checkpoint read at start as the saved one.
+func (s *savedStore) loaded(c *checkpoint.Checkpoint) {
+	if c == nil {
+		return
+	}
+	s.mu.Lock()
+	s.last = *c
+	s.mu.Unlock()
+}
+
+// savedState is what /status says about the checkpoint file.
+type savedState struct {
+	last         checkpoint.Checkpoint
+	ok           bool // last holds a checkpoint
+	failingSince time.Time
+	lastErr      error
+}
+
+func (s *savedStore) state() savedState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return savedState{last: s.last, ok: s.last.Flavor != "", failingSince: s.failingSince, lastErr: s.lastErr}
+}
+
+// persistStart writes the resolved start position as the checkpoint before anything streams,
+// unless it came from the checkpoint itself. Without it a first run that stops before its
+// first acknowledgement (no traffic, a broker that is down, a poison first row) leaves no
+// checkpoint, and the next start with source.start: latest silently skips what was committed
+// meanwhile. A --from-gtid replay is saved too: the operator chose to go there, so a restart
+// without the flag goes on with the replay rather than jumping back to the old checkpoint.
+// It blocks on file I/O; an error means nothing may stream.
+func persistStart(saver pipeline.Saver, m *metrics.Metrics, start gtid.Set, origin string, log zerolog.Logger) error {
+	if origin == originCheckpoint {
+		return nil
+	}
+	c := checkpoint.Checkpoint{Flavor: start.Flavor(), GTIDSet: start.String(), SavedAt: time.Now().UTC()}
+	if err := saver.Save(c); err != nil {
+		m.CheckpointSaveFailed()
+		return fmt.Errorf("save the start position %s (%s) as the checkpoint before streaming: %w: %w; make the checkpoint's directory writable",
+			c.GTIDSet, origin, pipeline.ErrCheckpointSave, err)
+	}
+	m.CheckpointSaved(c.SavedAt, time.Time{})
+	log.Info().Str("gtid_set", c.GTIDSet).Str("from", origin).Msg("start position saved as the checkpoint")
+	return nil
+}
+
+// originCheckpoint is ResolveStart's origin for a start read from the checkpoint file.
+const originCheckpoint = "checkpoint"
+
+// startupStopped turns the error of a start-up step that a requested shutdown (ctx ended)
+// interrupted into nil: stopping is not a failure, whichever step it cut short (the source
+// retries at start, the start position queries, opening the sinks). A checkpoint that could
+// not be saved stays an error: the operator must know the position was not kept.
+func startupStopped(ctx context.Context, err error, log zerolog.Logger) error {
+	if err == nil || ctx.Err() == nil || errors.Is(err, pipeline.ErrCheckpointSave) {
+		return err
+	}
+	log.Info().AnErr("interrupted", err).Msg("stopped during start-up, as requested")
+	return nil
+}
+
+// prepareCheckpoint records the checkpoint found at start (for /status and the metrics) and
+// persists a start position that did not come from it. Every later save goes through the
+// returned store.
+func prepareCheckpoint(store *checkpoint.Store, m *metrics.Metrics, start gtid.Set, origin string, log zerolog.Logger) (*savedStore, error) {
+	saver := &savedStore{store: store}
+	if cp, err := store.Load(); err == nil && cp != nil {
+		m.CheckpointLoaded(cp.SavedAt, cp.CommitTime)
+		saver.loaded(cp)
+	}
+	if err := persistStart(saver, m, start, origin, log); err != nil {
+		return nil, err
+	}
+	return saver, nil
+}
+
+// logStopped logs the end of the run with the checkpoint on disk as gtid_set, and the
+// acknowledged set beside it when a failed save left the two apart.
+func (s *savedStore) logStopped(log zerolog.Logger, acked gtid.Set) {
+	st := s.state()
+	ev := log.Info().Str("gtid_set", st.last.GTIDSet)
+	if a := acked.String(); a != st.last.GTIDSet {
+		ev = ev.Str("acked_gtid_set", a)
+	}
+	ev.Msg("stopped")
+}

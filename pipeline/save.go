@@ -1,0 +1,158 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrCheckpointSave is wrapped by the error Run returns when the checkpoint could not be
+// written: for SaveFailureLimit while streaming, or once at the final save.
+var ErrCheckpointSave = errors.New("checkpoint not saved")
+
+// DefaultSaveFailureLimit is how long saves may fail before Run gives up. Long enough to ride
+// out a brief storage hiccup (a network volume failing over, a full disk that logrotate is
+// about to clear), short enough that a supervisor restart or a page follows within a minute;
+// reading is paused meanwhile, so waiting longer would only delay the error.
+const DefaultSaveFailureLimit = 30 * time.Second
+
+// maxSaveRetry caps the interval between retries of a failed save.
+const maxSaveRetry = 5 * time.Second
+
+// saveGate is closed while checkpoint saves fail: the dispatcher then takes no new
+// transaction. Safe for concurrent use.
+type saveGate struct {
+	mu   sync.Mutex
+	open chan struct{} // closed while saves succeed
+}
+
+func newSaveGate() *saveGate {
+	g := &saveGate{open: make(chan struct{})}
+	close(g.open)
+	return g
+}
+
+// wait blocks while the gate is shut; it returns false if ctx ends first.
+func (g *saveGate) wait(ctx context.Context) bool {
+	g.mu.Lock()
+	open := g.open
+	g.mu.Unlock()
+	select {
+	case <-open:
+		return ctx.Err() == nil
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (g *saveGate) set(open bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.open:
+		if !open {
+			g.open = make(chan struct{})
+		}
+	default:
+		if open {
+			close(g.open)
+		}
+	}
+}
+
+// saveLoop writes the checkpoint every interval while it moves, and once more, moved or not,
+// when done closes: every stop leaves the acknowledged position on disk. A failed save is
+// counted, logged (at most every maxSaveRetry) and retried with reading paused; when saves have failed for
+// SaveFailureLimit it calls stop with the error, which ends the run, and returns it.
+func (p *Pipeline) saveLoop(done <-chan struct{}, stop context.CancelCauseFunc) error {
+	interval := p.cfg.CheckpointInterval
+	timer := time.NewTimer(interval)
+	defer timer.Stop()
+	var saved uint64
+	var failingSince, lastLog time.Time
+	failures := 0
+	save := func(force bool) error {
+		c, version, err := p.tracker.snapshot()
+		if err != nil {
+			return err
+		}
+		if version == saved && !force {
+			return nil
+		}
+		// The tracker's set only ever holds transactions whose events, and all earlier
+		// transactions' events, were acknowledged: saving anything newer could lose
+		// messages on a crash.
+		c.SavedAt = p.cfg.Now().UTC()
+		if err := p.cfg.Saver.Save(c); err != nil {
+			p.m.CheckpointSaveFailed()
+			return &saveError{set: c.GTIDSet, err: err}
+		}
+		saved = version
+		p.m.CheckpointSaved(c.SavedAt, c.CommitTime)
+		p.cfg.Logger.Debug().Str("gtid_set", c.GTIDSet).Msg("checkpoint saved")
+		return nil
+	}
+	for {
+		select {
+		case <-done:
+			err := save(true)
+			if se := (*saveError)(nil); errors.As(err, &se) && failures > 0 {
+				err = fmt.Errorf("%w (failing since %s, %d attempts)", err, failingSince.Format(time.RFC3339), failures+1)
+			}
+			return err
+		case <-timer.C:
+		}
+		err := save(false)
+		var se *saveError
+		switch {
+		case err == nil:
+			if failures > 0 {
+				p.cfg.Logger.Info().Time("failing_since", failingSince).Int("failed_attempts", failures).
+					Msg("checkpoint saved again; reading resumes")
+				failingSince, failures = time.Time{}, 0
+				p.gate.set(true)
+			}
+			timer.Reset(interval)
+		case !errors.As(err, &se):
+			stop(err) // the tracker's set could not take a GTID
+			return err
+		default:
+			now := p.cfg.Now()
+			if failures == 0 {
+				failingSince = now
+				p.gate.set(false)
+			}
+			failures++
+			if now.Sub(failingSince) >= p.cfg.SaveFailureLimit {
+				err = fmt.Errorf("%w; saves have failed since %s (%d attempts), so outboxd stops rather than relay what it cannot checkpoint: "+
+					"make the checkpoint's directory writable (full disk, read-only or immutable file system?) and start it again; "+
+					"what was sent since the last saved checkpoint will be resent", err, failingSince.Format(time.RFC3339), failures)
+				stop(err)
+				return err
+			}
+			retry := min(interval, maxSaveRetry)
+			if failures == 1 || now.Sub(lastLog) >= maxSaveRetry {
+				lastLog = now
+				p.cfg.Logger.Error().Err(err).Time("failing_since", failingSince).Int("failed_attempts", failures).
+					Dur("retry_in", retry).Dur("give_up_after", p.cfg.SaveFailureLimit).
+					Msg("checkpoint not saved; reading paused, retrying")
+			}
+			timer.Reset(retry)
+		}
+	}
+}
+
+// saveError is a checkpoint write that failed.
+type saveError struct {
+	set string
+	err error
+}
+
+func (e *saveError) Error() string {
+	return fmt.Sprintf("%v: save checkpoint %s: %v", ErrCheckpointSave, e.set, e.err)
+}
+
+// Unwrap exposes both the sentinel and the Saver's error to errors.Is and errors.As.
+func (e *saveError) Unwrap() []error { return []error{ErrCheckpointSave, e.err} }
