@@ -24,6 +24,9 @@ type item struct {
 	size  int
 	route string // the route label of the delivery metrics
 	entry *entry
+	// missingSince is when a send of msg first failed because its topic does not exist; zero
+	// while it has not. It bounds the wait for the topic (Config.MissingTopicWait).
+	missingSince time.Time
 }
 
 // lane sends one sink's messages for a subset of keys, one batch at a time: a key always maps
@@ -124,7 +127,11 @@ func (l *lane) deliver(ctx context.Context, batch []item) error {
 	if len(rejected) > 0 {
 		bySink := map[string][]item{}
 		for _, r := range rejected {
-			dn, dm, err := p.poison(r.txn, r.ev, r.err, metrics.ReasonRejected)
+			why := r.why
+			if why == "" {
+				why = metrics.ReasonRejected
+			}
+			dn, dm, err := p.poison(r.txn, r.ev, r.err, why)
 			if err != nil {
 				return err
 			}
@@ -144,20 +151,25 @@ func (l *lane) deliver(ctx context.Context, batch []item) error {
 	return nil
 }
 
-// rejection is a message a broker refused for good.
+// rejection is a message a broker refused for good, or whose topic did not appear in time.
 type rejection struct {
 	item
 	err error
+	why string // the dead-letter reason label; "" means metrics.ReasonRejected
 }
 
 // sendUntilAcked sends items to s, resending unacknowledged ones with capped exponential
 // backoff, forever: a broker outage stalls the stream rather than skipping events. Resends keep
 // slice order and the Sink contract fails every same-key follower of a failed message, so a
-// later event of a key never overtakes an earlier one. It returns the messages the broker
-// rejected permanently, for the caller's poison policy, or an error when ctx ends first or a
-// dead letter itself is rejected.
+// later event of a key never overtakes an earlier one. A message whose topic does not exist is
+// retried the same way, but only for MissingTopicWait (see waitForTopic). It returns the
+// messages the broker rejected permanently or whose topic never appeared, for the caller's
+// poison policy, or an error when ctx ends first or a dead letter itself is rejected (or its
+// topic never appeared).
 func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink, items []item) ([]rejection, error) {
 	var rejected []rejection
+	wait := topicWait{p: p, sink: name}
+	defer wait.done()
 	backoff := p.cfg.RetryInitial
 	attempt := 0
 	var lastLog time.Time
@@ -176,6 +188,7 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 		if err == nil {
 			p.m.SinkResult(name, nil)
 			p.countDelivered(name, items, nil)
+			p.topicAcked(name, items, nil)
 			return rejected, nil
 		}
 		var se *sink.SendError
@@ -184,10 +197,10 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 		}
 		if ctx.Err() == nil {
 			// The sink is down when it acknowledged nothing and every failure was transient; a
-			// permanent rejection is an answer from a reachable broker.
+			// permanent rejection or a missing topic is an answer from a reachable broker.
 			transient := 0
 			for _, f := range se.Failures {
-				if !sink.IsPermanent(f.Err) {
+				if !sink.IsPermanent(f.Err) && !sink.IsTopicMissing(f.Err) {
 					transient++
 				}
 			}
@@ -198,17 +211,43 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 			}
 		}
 		p.countDelivered(name, items, se.Failures)
+		p.topicAcked(name, items, se.Failures)
 		retry := make([]item, 0, len(se.Failures))
+		var waiting []item // retried for want of their topic
+		waitingKeys := map[string]bool{}
+		others := 0 // other transient failures, not held back behind a waiting message
 		for _, f := range se.Failures {
 			if f.Index < 0 || f.Index >= len(items) {
 				return nil, fmt.Errorf("sink %s reported failure of message %d of %d", name, f.Index, len(items))
 			}
 			it := items[f.Index]
 			kind := metrics.KindTransient
-			if sink.IsPermanent(f.Err) {
+			switch {
+			case sink.IsPermanent(f.Err):
 				kind = metrics.KindPermanent
+			case sink.IsTopicMissing(f.Err):
+				kind = metrics.KindTopicMissing
 			}
 			p.m.Failed(name, it.route, kind, 1)
+			if kind == metrics.KindTopicMissing {
+				r, err := p.waitForTopic(name, &it, f.Err)
+				if err != nil {
+					return nil, err
+				}
+				if r != nil {
+					rejected = append(rejected, *r)
+					continue
+				}
+				retry = append(retry, it)
+				waiting = append(waiting, it)
+				if it.msg.Key != nil {
+					waitingKeys[it.msg.Topic+"\x00"+string(it.msg.Key)] = true
+				}
+				continue
+			}
+			if kind == metrics.KindTransient && (it.msg.Key == nil || !waitingKeys[it.msg.Topic+"\x00"+string(it.msg.Key)]) {
+				others++
+			}
 			if kind == metrics.KindPermanent {
 				if it.dead {
 					if stripped, ok := withoutPayload(it.msg); ok {
@@ -227,6 +266,7 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 			}
 			retry = append(retry, it)
 		}
+		wait.update(waiting)
 		if len(retry) < len(items) {
 			backoff, attempt = p.cfg.RetryInitial, 0 // progress: start the backoff over
 		}
@@ -235,7 +275,8 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 			break
 		}
 		attempt++
-		if now := p.cfg.Now(); attempt == 1 || now.Sub(lastLog) >= 5*time.Second {
+		// Waits for missing topics are logged once per topic by the stall registry, not here.
+		if now := p.cfg.Now(); (len(waiting) == 0 || others > 0) && (attempt == 1 || now.Sub(lastLog) >= 5*time.Second) {
 			lastLog = now
 			p.cfg.Logger.Warn().Str("sink", name).Int("unacked", len(items)).Int("attempt", attempt).
 				Dur("backoff", backoff).Str("gtid", items[0].txn.GTID).Err(err).Msg("send not acknowledged, retrying")

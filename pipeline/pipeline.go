@@ -84,8 +84,12 @@ type Config struct {
 	// DrainTimeout bounds how long sends may go on after the input context ends (default
 	// 30s). Unacknowledged events are then left for the next run.
 	DrainTimeout time.Duration
+	// MissingTopicWait bounds how long messages wait for a topic the broker says does not
+	// exist (default DefaultMissingTopicTimeout); then they follow OnPoison.
+	MissingTopicWait time.Duration
 	// DeadLetterEvents are event ids an operator chose to dead-letter under on_poison: stop
-	// (outboxd run --dead-letter-event). Each diversion is passed to Audit.
+	// (outboxd run --dead-letter-event), when found poison or waiting for a missing topic.
+	// Each diversion is passed to Audit.
 	DeadLetterEvents map[string]bool
 	// Audit records an operator override durably; nil records nothing.
 	Audit  func(line string) error
@@ -105,6 +109,8 @@ type Pipeline struct {
 	m       *metrics.Metrics
 	// routeLabels caches the route label of each route index; owned by the dispatcher goroutine.
 	routeLabels []string
+	// stalls are the lanes' waits for missing topics.
+	stalls stalls
 }
 
 // New validates cfg and returns a Pipeline.
@@ -131,6 +137,7 @@ func New(cfg Config) (*Pipeline, error) {
 	setDefault(&cfg.MaxBatchEvents, DefaultMaxBatchEvents)
 	setDefault(&cfg.MaxBatchBytes, DefaultMaxBatchBytes)
 	setDefault(&cfg.DrainTimeout, 30*time.Second)
+	setDefault(&cfg.MissingTopicWait, DefaultMissingTopicTimeout)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
