@@ -133,6 +133,11 @@ func (l *lane) deliver(ctx context.Context, batch []item) error {
 			}
 			dn, dm, err := p.poison(r.txn, r.ev, r.err, why)
 			if err != nil {
+				// The run stops here. What the broker did acknowledge still counts, so the
+				// checkpoint written at the stop reaches up to the transaction of the first
+				// rejected row (acknowledged messages of later transactions do not move it:
+				// the tracker only folds in transactions with nothing unacknowledged below).
+				p.tracker.ack(withoutRejected(batch, rejected))
 				return err
 			}
 			bySink[dn] = append(bySink[dn], item{txn: r.txn, ev: r.ev, sink: dn, msg: dm, dead: true, route: metrics.RouteDeadLetter})
@@ -149,6 +154,22 @@ func (l *lane) deliver(ctx context.Context, batch []item) error {
 	}
 	p.tracker.ack(batch)
 	return nil
+}
+
+// withoutRejected returns the items of batch that are not among rejected: after
+// sendUntilAcked returned, exactly the acknowledged ones.
+func withoutRejected(batch []item, rejected []rejection) []item {
+	out := make([]item, 0, len(batch))
+	skip := make(map[*binlog.Event]bool, len(rejected))
+	for _, r := range rejected {
+		skip[r.ev] = true
+	}
+	for _, it := range batch {
+		if !skip[it.ev] {
+			out = append(out, it)
+		}
+	}
+	return out
 }
 
 // rejection is a message a broker refused for good, or whose topic did not appear in time.
