@@ -188,11 +188,12 @@ func TestKafkaTopicNeverCreated(t *testing.T) {
 		o.Extra = fmt.Sprintf("admin: {listen: %q}\n", admin)
 		cfgPath := writeCfg(t, o)
 		p := startBinary(t, "run", "--config", cfgPath)
-		body := admWaitReady(t, admin, http.StatusServiceUnavailable, 30*time.Second)
-		for !strings.Contains(body, "order.craeted") {
-			time.Sleep(100 * time.Millisecond)
-			_, body = admGet(admin, "/readyz")
-		}
+		var code int
+		var body string
+		admWaitFor(t, 30*time.Second, func() string { return fmt.Sprintf("/readyz %d: %s", code, body) }, func() bool {
+			code, body = admGet(admin, "/readyz")
+			return code == http.StatusServiceUnavailable && strings.Contains(body, "topic order.craeted does not exist")
+		})
 		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}

@@ -652,13 +652,16 @@ func TestSendAfterCloseFails(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	err := Config{NameServers: []string{"ns1:9876", "127.0.0.1"}, Group: "bad group", AccessKey: "a", SendTimeout: -1}.Validate()
-	for _, want := range []string{"IP addresses only", "nameservers[1]", "group", "access_key", "send_timeout"} {
+	err := Config{NameServers: []string{"ns1:9876", "127.0.0.1", ":9876"}, Group: "bad group", AccessKey: "a", SendTimeout: -1}.Validate()
+	for _, want := range []string{"nameservers[1]", "want host:port", "nameservers[2]", "no host", "group", "access_key", "send_timeout"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate: %v, want mention of %q", err, want)
 		}
 	}
-	if err := (Config{NameServers: []string{"127.0.0.1:9876"}}).Validate(); err != nil {
+	if err != nil && strings.Contains(err.Error(), "nameservers[0]") {
+		t.Errorf("Validate rejects a host name: %v", err)
+	}
+	if err := (Config{NameServers: []string{"127.0.0.1:9876", "rocketmq-namesrv.mq.svc:9876", "[::1]:9876"}}).Validate(); err != nil {
 		t.Errorf("valid config: %v", err)
 	}
 	if _, err := New("x", Config{}); err == nil {
