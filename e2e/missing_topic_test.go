@@ -91,7 +91,7 @@ func TestKafkaTopicCreatedLater(t *testing.T) {
 	}
 	pc := newConsumer(t, kc, "present")
 	pc.waitForEvent("other1", 20*time.Second) // another key is not held
-	time.Sleep(1500 * time.Millisecond)         // several retries (backoff max 200ms)
+	time.Sleep(1500 * time.Millisecond)       // several retries (backoff max 200ms)
 	_, fams := admScrape(t, admin)
 	if v, ok := metricValue(fams, "outboxd_topic_missing", map[string]string{"sink": "main", "topic": "late"}); !ok || v != 1 {
 		t.Errorf("outboxd_topic_missing{topic=late} = %v (present %v), want 1", v, ok)
