@@ -131,7 +131,7 @@ func (l *lane) deliver(ctx context.Context, batch []item) error {
 			if why == "" {
 				why = metrics.ReasonRejected
 			}
-			dn, dm, err := p.poison(r.txn, r.ev, r.err, why)
+			dn, dm, err := p.poison(r.txn, r.ev, r.err, why, r.early)
 			if err != nil {
 				// The run stops here. What the broker did acknowledge still counts, so the
 				// checkpoint written at the stop reaches up to the transaction of the first
@@ -177,6 +177,8 @@ type rejection struct {
 	item
 	err error
 	why string // the dead-letter reason label; "" means metrics.ReasonRejected
+	// early: diverted by --dead-letter-event before on_poison applied (see poison).
+	early bool
 }
 
 // sendUntilAcked sends items to s, resending unacknowledged ones with capped exponential

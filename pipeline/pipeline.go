@@ -304,7 +304,7 @@ func (p *Pipeline) route(t *binlog.Txn) ([]item, int, error) {
 			if errors.As(err, &rpe) && rpe.Reason == router.ReasonNoRoute {
 				reason = metrics.ReasonNoRoute
 			}
-			if name, msg, err = p.poison(t, ev, err, reason); err != nil {
+			if name, msg, err = p.poison(t, ev, err, reason, false); err != nil {
 				return nil, 0, err
 			}
 			dead = true
@@ -408,10 +408,13 @@ func (p *Pipeline) saveLoop(done <-chan struct{}) error {
 
 // poison applies on_poison to a row that can never be delivered: under stop it returns the
 // error that ends the run; under dead_letter it returns the dead-letter message instead.
-// why is the dead-letter reason label (metrics.ReasonNoRoute, ReasonMalformed, ReasonRejected).
-func (p *Pipeline) poison(t *binlog.Txn, ev *binlog.Event, reason error, why string) (string, *sink.Message, error) {
+// why is the dead-letter reason label (metrics.ReasonNoRoute, ReasonMalformed, ReasonRejected,
+// ReasonTopicMissing). early says the row is diverted before on_poison would apply (a row
+// waiting for its topic, listed in --dead-letter-event): an operator decision under either
+// policy, so it is audited.
+func (p *Pipeline) poison(t *binlog.Txn, ev *binlog.Event, reason error, why string, early bool) (string, *sink.Message, error) {
 	eventID := string(ev.EventID.Bytes)
-	override := p.cfg.OnPoison != PoisonDeadLetter && p.cfg.DeadLetterEvents[eventID]
+	override := (p.cfg.OnPoison != PoisonDeadLetter || early) && p.cfg.DeadLetterEvents[eventID]
 	if p.cfg.OnPoison != PoisonDeadLetter && !override {
 		return "", nil, &PoisonError{Err: reason, EventID: eventID}
 	}
@@ -422,8 +425,9 @@ func (p *Pipeline) poison(t *binlog.Txn, ev *binlog.Event, reason error, why str
 	p.m.DeadLettered(why)
 	log := p.cfg.Logger.Warn()
 	if override {
-		// The operator chose to divert this one row under on_poison: stop; leave a trace of
-		// that decision beside the checkpoint, not only in the logs.
+		// The operator chose to divert this one row (under on_poison: stop, or before its
+		// topic's wait ended); leave a trace of that decision beside the checkpoint, not only
+		// in the logs.
 		log = log.Bool("operator_override", true)
 		if p.cfg.Audit != nil {
 			if err := p.cfg.Audit(fmt.Sprintf("dead-lettered event_id %q (table %s.%s, gtid %s) by --dead-letter-event: %v",

@@ -251,7 +251,7 @@ func (p *Pipeline) waitForTopic(name string, it *item, err error) (*rejection, e
 	}
 	switch {
 	case p.cfg.DeadLetterEvents[string(it.ev.EventID.Bytes)]:
-		return &rejection{item: *it, why: metrics.ReasonTopicMissing, err: fmt.Errorf("%s: topic %s of sink %s does not exist "+
+		return &rejection{item: *it, why: metrics.ReasonTopicMissing, early: true, err: fmt.Errorf("%s: topic %s of sink %s does not exist "+
 			"(diverted at once by --dead-letter-event): %w", describe(*it), it.msg.Topic, name, err)}, nil
 	case giveUp:
 		return &rejection{item: *it, why: metrics.ReasonTopicMissing, err: fmt.Errorf("%s: topic %s of sink %s %s; "+

@@ -124,10 +124,16 @@ func TestMissingTopicTimeout(t *testing.T) {
 }
 
 func TestMissingTopicDivertedByDeadLetterEvent(t *testing.T) {
+	for _, policy := range []string{PoisonStop, PoisonDeadLetter} {
+		t.Run(policy, func(t *testing.T) { testMissingTopicDivertedByDeadLetterEvent(t, policy) })
+	}
+}
+
+func testMissingTopicDivertedByDeadLetterEvent(t *testing.T, policy string) {
 	var missing sync.Map
 	missing.Store("typo", true)
 	s, saver := &memSink{fail: missingTopics(&missing)}, &memSaver{}
-	p := newTestPipeline(t, s, saver, PoisonStop)
+	p := newTestPipeline(t, s, saver, policy)
 	p.cfg.MissingTopicWait = time.Hour
 	p.cfg.DeadLetterEvents = map[string]bool{"2": true}
 	var audit []string
