@@ -155,7 +155,7 @@ func TestPrometheusDashboardQueries(t *testing.T) {
 	}
 
 	// The shipped rules load and evaluate, and the dead letter fired its alert (no `for`).
-	prom.waitRulesHealthy(t, 6, 30*time.Second)
+	prom.waitRulesHealthy(t, 7, 30*time.Second)
 	prom.waitFor(t, `ALERTS{alertname="OutboxdDeadLettersGrowing", alertstate="firing", reason="no_route"}`, 30*time.Second)
 	if out := prom.output(); t.Failed() && out != "" {
 		t.Logf("prometheus output:\n%s", out)
