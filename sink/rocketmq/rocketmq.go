@@ -177,10 +177,13 @@ var (
 	_ sink.Checker = (*Sink)(nil)
 )
 
-// New validates cfg, creates and starts the producer, and returns a Sink named name (the "sink"
-// log field, and part of the producer's instance name). It does not contact the cluster: the
-// first Send or Check does (the client starts background route and heartbeat loops at once).
-// On error nothing is left running.
+// New validates cfg, resolves the NameServer host names, creates and starts the producer, and
+// returns a Sink named name (the "sink" log field, and part of the producer's instance name).
+// It does not contact the cluster: the first Send or Check does (the client starts background
+// route and heartbeat loops at once). It blocks for the DNS lookups (at most lookupTimeout per
+// name). When no name resolves, it still returns the Sink, without a producer: Send and Check
+// then fail retryably, naming the host, and try to start it again (see connect). On error
+// nothing is left running.
 func New(name string, cfg Config) (*Sink, error) {
 	if name == "" {
 		name = cfg.Name
@@ -249,7 +252,7 @@ func New(name string, cfg Config) (*Sink, error) {
 		}
 		return &clients{producer: p, admin: a}, nil
 	}
-	if _, err := s.clients(context.Background()); err != nil {
+	if _, err := s.connect(context.Background()); err != nil {
 		if !errors.Is(err, ErrNameServerUnresolved) {
 			return nil, err
 		}
@@ -268,11 +271,11 @@ type clients struct {
 	admin admin.Admin
 }
 
-// clients returns the producer and route client, starting them first if no NameServer had
+// connect returns the producer and route client, starting them first if no NameServer had
 // resolved so far. A failed start is retried at most once a second; until then the last
 // error is returned at once. It blocks for the DNS lookups (lookupTimeout per name) or until
 // ctx ends; safe for concurrent use.
-func (s *Sink) clients(ctx context.Context) (*clients, error) {
+func (s *Sink) connect(ctx context.Context) (*clients, error) {
 	if c := s.conn.Load(); c != nil {
 		return c, nil
 	}
@@ -709,7 +712,7 @@ func (s *Sink) sendSync(ctx context.Context, pm *primitive.Message, hash uint32)
 	go func() {
 		defer s.wg.Done()
 		var res *primitive.SendResult
-		c, err := s.clients(sendCtx)
+		c, err := s.connect(sendCtx)
 		if err == nil {
 			res, err = c.producer.SendSync(sendCtx, pm)
 		}
@@ -765,7 +768,7 @@ func (s *Sink) lookup(ctx context.Context, topic string) ([]string, error) {
 	ch := make(chan result, 1)
 	go func() {
 		// FetchClusterList, unlike FetchPublishMessageQueues, applies no namespace itself.
-		conn, err := s.clients(ctx)
+		conn, err := s.connect(ctx)
 		if err != nil {
 			ch <- result{nil, err}
 			return
