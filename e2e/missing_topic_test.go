@@ -179,6 +179,24 @@ func TestKafkaTopicNeverCreated(t *testing.T) {
 			t.Fatalf("checkpoint %q, want %q (before the row whose topic is missing)", got, good)
 		}
 	})
+	t.Run("missing dead-letter topic stops", func(t *testing.T) {
+		o := base
+		o.Dir = t.TempDir()
+		o.OnPoison, o.DeadLetter = "dead_letter", "{sink: main, topic: outbox.dead_letetr}"
+		o.MissingTopicTimeout = "1s"
+		code, out := runBinary(t, "run", "--config", writeCfg(t, o))
+		if code == 0 {
+			t.Fatalf("outboxd exited 0 although the dead-letter topic does not exist:\n%s", out)
+		}
+		for _, want := range []string{"dead-letter topic outbox.dead_letetr", "typo1", "create it"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("output lacks %q:\n%s", want, out)
+			}
+		}
+		if got := readCheckpoint(t, o.Dir); got != good {
+			t.Fatalf("checkpoint %q, want %q (before the row whose dead letter was never stored)", got, good)
+		}
+	})
 	t.Run("dead-letter-event diverts at once", func(t *testing.T) {
 		o := base
 		o.Dir = t.TempDir()

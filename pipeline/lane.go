@@ -117,59 +117,61 @@ func (l *lane) run(ctx context.Context) error {
 }
 
 // deliver sends batch until every message is acknowledged, applies on_poison to messages the
-// broker rejected for good, and then acknowledges the batch's events to the tracker.
+// broker rejected for good, and acknowledges the batch's events to the tracker: each as soon
+// as the broker acknowledged it (so a message that waits, for a missing topic say, holds
+// neither the checkpoint of the transactions before it nor the in-flight capacity of the
+// rest of its batch), and the rejected ones once their dead letters are stored. When the run
+// stops on a rejected row, what the broker acknowledged still counts: the checkpoint written
+// at the stop reaches up to the transaction of the first unacknowledged row (acknowledged
+// messages of later transactions do not move it; the tracker only folds in transactions with
+// nothing unacknowledged below).
 func (l *lane) deliver(ctx context.Context, batch []item) error {
 	p := l.p
-	rejected, err := p.sendUntilAcked(ctx, l.name, l.s, batch)
+	rejected, err := p.sendUntilAcked(ctx, l.name, l.s, batch, p.tracker.ack)
 	if err != nil {
 		return err
 	}
-	if len(rejected) > 0 {
-		bySink := map[string][]item{}
-		for _, r := range rejected {
-			why := r.why
-			if why == "" {
-				why = metrics.ReasonRejected
-			}
-			dn, dm, err := p.poison(r.txn, r.ev, r.err, why, r.early)
-			if err != nil {
-				// The run stops here. What the broker did acknowledge still counts, so the
-				// checkpoint written at the stop reaches up to the transaction of the first
-				// rejected row (acknowledged messages of later transactions do not move it:
-				// the tracker only folds in transactions with nothing unacknowledged below).
-				p.tracker.ack(withoutRejected(batch, rejected))
-				return err
-			}
-			bySink[dn] = append(bySink[dn], item{txn: r.txn, ev: r.ev, sink: dn, msg: dm, dead: true, route: metrics.RouteDeadLetter})
-		}
-		for dn, dls := range bySink {
-			ds, ok := p.cfg.Sinks[dn]
-			if !ok {
-				return fmt.Errorf("dead_letter.sink %q is not configured", dn)
-			}
-			if _, err := p.sendUntilAcked(ctx, dn, ds, dls); err != nil {
-				return err
-			}
-		}
+	if len(rejected) == 0 {
+		return nil
 	}
-	p.tracker.ack(batch)
+	if err := p.divert(ctx, rejected); err != nil {
+		return err
+	}
+	done := make([]item, len(rejected))
+	for i, r := range rejected {
+		done[i] = r.item
+	}
+	p.tracker.ack(done)
 	return nil
 }
 
-// withoutRejected returns the items of batch that are not among rejected: after
-// sendUntilAcked returned, exactly the acknowledged ones.
-func withoutRejected(batch []item, rejected []rejection) []item {
-	out := make([]item, 0, len(batch))
-	skip := make(map[*binlog.Event]bool, len(rejected))
+// divert applies on_poison to rejected and sends their dead letters until acknowledged. It
+// returns the error that ends the run: a PoisonError under stop, a dead letter refused (or
+// whose topic never appeared), or ctx ending first.
+func (p *Pipeline) divert(ctx context.Context, rejected []rejection) error {
+	bySink := map[string][]item{}
 	for _, r := range rejected {
-		skip[r.ev] = true
+		why := r.why
+		if why == "" {
+			why = metrics.ReasonRejected
+		}
+		dn, dm, err := p.poison(r.txn, r.ev, r.err, why, r.early)
+		if err != nil {
+			return err
+		}
+		bySink[dn] = append(bySink[dn], item{txn: r.txn, ev: r.ev, sink: dn, msg: dm, dead: true, route: metrics.RouteDeadLetter})
 	}
-	for _, it := range batch {
-		if !skip[it.ev] {
-			out = append(out, it)
+	for dn, dls := range bySink {
+		ds, ok := p.cfg.Sinks[dn]
+		if !ok {
+			return fmt.Errorf("dead_letter.sink %q is not configured", dn)
+		}
+		// Dead letters are not tracked themselves: their rows are acknowledged by deliver.
+		if _, err := p.sendUntilAcked(ctx, dn, ds, dls, nil); err != nil {
+			return err
 		}
 	}
-	return out
+	return nil
 }
 
 // rejection is a message a broker refused for good, or whose topic did not appear in time.
@@ -189,7 +191,7 @@ type rejection struct {
 // messages the broker rejected permanently or whose topic never appeared, for the caller's
 // poison policy, or an error when ctx ends first or a dead letter itself is rejected (or its
 // topic never appeared).
-func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink, items []item) ([]rejection, error) {
+func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink, items []item, acked func([]item)) ([]rejection, error) {
 	var rejected []rejection
 	wait := topicWait{p: p, sink: name}
 	defer wait.done()
@@ -212,11 +214,21 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 			p.m.SinkResult(name, nil)
 			p.countDelivered(name, items, nil)
 			p.topicAcked(name, items, nil)
+			if acked != nil {
+				acked(items)
+			}
 			return rejected, nil
 		}
 		var se *sink.SendError
 		if !errors.As(err, &se) {
 			se = sink.AllFailed(len(items), err)
+		}
+		for i, f := range se.Failures {
+			// Checked before anything counts as acknowledged: a sink that reports nonsense
+			// has proven nothing.
+			if f.Index < 0 || f.Index >= len(items) || i > 0 && f.Index <= se.Failures[i-1].Index {
+				return nil, fmt.Errorf("sink %s reported failure of message %d of %d (failures must be sorted, each once)", name, f.Index, len(items))
+			}
 		}
 		if ctx.Err() == nil {
 			// The sink is down when it acknowledged nothing and every failure was transient; a
@@ -235,14 +247,16 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 		}
 		p.countDelivered(name, items, se.Failures)
 		p.topicAcked(name, items, se.Failures)
+		if acked != nil {
+			if got := ackedItems(items, se.Failures); len(got) > 0 {
+				acked(got)
+			}
+		}
 		retry := make([]item, 0, len(se.Failures))
 		var waiting []item // retried for want of their topic
 		waitingKeys := map[string]bool{}
 		others := 0 // other transient failures, not held back behind a waiting message
 		for _, f := range se.Failures {
-			if f.Index < 0 || f.Index >= len(items) {
-				return nil, fmt.Errorf("sink %s reported failure of message %d of %d", name, f.Index, len(items))
-			}
 			it := items[f.Index]
 			kind := metrics.KindTransient
 			switch {
@@ -312,6 +326,22 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 		backoff = min(backoff*2, p.cfg.RetryMax)
 	}
 	return rejected, nil
+}
+
+// ackedItems returns the items of one Send that are not among failures (sorted by index).
+func ackedItems(items []item, failures []sink.Failure) []item {
+	out := make([]item, 0, len(items)-min(len(items), len(failures)))
+	fi := 0
+	for i := range items {
+		for fi < len(failures) && failures[fi].Index < i {
+			fi++
+		}
+		if fi < len(failures) && failures[fi].Index == i {
+			continue
+		}
+		out = append(out, items[i])
+	}
+	return out
 }
 
 // countDelivered counts the items of one Send that are not among failures (sorted by index)
