@@ -202,10 +202,18 @@ type DeadLetter struct {
 	Topic string `yaml:"topic"`
 }
 
+// DefaultMissingTopicTimeout is how long a row waits for a topic the broker says does not exist
+// before it follows on_poison.
+const DefaultMissingTopicTimeout = 5 * time.Minute
+
 // Retry bounds the exponential backoff of sink retries.
 type Retry struct {
 	Initial time.Duration `yaml:"initial"`
 	Max     time.Duration `yaml:"max"`
+	// MissingTopicTimeout bounds the retries of a row whose topic does not exist (Kafka
+	// UNKNOWN_TOPIC_OR_PARTITION, a RocketMQ topic without a route): it may be created any
+	// moment, but a typo in a topic template never will be. After it the row follows on_poison.
+	MissingTopicTimeout time.Duration `yaml:"missing_topic_timeout"`
 }
 
 // Checkpoint says where and how often the acknowledged GTID position is saved.
@@ -411,6 +419,7 @@ func (c *Config) ApplyDefaults() {
 	setDefault(&c.OnPoison, DefaultOnPoison)
 	setDefaultDur(&c.Retry.Initial, DefaultRetryInitial)
 	setDefaultDur(&c.Retry.Max, DefaultRetryMax)
+	setDefaultDur(&c.Retry.MissingTopicTimeout, DefaultMissingTopicTimeout)
 	setDefault(&c.Checkpoint.Path, DefaultCheckpointPath)
 	setDefaultDur(&c.Checkpoint.Interval, DefaultCheckpointInterval)
 	setDefault(&c.Log.Level, DefaultLogLevel)

@@ -69,7 +69,7 @@ func TestDefaults(t *testing.T) {
 			Timeout: 10 * time.Second, MaxMessageBytes: 1048576}},
 		Routes:     []Route{{Sink: "main", Topic: "{topic}"}},
 		OnPoison:   "stop",
-		Retry:      Retry{Initial: 100 * time.Millisecond, Max: 10 * time.Second},
+		Retry:      Retry{Initial: 100 * time.Millisecond, Max: 10 * time.Second, MissingTopicTimeout: 5 * time.Minute},
 		Checkpoint: Checkpoint{Path: "./data/checkpoint.json", Interval: time.Second},
 		Pipeline:   Pipeline{MaxInflightEvents: DefaultMaxInflightEvents, MaxInflightBytes: DefaultMaxInflightBytes},
 		Log:        Log{Level: "info", Format: "json"},
@@ -125,7 +125,7 @@ routes:
   - sink: main
 on_poison: dead_letter
 dead_letter: {sink: main, topic: outbox.dead_letter}
-retry: {initial: 50ms, max: 1m}
+retry: {initial: 50ms, max: 1m, missing_topic_timeout: 30s}
 checkpoint: {path: /var/lib/outboxd/cp.json, interval: 250ms}
 log: {level: debug, format: console}
 `
@@ -154,7 +154,7 @@ func TestFull(t *testing.T) {
 		},
 		OnPoison:   "dead_letter",
 		DeadLetter: &DeadLetter{Sink: "main", Topic: "outbox.dead_letter"},
-		Retry:      Retry{Initial: 50 * time.Millisecond, Max: time.Minute},
+		Retry:      Retry{Initial: 50 * time.Millisecond, Max: time.Minute, MissingTopicTimeout: 30 * time.Second},
 		Checkpoint: Checkpoint{Path: "/var/lib/outboxd/cp.json", Interval: 250 * time.Millisecond},
 		Pipeline:   Pipeline{MaxInflightEvents: DefaultMaxInflightEvents, MaxInflightBytes: DefaultMaxInflightBytes},
 		Log:        Log{Level: "debug", Format: "console"},
@@ -460,7 +460,7 @@ sinks:
 routes:
   - sink: k
     topic: "{x}"
-retry: {initial: 1s, max: 10ms}
+retry: {initial: 1s, max: 10ms, missing_topic_timeout: -1s}
 checkpoint: {interval: -1s}
 log: {level: trace, format: xml}
 `
@@ -474,7 +474,7 @@ log: {level: trace, format: xml}
 		`tables[0].table (line 4): "noschema" is not "schema.table"`,
 		`tables[2].table (line 6): "a.b" is already listed as tables[1]`,
 		"sinks.k.brokers[0]", "want 1 to 65535", "sinks.k.timeout (line 8): must be positive",
-		"routes[0].topic (line 11)", "retry.max", "checkpoint.interval", "log.level", "log.format",
+		"routes[0].topic (line 11)", "retry.max", "retry.missing_topic_timeout (line 12): must be positive", "checkpoint.interval", "log.level", "log.format",
 	}
 	wantContains(t, err.Error(), wants...)
 	var joined interface{ Unwrap() []error }

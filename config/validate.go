@@ -42,6 +42,10 @@ func (c *Config) Validate() error {
 	if c.Retry.Max < c.Retry.Initial {
 		p.add("retry.max", "must be at least retry.initial (%s); got %s", c.Retry.Initial, c.Retry.Max)
 	}
+	if c.Retry.MissingTopicTimeout <= 0 {
+		p.add("retry.missing_topic_timeout", "must be positive, such as %s (how long a row waits for its topic to be created); got %s",
+			DefaultMissingTopicTimeout, c.Retry.MissingTopicTimeout)
+	}
 	if c.Checkpoint.Path == "" {
 		p.add("checkpoint.path", "is required; set the checkpoint file, such as %s", DefaultCheckpointPath)
 	}

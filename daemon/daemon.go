@@ -172,6 +172,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 			OnPoison:           cfg.OnPoison,
 			RetryInitial:       cfg.Retry.Initial,
 			RetryMax:           cfg.Retry.Max,
+			MissingTopicWait:   cfg.Retry.MissingTopicTimeout,
 			CheckpointInterval: cfg.Checkpoint.Interval,
 			MaxInflightEvents:  cfg.Pipeline.MaxInflightEvents,
 			MaxInflightBytes:   cfg.Pipeline.MaxInflightBytes,
@@ -557,7 +558,7 @@ func deadLetterOverride(cfg *config.Config, ids []string, log zerolog.Logger) (m
 		return f.Close()
 	}
 	log.Warn().Strs("event_ids", ids).Str("audit_file", path).
-		Msg("--dead-letter-event: these rows go to the dead-letter topic if they turn out to be poison")
+		Msg("--dead-letter-event: these rows go to the dead-letter topic if they turn out to be poison or their topic does not exist")
 	return set, audit, nil
 }
 

@@ -180,6 +180,16 @@ func (o *ops) ready(ctx context.Context) []string {
 			out = append(out, "sink "+name+": unreachable: "+st.Error)
 		}
 	}
+	if pl := o.pipeline(); pl != nil {
+		for _, mt := range pl.MissingTopics() {
+			then := "on_poison applies"
+			if mt.DeadLetter {
+				then = "outboxd stops (the dead-letter topic)"
+			}
+			out = append(out, fmt.Sprintf("sink %s: topic %s does not exist: messages wait for it since %s; create it (after retry.missing_topic_timeout %s %s)",
+				mt.Sink, mt.Topic, mt.Since.UTC().Format(time.RFC3339), pl.MissingTopicTimeout(), then))
+		}
+	}
 	return out
 }
 

@@ -219,6 +219,8 @@ type cfgOpts struct {
 	Extra      string // more top-level YAML
 	Source     string // more lines under source:, each indented by two spaces
 	Addr       string // the source address, when not Srv.Addr (a proxy in front of it)
+	// MissingTopicTimeout is retry.missing_topic_timeout, when not the default.
+	MissingTopicTimeout string
 }
 
 var serverIDs atomic.Int64
@@ -261,8 +263,12 @@ func (o cfgOpts) yaml() string {
 		interval = "100ms"
 	}
 	b.WriteString(o.Extra)
-	fmt.Fprintf(&b, "retry: {initial: 20ms, max: 200ms}\ncheckpoint: {path: %q, interval: %s}\nlog: {level: debug, format: json}\n",
-		filepath.Join(o.Dir, "checkpoint.json"), interval)
+	missingTopic := ""
+	if o.MissingTopicTimeout != "" {
+		missingTopic = ", missing_topic_timeout: " + o.MissingTopicTimeout
+	}
+	fmt.Fprintf(&b, "retry: {initial: 20ms, max: 200ms%s}\ncheckpoint: {path: %q, interval: %s}\nlog: {level: debug, format: json}\n",
+		missingTopic, filepath.Join(o.Dir, "checkpoint.json"), interval)
 	return b.String()
 }
 

@@ -20,9 +20,14 @@ const (
 	ReasonNoRoute   = "no_route"
 	ReasonMalformed = "malformed"
 	ReasonRejected  = "rejected"
+	// ReasonTopicMissing: the row's topic did not appear within retry.missing_topic_timeout,
+	// or --dead-letter-event diverted a row waiting for it.
+	ReasonTopicMissing = "topic_missing"
 
 	KindTransient = "transient"
 	KindPermanent = "permanent"
+	// KindTopicMissing: retryable, the topic does not exist (yet).
+	KindTopicMissing = "topic_missing"
 
 	// RouteDeadLetter is the route label of dead letters.
 	RouteDeadLetter = "dead_letter"
@@ -78,6 +83,7 @@ type Metrics struct {
 	checkpointTS    prometheus.Gauge
 	sourceConnected prometheus.Gauge
 	sinkUp          *prometheus.GaugeVec
+	topicMissing    *prometheus.GaugeVec
 	txnsBehind      prometheus.Gauge
 
 	mu   sync.Mutex
@@ -156,10 +162,10 @@ func New(o Options) *Metrics {
 	}, []string{"sink", "route"})
 	m.failed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "outboxd_events_failed_total",
-		Help: "Failed send attempts of messages, by sink, route and kind (transient or permanent).",
+		Help: "Failed send attempts of messages, by sink, route and kind (transient, permanent or topic_missing).",
 	}, []string{"sink", "route", "kind"})
 	m.deadLetters = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "outboxd_dead_letters_total", Help: "Rows dead-lettered, by reason (no_route, malformed, rejected).",
+		Name: "outboxd_dead_letters_total", Help: "Rows dead-lettered, by reason (no_route, malformed, rejected, topic_missing).",
 	}, []string{"reason"})
 	m.sendDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "outboxd_send_duration_seconds",
@@ -177,6 +183,10 @@ func New(o Options) *Metrics {
 	m.sinkUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "outboxd_sink_up", Help: "1 when the sink's last send or probe succeeded, 0 after a failure.",
 	}, []string{"sink"})
+	m.topicMissing = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "outboxd_topic_missing",
+		Help: "1 while messages wait for a topic the broker says does not exist (retried until retry.missing_topic_timeout); absent otherwise.",
+	}, []string{"sink", "topic"})
 	m.txnsBehind = gauge("outboxd_transactions_behind",
 		"Transactions the server executed that outboxd has not yet acknowledged (GTID difference, sampled every 5 s).")
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -220,12 +230,12 @@ func New(o Options) *Metrics {
 		buildInfo,
 		m.binlogEvents, m.binlogBytes, m.heartbeats, m.eventsRead, m.delivered, m.failed,
 		m.deadLetters, m.sendDuration, m.retries, m.checkpointSaves, m.checkpointFails, m.checkpointTS,
-		m.sourceConnected, m.sinkUp, m.txnsBehind,
+		m.sourceConnected, m.sinkUp, m.topicMissing, m.txnsBehind,
 	)
 	m.reg.MustRegister(computed...)
 	// Counters start at 0 rather than appear at their first increment, so rate() and
 	// increase() see that first increment (a series born at 1 shows no increase).
-	for _, r := range []string{ReasonNoRoute, ReasonMalformed, ReasonRejected} {
+	for _, r := range []string{ReasonNoRoute, ReasonMalformed, ReasonRejected, ReasonTopicMissing} {
 		m.deadLetters.WithLabelValues(r)
 	}
 	return m
@@ -244,6 +254,7 @@ func (m *Metrics) DeclareSink(sink string, routes []string) {
 		m.delivered.WithLabelValues(sink, r)
 		m.failed.WithLabelValues(sink, r, KindTransient)
 		m.failed.WithLabelValues(sink, r, KindPermanent)
+		m.failed.WithLabelValues(sink, r, KindTopicMissing)
 	}
 }
 
@@ -359,8 +370,8 @@ func (m *Metrics) Delivered(sink, route string, n int) {
 	m.delivered.WithLabelValues(sink, route).Add(float64(n))
 }
 
-// Failed counts n failed send attempts of messages of route on sink; kind is KindTransient or
-// KindPermanent.
+// Failed counts n failed send attempts of messages of route on sink; kind is KindTransient,
+// KindPermanent or KindTopicMissing.
 func (m *Metrics) Failed(sink, route, kind string, n int) {
 	if m == nil || n == 0 {
 		return
@@ -368,8 +379,21 @@ func (m *Metrics) Failed(sink, route, kind string, n int) {
 	m.failed.WithLabelValues(sink, route, kind).Add(float64(n))
 }
 
+// TopicMissing sets outboxd_topic_missing{sink,topic} to 1 while messages wait for the topic
+// (missing), and removes the series when none does.
+func (m *Metrics) TopicMissing(sink, topic string, missing bool) {
+	if m == nil {
+		return
+	}
+	if missing {
+		m.topicMissing.WithLabelValues(sink, topic).Set(1)
+	} else {
+		m.topicMissing.DeleteLabelValues(sink, topic)
+	}
+}
+
 // DeadLettered counts one row dead-lettered for reason (ReasonNoRoute, ReasonMalformed,
-// ReasonRejected).
+// ReasonRejected, ReasonTopicMissing).
 func (m *Metrics) DeadLettered(reason string) {
 	if m == nil {
 		return

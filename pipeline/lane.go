@@ -24,6 +24,9 @@ type item struct {
 	size  int
 	route string // the route label of the delivery metrics
 	entry *entry
+	// missingSince is when a send of msg first failed because its topic does not exist; zero
+	// while it has not. It bounds the wait for the topic (Config.MissingTopicWait).
+	missingSince time.Time
 }
 
 // lane sends one sink's messages for a subset of keys, one batch at a time: a key always maps
@@ -114,50 +117,84 @@ func (l *lane) run(ctx context.Context) error {
 }
 
 // deliver sends batch until every message is acknowledged, applies on_poison to messages the
-// broker rejected for good, and then acknowledges the batch's events to the tracker.
+// broker rejected for good, and acknowledges the batch's events to the tracker: each as soon
+// as the broker acknowledged it (so a message that waits, for a missing topic say, holds
+// neither the checkpoint of the transactions before it nor the in-flight capacity of the
+// rest of its batch), and the rejected ones once their dead letters are stored. When the run
+// stops on a rejected row, what the broker acknowledged still counts: the checkpoint written
+// at the stop reaches up to the transaction of the first unacknowledged row (acknowledged
+// messages of later transactions do not move it; the tracker only folds in transactions with
+// nothing unacknowledged below).
 func (l *lane) deliver(ctx context.Context, batch []item) error {
 	p := l.p
-	rejected, err := p.sendUntilAcked(ctx, l.name, l.s, batch)
+	rejected, err := p.sendUntilAcked(ctx, l.name, l.s, batch, p.tracker.ack)
 	if err != nil {
 		return err
 	}
-	if len(rejected) > 0 {
-		bySink := map[string][]item{}
-		for _, r := range rejected {
-			dn, dm, err := p.poison(r.txn, r.ev, r.err, metrics.ReasonRejected)
-			if err != nil {
-				return err
-			}
-			bySink[dn] = append(bySink[dn], item{txn: r.txn, ev: r.ev, sink: dn, msg: dm, dead: true, route: metrics.RouteDeadLetter})
-		}
-		for dn, dls := range bySink {
-			ds, ok := p.cfg.Sinks[dn]
-			if !ok {
-				return fmt.Errorf("dead_letter.sink %q is not configured", dn)
-			}
-			if _, err := p.sendUntilAcked(ctx, dn, ds, dls); err != nil {
-				return err
-			}
-		}
+	if len(rejected) == 0 {
+		return nil
 	}
-	p.tracker.ack(batch)
+	if err := p.divert(ctx, rejected); err != nil {
+		return err
+	}
+	done := make([]item, len(rejected))
+	for i, r := range rejected {
+		done[i] = r.item
+	}
+	p.tracker.ack(done)
 	return nil
 }
 
-// rejection is a message a broker refused for good.
+// divert applies on_poison to rejected and sends their dead letters until acknowledged. It
+// returns the error that ends the run: a PoisonError under stop, a dead letter refused (or
+// whose topic never appeared), or ctx ending first.
+func (p *Pipeline) divert(ctx context.Context, rejected []rejection) error {
+	bySink := map[string][]item{}
+	for _, r := range rejected {
+		why := r.why
+		if why == "" {
+			why = metrics.ReasonRejected
+		}
+		dn, dm, err := p.poison(r.txn, r.ev, r.err, why, r.early)
+		if err != nil {
+			return err
+		}
+		bySink[dn] = append(bySink[dn], item{txn: r.txn, ev: r.ev, sink: dn, msg: dm, dead: true, route: metrics.RouteDeadLetter})
+	}
+	for dn, dls := range bySink {
+		ds, ok := p.cfg.Sinks[dn]
+		if !ok {
+			return fmt.Errorf("dead_letter.sink %q is not configured", dn)
+		}
+		// Dead letters are not tracked themselves: their rows are acknowledged by deliver.
+		if _, err := p.sendUntilAcked(ctx, dn, ds, dls, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rejection is a message a broker refused for good, or whose topic did not appear in time.
 type rejection struct {
 	item
 	err error
+	why string // the dead-letter reason label; "" means metrics.ReasonRejected
+	// early: diverted by --dead-letter-event before on_poison applied (see poison).
+	early bool
 }
 
 // sendUntilAcked sends items to s, resending unacknowledged ones with capped exponential
 // backoff, forever: a broker outage stalls the stream rather than skipping events. Resends keep
 // slice order and the Sink contract fails every same-key follower of a failed message, so a
-// later event of a key never overtakes an earlier one. It returns the messages the broker
-// rejected permanently, for the caller's poison policy, or an error when ctx ends first or a
-// dead letter itself is rejected.
-func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink, items []item) ([]rejection, error) {
+// later event of a key never overtakes an earlier one. A message whose topic does not exist is
+// retried the same way, but only for MissingTopicWait (see waitForTopic). It returns the
+// messages the broker rejected permanently or whose topic never appeared, for the caller's
+// poison policy, or an error when ctx ends first or a dead letter itself is rejected (or its
+// topic never appeared).
+func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink, items []item, acked func([]item)) ([]rejection, error) {
 	var rejected []rejection
+	wait := topicWait{p: p, sink: name}
+	defer wait.done()
 	backoff := p.cfg.RetryInitial
 	attempt := 0
 	var lastLog time.Time
@@ -176,18 +213,29 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 		if err == nil {
 			p.m.SinkResult(name, nil)
 			p.countDelivered(name, items, nil)
+			p.topicAcked(name, items, nil)
+			if acked != nil {
+				acked(items)
+			}
 			return rejected, nil
 		}
 		var se *sink.SendError
 		if !errors.As(err, &se) {
 			se = sink.AllFailed(len(items), err)
 		}
+		for i, f := range se.Failures {
+			// Checked before anything counts as acknowledged: a sink that reports nonsense
+			// has proven nothing.
+			if f.Index < 0 || f.Index >= len(items) || i > 0 && f.Index <= se.Failures[i-1].Index {
+				return nil, fmt.Errorf("sink %s reported failure of message %d of %d (failures must be sorted, each once)", name, f.Index, len(items))
+			}
+		}
 		if ctx.Err() == nil {
 			// The sink is down when it acknowledged nothing and every failure was transient; a
-			// permanent rejection is an answer from a reachable broker.
+			// permanent rejection or a missing topic is an answer from a reachable broker.
 			transient := 0
 			for _, f := range se.Failures {
-				if !sink.IsPermanent(f.Err) {
+				if !sink.IsPermanent(f.Err) && !sink.IsTopicMissing(f.Err) {
 					transient++
 				}
 			}
@@ -198,17 +246,45 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 			}
 		}
 		p.countDelivered(name, items, se.Failures)
-		retry := make([]item, 0, len(se.Failures))
-		for _, f := range se.Failures {
-			if f.Index < 0 || f.Index >= len(items) {
-				return nil, fmt.Errorf("sink %s reported failure of message %d of %d", name, f.Index, len(items))
+		p.topicAcked(name, items, se.Failures)
+		if acked != nil {
+			if got := ackedItems(items, se.Failures); len(got) > 0 {
+				acked(got)
 			}
+		}
+		retry := make([]item, 0, len(se.Failures))
+		var waiting []item // retried for want of their topic
+		waitingKeys := map[string]bool{}
+		others := 0 // other transient failures, not held back behind a waiting message
+		for _, f := range se.Failures {
 			it := items[f.Index]
 			kind := metrics.KindTransient
-			if sink.IsPermanent(f.Err) {
+			switch {
+			case sink.IsPermanent(f.Err):
 				kind = metrics.KindPermanent
+			case sink.IsTopicMissing(f.Err):
+				kind = metrics.KindTopicMissing
 			}
 			p.m.Failed(name, it.route, kind, 1)
+			if kind == metrics.KindTopicMissing {
+				r, err := p.waitForTopic(name, &it, f.Err)
+				if err != nil {
+					return nil, err
+				}
+				if r != nil {
+					rejected = append(rejected, *r)
+					continue
+				}
+				retry = append(retry, it)
+				waiting = append(waiting, it)
+				if it.msg.Key != nil {
+					waitingKeys[it.msg.Topic+"\x00"+string(it.msg.Key)] = true
+				}
+				continue
+			}
+			if kind == metrics.KindTransient && (it.msg.Key == nil || !waitingKeys[it.msg.Topic+"\x00"+string(it.msg.Key)]) {
+				others++
+			}
 			if kind == metrics.KindPermanent {
 				if it.dead {
 					if stripped, ok := withoutPayload(it.msg); ok {
@@ -227,6 +303,7 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 			}
 			retry = append(retry, it)
 		}
+		wait.update(waiting)
 		if len(retry) < len(items) {
 			backoff, attempt = p.cfg.RetryInitial, 0 // progress: start the backoff over
 		}
@@ -235,7 +312,8 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 			break
 		}
 		attempt++
-		if now := p.cfg.Now(); attempt == 1 || now.Sub(lastLog) >= 5*time.Second {
+		// Waits for missing topics are logged once per topic by the stall registry, not here.
+		if now := p.cfg.Now(); (len(waiting) == 0 || others > 0) && (attempt == 1 || now.Sub(lastLog) >= 5*time.Second) {
 			lastLog = now
 			p.cfg.Logger.Warn().Str("sink", name).Int("unacked", len(items)).Int("attempt", attempt).
 				Dur("backoff", backoff).Str("gtid", items[0].txn.GTID).Err(err).Msg("send not acknowledged, retrying")
@@ -248,6 +326,22 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 		backoff = min(backoff*2, p.cfg.RetryMax)
 	}
 	return rejected, nil
+}
+
+// ackedItems returns the items of one Send that are not among failures (sorted by index).
+func ackedItems(items []item, failures []sink.Failure) []item {
+	out := make([]item, 0, len(items)-min(len(items), len(failures)))
+	fi := 0
+	for i := range items {
+		for fi < len(failures) && failures[fi].Index < i {
+			fi++
+		}
+		if fi < len(failures) && failures[fi].Index == i {
+			continue
+		}
+		out = append(out, items[i])
+	}
+	return out
 }
 
 // countDelivered counts the items of one Send that are not among failures (sorted by index)

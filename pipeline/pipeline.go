@@ -88,8 +88,12 @@ type Config struct {
 	// reading paused) before Run stops with an error wrapping ErrCheckpointSave (default
 	// DefaultSaveFailureLimit).
 	SaveFailureLimit time.Duration
+	// MissingTopicWait bounds how long messages wait for a topic the broker says does not
+	// exist (default DefaultMissingTopicTimeout); then they follow OnPoison.
+	MissingTopicWait time.Duration
 	// DeadLetterEvents are event ids an operator chose to dead-letter under on_poison: stop
-	// (outboxd run --dead-letter-event). Each diversion is passed to Audit.
+	// (outboxd run --dead-letter-event), when found poison or waiting for a missing topic.
+	// Each diversion is passed to Audit.
 	DeadLetterEvents map[string]bool
 	// Audit records an operator override durably; nil records nothing.
 	Audit  func(line string) error
@@ -112,6 +116,8 @@ type Pipeline struct {
 	xa          xaState // prepared XA transactions (xa.go)
 	// gate pauses reading while checkpoint saves fail.
 	gate *saveGate
+	// stalls are the lanes' waits for missing topics.
+	stalls stalls
 }
 
 // New validates cfg and returns a Pipeline.
@@ -139,6 +145,7 @@ func New(cfg Config) (*Pipeline, error) {
 	setDefault(&cfg.MaxBatchBytes, DefaultMaxBatchBytes)
 	setDefault(&cfg.DrainTimeout, 30*time.Second)
 	setDefault(&cfg.SaveFailureLimit, DefaultSaveFailureLimit)
+	setDefault(&cfg.MissingTopicWait, DefaultMissingTopicTimeout)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -323,7 +330,7 @@ func (p *Pipeline) route(t *binlog.Txn) ([]item, int, error) {
 			if errors.As(err, &rpe) && rpe.Reason == router.ReasonNoRoute {
 				reason = metrics.ReasonNoRoute
 			}
-			if name, msg, err = p.poison(t, ev, err, reason); err != nil {
+			if name, msg, err = p.poison(t, ev, err, reason, false); err != nil {
 				return nil, 0, err
 			}
 			dead = true
@@ -389,10 +396,13 @@ func (p *Pipeline) laneFor(sinkName string, key []byte) *lane {
 
 // poison applies on_poison to a row that can never be delivered: under stop it returns the
 // error that ends the run; under dead_letter it returns the dead-letter message instead.
-// why is the dead-letter reason label (metrics.ReasonNoRoute, ReasonMalformed, ReasonRejected).
-func (p *Pipeline) poison(t *binlog.Txn, ev *binlog.Event, reason error, why string) (string, *sink.Message, error) {
+// why is the dead-letter reason label (metrics.ReasonNoRoute, ReasonMalformed, ReasonRejected,
+// ReasonTopicMissing). early says the row is diverted before on_poison would apply (a row
+// waiting for its topic, listed in --dead-letter-event): an operator decision under either
+// policy, so it is audited.
+func (p *Pipeline) poison(t *binlog.Txn, ev *binlog.Event, reason error, why string, early bool) (string, *sink.Message, error) {
 	eventID := string(ev.EventID.Bytes)
-	override := p.cfg.OnPoison != PoisonDeadLetter && p.cfg.DeadLetterEvents[eventID]
+	override := (p.cfg.OnPoison != PoisonDeadLetter || early) && p.cfg.DeadLetterEvents[eventID]
 	if p.cfg.OnPoison != PoisonDeadLetter && !override {
 		return "", nil, &PoisonError{Err: reason, EventID: eventID}
 	}
@@ -403,8 +413,9 @@ func (p *Pipeline) poison(t *binlog.Txn, ev *binlog.Event, reason error, why str
 	p.m.DeadLettered(why)
 	log := p.cfg.Logger.Warn()
 	if override {
-		// The operator chose to divert this one row under on_poison: stop; leave a trace of
-		// that decision beside the checkpoint, not only in the logs.
+		// The operator chose to divert this one row (under on_poison: stop, or before its
+		// topic's wait ended); leave a trace of that decision beside the checkpoint, not only
+		// in the logs.
 		log = log.Bool("operator_override", true)
 		if p.cfg.Audit != nil {
 			if err := p.cfg.Audit(fmt.Sprintf("dead-lettered event_id %q (table %s.%s, gtid %s) by --dead-letter-event: %v",

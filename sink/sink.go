@@ -57,6 +57,8 @@ type Sink interface {
 	// are sent in slice order, and when one of them fails every later one with the same Key is
 	// reported failed too (not sent, or sent but not acknowledged), so the caller can resend the
 	// failed ones in order without a later message overtaking an earlier one.
+	// A message whose topic does not exist fails with an error for which IsTopicMissing is
+	// true and IsPermanent false: retrying can succeed once the topic is created.
 	// A cancelled ctx makes Send return promptly with every unacknowledged message failed.
 	// Safe for concurrent use, but callers that need per-key order must not have two Sends with
 	// the same key in flight at once.
@@ -71,8 +73,8 @@ type Checker interface {
 	Check(ctx context.Context, topics []string) error
 }
 
-// ErrPermanent marks an error that retrying cannot fix (message too large, unknown or forbidden
-// topic). Test with IsPermanent.
+// ErrPermanent marks an error that retrying cannot fix (message too large, an invalid or
+// forbidden topic). Test with IsPermanent.
 var ErrPermanent = errors.New("permanent")
 
 // Permanent wraps err so that IsPermanent reports true for it.
@@ -93,11 +95,41 @@ func (e *permanentError) Unwrap() []error {
 // IsPermanent reports whether err can never succeed on retry.
 func IsPermanent(err error) bool { return errors.Is(err, ErrPermanent) }
 
+// ErrTopicMissing marks a failure because the message's topic does not exist on the broker
+// (Kafka UNKNOWN_TOPIC_OR_PARTITION confirmed by fresh metadata, a RocketMQ topic the
+// NameServers have no route for). It is retryable, never permanent: the topic may be created
+// any moment (by an operator, a deployment, auto-creation), and the same bytes then succeed.
+// The caller decides how long to wait for it (outboxd: retry.missing_topic_timeout). A sink
+// reports it only for a broker that answered; an unreachable one gives an ordinary transient
+// error. Test with IsTopicMissing.
+var ErrTopicMissing = errors.New("topic does not exist")
+
+// TopicMissing marks err as a missing topic: IsTopicMissing reports true for the result, and
+// IsPermanent stays false (unless err already was permanent, which then wins).
+func TopicMissing(err error) error {
+	if err == nil || errors.Is(err, ErrTopicMissing) {
+		return err
+	}
+	return &topicMissingError{err: err}
+}
+
+type topicMissingError struct{ err error }
+
+func (e *topicMissingError) Error() string { return e.err.Error() }
+func (e *topicMissingError) Unwrap() []error {
+	return []error{e.err, ErrTopicMissing}
+}
+
+// IsTopicMissing reports whether err failed only because its topic does not exist (yet): a
+// retryable error the caller may bound in time. A permanent error is never topic-missing.
+func IsTopicMissing(err error) bool { return errors.Is(err, ErrTopicMissing) && !IsPermanent(err) }
+
 // Failure is one message that was not acknowledged.
 type Failure struct {
 	// Index is the message's position in the slice passed to Send.
 	Index int
-	// Err says why; IsPermanent(Err) tells whether a retry can succeed.
+	// Err says why; IsPermanent(Err) tells whether a retry can succeed, IsTopicMissing(Err)
+	// whether it waits for its topic to be created.
 	Err error
 }
 

@@ -82,7 +82,7 @@ func cmdRun(ctx context.Context, sig *signals, args []string, stderr io.Writer) 
 	fs := newConfigFlags("run", stderr)
 	from := fs.String("from-gtid", "", "replay from this executed GTID set instead of the checkpoint")
 	var dlEvents stringList
-	fs.Var(&dlEvents, "dead-letter-event", "dead-letter the poison row with this event_id in this run, even under on_poison: stop (repeatable; audited)")
+	fs.Var(&dlEvents, "dead-letter-event", "dead-letter the row with this event_id in this run if it is poison or its topic does not exist, even under on_poison: stop (repeatable; audited)")
 	force := fs.Bool("force", false, "accept a start GTID set that lacks a source the server has")
 	cfg, err := fs.load(args)
 	if err != nil {

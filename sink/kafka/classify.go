@@ -13,7 +13,7 @@ import (
 // each is permanent.
 var (
 	// errTopicMissing: the topic is absent from freshly fetched metadata and the broker was not
-	// asked (or refused) to create it.
+	// asked (or refused) to create it. Retryable (sink.TopicMissing), not permanent.
 	errTopicMissing = errors.New("topic does not exist")
 	// errTooLarge: the encoded record batch of a single message exceeds MaxMessageBytes.
 	errTooLarge = errors.New("message larger than max_message_bytes")
@@ -33,7 +33,8 @@ var (
 var ErrAuth = errors.New("SASL authentication failed")
 
 // classify is the one place that decides whether retrying err can succeed: it returns err
-// wrapped with sink.Permanent when it cannot, and err unchanged otherwise. Everything not listed
+// wrapped with sink.Permanent when it cannot, wrapped with sink.TopicMissing when it waits for
+// its topic to be created (retryable), and err unchanged otherwise. Everything not listed
 // here (timeouts, network errors, leadership changes, NOT_ENOUGH_REPLICAS, a broker being down,
 // a cancelled context) is transient, because the same bytes can succeed once the cluster heals.
 func classify(err error) error {
@@ -45,12 +46,18 @@ func classify(err error) error {
 		// Checked first: these may carry a permanent cause in their text, but never in their
 		// chain, and must stay retryable.
 		return err
-	case errors.Is(err, errTopicMissing), errors.Is(err, errTooLarge), errors.Is(err, errInvalidMessage):
+	case errors.Is(err, errTopicMissing):
+		// Kafka itself retries UNKNOWN_TOPIC_OR_PARTITION: the topic may be created at any
+		// moment. The pipeline bounds the wait (retry.missing_topic_timeout).
+		return sink.TopicMissing(err)
+	case errors.Is(err, errTooLarge), errors.Is(err, errInvalidMessage):
 		return sink.Permanent(err)
 	}
 	var code kafkago.Error
 	if errors.As(err, &code) {
 		switch code {
+		case kafkago.UnknownTopicOrPartition: // 3: from a produce answer; metadata is refreshed too
+			return sink.TopicMissing(err)
 		case kafkago.MessageSizeTooLarge, // 10: the batch is over message.max.bytes
 			kafkago.InvalidTopic,                // 17
 			kafkago.RecordListTooLarge,          // 18

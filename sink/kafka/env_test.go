@@ -249,8 +249,15 @@ func (e *env) harness() sinktest.Harness {
 			}
 			e.failProduce(topic, -1, code, count)
 		},
-		Hold:            func(t *testing.T, topic string) func() { return e.hold(t, topic, false) },
-		UnknownTopic:    "no-such-topic",
+		Hold:         func(t *testing.T, topic string) func() { return e.hold(t, topic, false) },
+		UnknownTopic: "no-such-topic",
+		CreateTopic: func(t *testing.T, topic string) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := e.adm.CreateTopic(ctx, 4, 1, nil, topic); err != nil {
+				t.Fatalf("creating topic %s: %v", topic, err)
+			}
+		},
 		MaxMessageBytes: 64 << 10,
 	}
 }

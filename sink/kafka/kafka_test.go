@@ -288,8 +288,8 @@ func TestTopicDiscovery(t *testing.T) {
 			t.Fatalf("failures %v, want the two messages to the missing topic", se.Failures)
 		}
 		for _, f := range se.Failures {
-			if !sink.IsPermanent(f.Err) || !errors.Is(f.Err, errTopicMissing) || !strings.Contains(f.Err.Error(), "missing") {
-				t.Errorf("failure %v: want permanent errTopicMissing naming the topic", f.Err)
+			if sink.IsPermanent(f.Err) || !sink.IsTopicMissing(f.Err) || !errors.Is(f.Err, errTopicMissing) || !strings.Contains(f.Err.Error(), "missing") {
+				t.Errorf("failure %v: want a retryable topic-missing error naming the topic", f.Err)
 			}
 		}
 		if err := s.Check(context.Background(), []string{known, "missing"}); err == nil || !strings.Contains(err.Error(), "missing") {
@@ -329,8 +329,8 @@ func TestTopicDiscovery(t *testing.T) {
 		e := newEnv(t) // kfake refuses auto-creation although the client asks
 		s := e.sink(t, func(c *Config) { c.AllowAutoTopicCreation = true })
 		se := sendError(t, s.Send(context.Background(), keyed("fresh", 1, itoa)))
-		if !sink.IsPermanent(se.Failures[0].Err) {
-			t.Fatalf("want permanent, got %v", se.Failures[0].Err)
+		if err := se.Failures[0].Err; sink.IsPermanent(err) || !sink.IsTopicMissing(err) {
+			t.Fatalf("want a retryable topic-missing error, got %v", err)
 		}
 	})
 }
@@ -445,23 +445,28 @@ func TestClassify(t *testing.T) {
 	for _, tc := range []struct {
 		err       error
 		permanent bool
+		missing   bool // sink.IsTopicMissing: retryable, bounded by the pipeline
 	}{
-		{kafkago.MessageSizeTooLarge, true},
-		{fmt.Errorf("x: %w", kafkago.InvalidTopic), true},
-		{kafkago.TopicAuthorizationFailed, true},
-		{kafkago.RecordListTooLarge, true},
-		{kafkago.InvalidRecord, true},
-		{fmt.Errorf("t: %w", errTopicMissing), true},
-		{kafkago.NotEnoughReplicas, false},
-		{kafkago.NotLeaderForPartition, false},
-		{kafkago.UnknownTopicOrPartition, false}, // permanent only via errTopicMissing after a refresh
-		{kafkago.RequestTimedOut, false},
-		{context.DeadlineExceeded, false},
-		{errors.New("dial tcp: connection refused"), false},
-		{fmt.Errorf("held back (%v): %w", kafkago.InvalidRecord, errNotSent), false},
+		{kafkago.MessageSizeTooLarge, true, false},
+		{fmt.Errorf("x: %w", kafkago.InvalidTopic), true, false}, // a bad name never appears
+		{kafkago.TopicAuthorizationFailed, true, false},
+		{kafkago.RecordListTooLarge, true, false},
+		{kafkago.InvalidRecord, true, false},
+		{fmt.Errorf("t: %w", errTopicMissing), false, true},
+		{fmt.Errorf("produce: %w", kafkago.UnknownTopicOrPartition), false, true},
+		{kafkago.NotEnoughReplicas, false, false},
+		{kafkago.NotLeaderForPartition, false, false},
+		{kafkago.LeaderNotAvailable, false, false}, // a topic being created: has a name already
+		{kafkago.RequestTimedOut, false, false},
+		{context.DeadlineExceeded, false, false},
+		{errors.New("dial tcp: connection refused"), false, false},
+		{fmt.Errorf("held back (%v): %w", kafkago.InvalidRecord, errNotSent), false, false},
+		{fmt.Errorf("held back (%v): %w", errTopicMissing, errNotSent), false, false},
 	} {
-		if got := sink.IsPermanent(classify(tc.err)); got != tc.permanent {
-			t.Errorf("classify(%v) permanent=%v, want %v", tc.err, got, tc.permanent)
+		got := classify(tc.err)
+		if sink.IsPermanent(got) != tc.permanent || sink.IsTopicMissing(got) != tc.missing {
+			t.Errorf("classify(%v): permanent=%v missing=%v, want %v %v", tc.err,
+				sink.IsPermanent(got), sink.IsTopicMissing(got), tc.permanent, tc.missing)
 		}
 	}
 	if classify(nil) != nil {

@@ -20,7 +20,7 @@ var ErrAuth = errors.New("rocketmq ACL authentication failed")
 // Errors the sink raises itself. classify decides whether each is permanent.
 var (
 	// errTopicMissing: the NameServer answered TOPIC_NOT_EXIST for a topic this sink never saw
-	// a route for.
+	// a route for. Retryable (sink.TopicMissing), not permanent.
 	errTopicMissing = errors.New("topic does not exist")
 	// errTooLarge: the body is over MaxMessageBytes, or the properties over RocketMQ's limit.
 	errTooLarge = errors.New("message too large")
@@ -80,13 +80,18 @@ func needsRouteCheck(err error) bool {
 	if code, ok := brokerCode(err); ok {
 		return code == codeTopicNotExist
 	}
-	return strings.Contains(err.Error(), "route info not found")
+	text := err.Error()
+	// This client says "route info not found"; the Java client and proxies say "No route
+	// info of this topic".
+	return strings.Contains(text, "route info not found") || strings.Contains(text, "No route info of this topic")
 }
 
 // classify is the one place that decides whether retrying err can succeed: it returns err
-// wrapped with sink.Permanent when it cannot, and err unchanged otherwise. Permanent: a topic
-// the NameServer confirmed missing, a message the broker calls illegal (13) or too large, no
-// permission (16), an empty body or a bad topic name. Everything else is transient:
+// wrapped with sink.Permanent when it cannot, and err unchanged otherwise. A topic the
+// NameServer confirmed missing (after the client's "route info not found" or a broker's
+// TOPIC_NOT_EXIST, see needsRouteCheck) is wrapped with sink.TopicMissing: retryable, the
+// wait bounded by the pipeline. Permanent: a message the broker calls illegal (13) or too
+// large, no permission (16), an empty body or a bad topic name. Everything else is transient:
 // SYSTEM_ERROR (1), SYSTEM_BUSY (2), SERVICE_NOT_AVAILABLE (14), the non-OK statuses,
 // timeouts, connection errors, a missing route not confirmed by the NameServer, a cancelled
 // ctx, because the same bytes can succeed once the cluster heals. An ACL rejection
@@ -103,7 +108,11 @@ func classify(err error) error {
 		// Checked first: these may quote a permanent cause in their text, never in their
 		// chain, and must stay retryable.
 		return err
-	case errors.Is(err, errTopicMissing), errors.Is(err, errTooLarge), errors.Is(err, errInvalidMessage):
+	case errors.Is(err, errTopicMissing):
+		// Retryable: the topic may be created (mqadmin updateTopic) any moment; the pipeline
+		// bounds the wait (retry.missing_topic_timeout).
+		return sink.TopicMissing(err)
+	case errors.Is(err, errTooLarge), errors.Is(err, errInvalidMessage):
 		return sink.Permanent(err)
 	}
 	if code, ok := brokerCode(err); ok {

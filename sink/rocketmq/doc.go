@@ -17,7 +17,10 @@
 //     headers are dropped and logged once per name;
 //   - gives each producer its own instance name, so two sinks in one process never share the
 //     client's per-instance state (the client keys its connections, routes and producer
-//     groups by instance name).
+//     groups by instance name);
+//   - resolves NameServer host names itself (the client takes IP addresses only), at start
+//     and whenever the client refreshes its NameServer list, and starts the client only once
+//     a name resolves (see nsResolver).
 //
 // # Mapping
 //

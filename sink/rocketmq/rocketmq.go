@@ -44,8 +44,10 @@ const (
 
 // Config configures a Sink. NameServers is required; every other zero field takes its default.
 type Config struct {
-	// NameServers are the NameServers' "ip:port" addresses. The Go client accepts IP addresses
-	// only, no host names.
+	// NameServers are the NameServers' "host:port" addresses. Host names (a Kubernetes
+	// service name) are resolved by the sink with DNS at start and again whenever the client
+	// refreshes its NameServer list (every 2 minutes); the Go client itself takes IP
+	// addresses only.
 	NameServers []string
 	// Group is the producer group (default DefaultGroup).
 	Group string
@@ -60,6 +62,9 @@ type Config struct {
 	MaxMessageBytes int
 	// Name is the sink's name; New's name argument wins when set.
 	Name string
+	// lookup replaces the DNS lookup of NameServer host names (tests); nil means
+	// net.DefaultResolver.LookupHost.
+	lookup lookupFunc
 	// Logger receives debug logs (one line per acknowledged message with msg_id, queue and
 	// offset) and warnings about dropped headers; the zero Logger discards.
 	Logger zerolog.Logger
@@ -69,15 +74,17 @@ type Config struct {
 func (c Config) Validate() error {
 	var errs []error
 	if len(c.NameServers) == 0 {
-		errs = append(errs, errors.New("nameservers: at least one ip:port is required"))
+		errs = append(errs, errors.New("nameservers: at least one host:port is required"))
 	}
 	for i, a := range c.NameServers {
-		host, _, err := net.SplitHostPort(a)
+		host, port, err := net.SplitHostPort(a)
 		switch {
 		case err != nil:
-			errs = append(errs, fmt.Errorf("nameservers[%d] %q: want ip:port: %w", i, a, err))
-		case net.ParseIP(host) == nil:
-			errs = append(errs, fmt.Errorf("nameservers[%d] %q: the RocketMQ Go client takes IP addresses only; resolve the host name", i, a))
+			errs = append(errs, fmt.Errorf("nameservers[%d] %q: want host:port: %w", i, a, err))
+		case host == "":
+			errs = append(errs, fmt.Errorf("nameservers[%d] %q: no host", i, a))
+		case port == "":
+			errs = append(errs, fmt.Errorf("nameservers[%d] %q: no port", i, a))
 		}
 	}
 	if c.Group != "" && !validName(c.Group, 255) {
@@ -136,10 +143,14 @@ type Sink struct {
 	cfg      Config
 	instance string
 	log      zerolog.Logger
-	producer rmq.Producer
-	// admin looks up routes at the NameServer without the producer's caches (Check, and
-	// confirming a missing topic).
-	admin admin.Admin
+	resolver *nsResolver
+	// conn is the producer and the route client once the NameServers resolved; nil before.
+	conn atomic.Pointer[clients]
+	// startMu serialises starting conn; startErr and startAt are the last failed start.
+	startMu  sync.Mutex
+	startErr error
+	startAt  time.Time
+	newConn  func() (*clients, error)
 
 	// hints carries each in-flight *primitive.Message's queue hash to the queue selector,
 	// which the client calls with nothing but the message.
@@ -166,10 +177,13 @@ var (
 	_ sink.Checker = (*Sink)(nil)
 )
 
-// New validates cfg, creates and starts the producer, and returns a Sink named name (the "sink"
-// log field, and part of the producer's instance name). It does not contact the cluster: the
-// first Send or Check does (the client starts background route and heartbeat loops at once).
-// On error nothing is left running.
+// New validates cfg, resolves the NameServer host names, creates and starts the producer, and
+// returns a Sink named name (the "sink" log field, and part of the producer's instance name).
+// It does not contact the cluster: the first Send or Check does (the client starts background
+// route and heartbeat loops at once). It blocks for the DNS lookups (at most lookupTimeout per
+// name). When no name resolves, it still returns the Sink, without a producer: Send and Check
+// then fail retryably, naming the host, and try to start it again (see connect). On error
+// nothing is left running.
 func New(name string, cfg Config) (*Sink, error) {
 	if name == "" {
 		name = cfg.Name
@@ -201,9 +215,9 @@ func New(name string, cfg Config) (*Sink, error) {
 	_, _ = rand.Read(rnd[:])
 	s.instance = fmt.Sprintf("outboxd-%s-%d-%s", instanceSafe(name), os.Getpid(), hex.EncodeToString(rnd[:]))
 
-	resolver := primitive.NewPassthroughResolver(cfg.NameServers)
+	s.resolver = newNsResolver(cfg.NameServers, cfg.lookup)
 	opts := []producer.Option{
-		producer.WithNsResolver(resolver),
+		producer.WithNsResolver(s.resolver),
 		producer.WithGroupName(cfg.Group),
 		producer.WithInstanceName(s.instance),
 		// The client's retry may pick another queue or broker (reordering a key); outboxd's
@@ -212,7 +226,7 @@ func New(name string, cfg Config) (*Sink, error) {
 		producer.WithSendMsgTimeout(cfg.SendTimeout),
 		producer.WithQueueSelector(selector{s}),
 	}
-	adminOpts := []admin.AdminOption{admin.WithResolver(resolver)}
+	adminOpts := []admin.AdminOption{admin.WithResolver(s.resolver)}
 	if cfg.Namespace != "" {
 		opts = append(opts, producer.WithNamespace(cfg.Namespace))
 		adminOpts = append(adminOpts, admin.WithNamespace(cfg.Namespace))
@@ -222,21 +236,79 @@ func New(name string, cfg Config) (*Sink, error) {
 		opts = append(opts, producer.WithCredentials(cred))
 		adminOpts = append(adminOpts, admin.WithCredentials(cred))
 	}
-	p, err := rmq.NewProducer(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("rocketmq sink %q: create producer: %w", name, err)
+	s.newConn = func() (*clients, error) {
+		p, err := rmq.NewProducer(opts...)
+		if err != nil {
+			return nil, fmt.Errorf("rocketmq sink %q: create producer: %w", name, err)
+		}
+		if err := p.Start(); err != nil {
+			_ = p.Shutdown()
+			return nil, fmt.Errorf("rocketmq sink %q: start producer (group %s, instance %s): %w", name, cfg.Group, s.instance, err)
+		}
+		a, err := admin.NewAdmin(adminOpts...)
+		if err != nil {
+			_ = p.Shutdown()
+			return nil, fmt.Errorf("rocketmq sink %q: create route client: %w", name, err)
+		}
+		return &clients{producer: p, admin: a}, nil
 	}
-	if err := p.Start(); err != nil {
-		_ = p.Shutdown()
-		return nil, fmt.Errorf("rocketmq sink %q: start producer (group %s, instance %s): %w", name, cfg.Group, s.instance, err)
+	if _, err := s.connect(context.Background()); err != nil {
+		if !errors.Is(err, ErrNameServerUnresolved) {
+			return nil, err
+		}
+		// Like a NameServer that is down: sends fail (retryably) and try again, /readyz
+		// and `check` say why.
+		s.log.Warn().Err(err).Msg("no NameServer host name resolves yet; sends wait and retry until one does")
 	}
-	a, err := admin.NewAdmin(adminOpts...)
-	if err != nil {
-		_ = p.Shutdown()
-		return nil, fmt.Errorf("rocketmq sink %q: create route client: %w", name, err)
-	}
-	s.producer, s.admin = p, a
 	return s, nil
+}
+
+// clients is what the sink talks to the cluster with.
+type clients struct {
+	producer rmq.Producer
+	// admin looks up routes at the NameServer without the producer's caches (Check, and
+	// confirming a missing topic).
+	admin admin.Admin
+}
+
+// connect returns the producer and route client, starting them first if no NameServer had
+// resolved so far. A failed start is retried at most once a second; until then the last
+// error is returned at once. It blocks for the DNS lookups (lookupTimeout per name) or until
+// ctx ends; safe for concurrent use.
+func (s *Sink) connect(ctx context.Context) (*clients, error) {
+	if c := s.conn.Load(); c != nil {
+		return c, nil
+	}
+	s.startMu.Lock()
+	defer s.startMu.Unlock()
+	if c := s.conn.Load(); c != nil {
+		return c, nil
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, errClosed
+	}
+	if s.startErr != nil && time.Since(s.startAt) < time.Second {
+		return nil, s.startErr
+	}
+	addrs, rerr := s.resolver.resolve(ctx)
+	if len(addrs) == 0 {
+		s.startErr, s.startAt = fmt.Errorf("rocketmq sink %q: %w", s.name, rerr), time.Now()
+		return nil, s.startErr
+	}
+	if rerr != nil {
+		s.log.Warn().Err(rerr).Strs("resolved", addrs).Msg("some NameServer host names do not resolve; using the others")
+	}
+	c, err := s.newConn()
+	if err != nil {
+		s.startErr, s.startAt = err, time.Now()
+		return nil, err
+	}
+	s.startErr = nil
+	s.conn.Store(c)
+	return c, nil
 }
 
 // instanceSafe keeps the characters a client id can carry ('@' separates its parts).
@@ -282,8 +354,14 @@ func (s *Sink) Close() error {
 		s.log.Warn().Msg("closing the producer while a send request is still running")
 	}
 	t.Stop()
-	err := s.producer.Shutdown()
-	if aerr := s.admin.Close(); err == nil {
+	s.startMu.Lock() // no start after this: clients sees closed
+	c := s.conn.Load()
+	s.startMu.Unlock()
+	if c == nil {
+		return nil
+	}
+	err := c.producer.Shutdown()
+	if aerr := c.admin.Close(); err == nil {
 		err = aerr
 	}
 	if err != nil {
@@ -633,7 +711,11 @@ func (s *Sink) sendSync(ctx context.Context, pm *primitive.Message, hash uint32)
 	s.hints.Store(pm, hash)
 	go func() {
 		defer s.wg.Done()
-		res, err := s.producer.SendSync(sendCtx, pm)
+		var res *primitive.SendResult
+		c, err := s.connect(sendCtx)
+		if err == nil {
+			res, err = c.producer.SendSync(sendCtx, pm)
+		}
 		s.hints.Delete(pm)
 		s.mu.Lock()
 		delete(s.cancels, id)
@@ -686,7 +768,12 @@ func (s *Sink) lookup(ctx context.Context, topic string) ([]string, error) {
 	ch := make(chan result, 1)
 	go func() {
 		// FetchClusterList, unlike FetchPublishMessageQueues, applies no namespace itself.
-		c, err := s.admin.FetchClusterList(s.namespaced(topic))
+		conn, err := s.connect(ctx)
+		if err != nil {
+			ch <- result{nil, err}
+			return
+		}
+		c, err := conn.admin.FetchClusterList(s.namespaced(topic))
 		ch <- result{c, err}
 	}()
 	select {
@@ -697,14 +784,32 @@ func (s *Sink) lookup(ctx context.Context, topic string) ([]string, error) {
 	}
 }
 
-// Check verifies that a NameServer answers and that every topic has a route with at least one
-// broker. It blocks until the NameServers answered or ctx ended; safe for concurrent use. The
-// error names every topic that failed.
+// Check verifies that the NameServer host names resolve, that a NameServer answers and that
+// every topic has a route with at least one broker. With topics (outboxd check) a host name
+// that does not resolve is reported even when another NameServer answers; without (the
+// readiness probe) only when none resolves, since the sink works with the others. It blocks
+// until the NameServers answered or ctx ended; safe for concurrent use. The error names every
+// host name and topic that failed.
 func (s *Sink) Check(ctx context.Context, topics []string) error {
+	addrs, rerr := s.resolver.resolve(ctx)
+	if rerr != nil && len(addrs) == 0 {
+		return fmt.Errorf("rocketmq sink %q: %w", s.name, rerr)
+	}
+	if len(topics) == 0 {
+		rerr = nil
+	}
+	if err := s.check(ctx, topics); err != nil || rerr != nil {
+		return fmt.Errorf("rocketmq sink %q: %w", s.name, errors.Join(rerr, err))
+	}
+	return nil
+}
+
+// check is Check for the routes and topics; its error does not name the sink.
+func (s *Sink) check(ctx context.Context, topics []string) error {
 	if len(topics) == 0 {
 		// Any answer, even TOPIC_NOT_EXIST, shows a NameServer is reachable.
 		if _, err := s.lookup(ctx, "TBW102"); err != nil && !errors.Is(err, rmqerrors.ErrTopicNotExist) {
-			return fmt.Errorf("rocketmq sink %q: NameServers %v: %w", s.name, s.cfg.NameServers, err)
+			return fmt.Errorf("NameServers %v: %w", s.cfg.NameServers, err)
 		}
 		return nil
 	}
@@ -724,8 +829,5 @@ func (s *Sink) Check(ctx context.Context, topics []string) error {
 			errs = append(errs, fmt.Errorf("topic %s: route has no broker", s.namespaced(t)))
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("rocketmq sink %q: %w", s.name, err)
-	}
-	return nil
+	return errors.Join(errs...)
 }

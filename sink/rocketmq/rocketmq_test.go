@@ -131,6 +131,7 @@ func TestConformance(t *testing.T) {
 			return remove
 		},
 		UnknownTopic:    "no-such-topic",
+		CreateTopic:     func(_ *testing.T, topic string) { c.CreateTopic(topic, 4) },
 		MaxMessageBytes: DefaultMaxMessageBytes,
 		NoMessageTime:   true,
 	})
@@ -404,23 +405,40 @@ func TestClassifyBrokerCodes(t *testing.T) {
 	for _, tc := range []struct {
 		err       error
 		permanent bool
+		missing   bool // sink.IsTopicMissing: retryable, bounded by the pipeline
 	}{
-		{fmt.Errorf("CODE: 13, DESC: the message is illegal"), true},
-		{fmt.Errorf("CODE: 16, DESC: the broker[broker-a] sending message is forbidden"), true},
-		{fmt.Errorf("CODE: 1, DESC: AclException: check signature failed"), false}, // ErrAuth: transient
-		{fmt.Errorf("CODE: 1, DESC: store error"), false},
-		{fmt.Errorf("CODE: 2, DESC: [TIMEOUT_CLEAN_QUEUE]broker busy"), false},
-		{fmt.Errorf("CODE: 14, DESC: service not available"), false},
-		{fmt.Errorf("CODE: 17  DESC: topic not exist"), false}, // unconfirmed: not permanent
-		{fmt.Errorf("wrapped: %w", errTopicMissing), true},
-		{errors.New("request timeout"), false},
-		{errors.New("the topic=x route info not found"), false},
-		{fmt.Errorf("%w: CODE: 13, DESC: illegal", context.Canceled), false},
-		{fmt.Errorf("x: %w", errTooLarge), true},
+		{fmt.Errorf("CODE: 13, DESC: the message is illegal"), true, false},
+		{fmt.Errorf("CODE: 16, DESC: the broker[broker-a] sending message is forbidden"), true, false},
+		{fmt.Errorf("CODE: 1, DESC: AclException: check signature failed"), false, false}, // ErrAuth: transient
+		{fmt.Errorf("CODE: 1, DESC: store error"), false, false},
+		{fmt.Errorf("CODE: 2, DESC: [TIMEOUT_CLEAN_QUEUE]broker busy"), false, false},
+		{fmt.Errorf("CODE: 14, DESC: service not available"), false, false},
+		{fmt.Errorf("CODE: 17  DESC: topic not exist"), false, false}, // unconfirmed by the NameServer
+		{fmt.Errorf("wrapped: %w", errTopicMissing), false, true},
+		{fmt.Errorf("CODE: 17  DESC: topic not exist: the NameServers have no route: %w", errTopicMissing), false, true},
+		{errors.New("request timeout"), false, false},
+		{errors.New("the topic=x route info not found"), false, false},
+		{fmt.Errorf("%w: CODE: 13, DESC: illegal", context.Canceled), false, false},
+		{fmt.Errorf("held back: %w (%w)", errNotSent, errTopicMissing), false, false},
+		{fmt.Errorf("x: %w", errTooLarge), true, false},
 	} {
-		if got := sink.IsPermanent(classify(tc.err)); got != tc.permanent {
-			t.Errorf("classify(%q) permanent=%v, want %v", tc.err, got, tc.permanent)
+		got := classify(tc.err)
+		if sink.IsPermanent(got) != tc.permanent || sink.IsTopicMissing(got) != tc.missing {
+			t.Errorf("classify(%q): permanent=%v missing=%v, want %v %v", tc.err,
+				sink.IsPermanent(got), sink.IsTopicMissing(got), tc.permanent, tc.missing)
 		}
+	}
+	for _, text := range []string{
+		"the topic=x route info not found",        // this Go client
+		"No route info of this topic: x",          // the Java client and proxies
+		"send: CODE: 17  DESC: topic x not exist", // a broker's TOPIC_NOT_EXIST
+	} {
+		if !needsRouteCheck(errors.New(text)) {
+			t.Errorf("needsRouteCheck(%q) = false", text)
+		}
+	}
+	if needsRouteCheck(errors.New("CODE: 14  DESC: service not available")) {
+		t.Error("needsRouteCheck(SERVICE_NOT_AVAILABLE) = true")
 	}
 	acl := classify(errors.New("CODE: 1, DESC: AclException: check signature failed for accessKey=ak"))
 	if !errors.Is(acl, ErrAuth) || !strings.Contains(acl.Error(), "ACL") || !strings.Contains(acl.Error(), "accessKey=ak") {
@@ -634,13 +652,16 @@ func TestSendAfterCloseFails(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	err := Config{NameServers: []string{"ns1:9876", "127.0.0.1"}, Group: "bad group", AccessKey: "a", SendTimeout: -1}.Validate()
-	for _, want := range []string{"IP addresses only", "nameservers[1]", "group", "access_key", "send_timeout"} {
+	err := Config{NameServers: []string{"ns1:9876", "127.0.0.1", ":9876"}, Group: "bad group", AccessKey: "a", SendTimeout: -1}.Validate()
+	for _, want := range []string{"nameservers[1]", "want host:port", "nameservers[2]", "no host", "group", "access_key", "send_timeout"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate: %v, want mention of %q", err, want)
 		}
 	}
-	if err := (Config{NameServers: []string{"127.0.0.1:9876"}}).Validate(); err != nil {
+	if err != nil && strings.Contains(err.Error(), "nameservers[0]") {
+		t.Errorf("Validate rejects a host name: %v", err)
+	}
+	if err := (Config{NameServers: []string{"127.0.0.1:9876", "rocketmq-namesrv.mq.svc:9876", "[::1]:9876"}}).Validate(); err != nil {
 		t.Errorf("valid config: %v", err)
 	}
 	if _, err := New("x", Config{}); err == nil {

@@ -46,8 +46,13 @@ type Harness struct {
 	// Hold makes the broker leave produce requests for topic unanswered until release is
 	// called. release is idempotent; the harness must also release at test cleanup.
 	Hold func(t *testing.T, topic string) (release func())
-	// UnknownTopic is a topic the broker rejects permanently.
+	// UnknownTopic is a topic that does not exist on the broker (and is not auto-created):
+	// sends to it must fail as sink.IsTopicMissing, retryable and not permanent.
 	UnknownTopic string
+	// CreateTopic, if not nil, creates topic (with at least one partition or queue) on the
+	// broker, so the suite can check that messages that failed for want of it are acknowledged
+	// once it exists. The suite passes names of its own, derived from UnknownTopic.
+	CreateTopic func(t *testing.T, topic string)
 	// MaxMessageBytes is the sink's limit: a message with a value this long must fail
 	// permanently.
 	MaxMessageBytes int
@@ -354,8 +359,60 @@ func testClassification(t *testing.T, h Harness) {
 			t.Fatalf("%d of %d messages to an unknown topic failed", len(se.Failures), len(msgs))
 		}
 		for _, f := range se.Failures {
-			if !sink.IsPermanent(f.Err) {
-				t.Errorf("message %d to unknown topic: not permanent: %v", f.Index, f.Err)
+			if sink.IsPermanent(f.Err) || !sink.IsTopicMissing(f.Err) {
+				t.Errorf("message %d to unknown topic: permanent=%v topic-missing=%v, want a retryable topic-missing error: %v",
+					f.Index, sink.IsPermanent(f.Err), sink.IsTopicMissing(f.Err), f.Err)
+			}
+		}
+	})
+	t.Run("TopicCreatedLater", func(t *testing.T) {
+		if h.CreateTopic == nil {
+			t.Skip("the harness cannot create topics")
+		}
+		s := newSink(t, h)
+		topic := h.UnknownTopic + "-later-" + strings.ReplaceAll(strings.ReplaceAll(t.Name(), "/", "-"), "_", "-")
+		msgs := interleaved(topic, 3, 2)
+		se := sendErr(t, s.Send(context.Background(), msgs))
+		failed := checkFailures(t, msgs, se)
+		if len(failed) != len(msgs) {
+			t.Fatalf("%d of %d messages to a topic that does not exist yet failed", len(failed), len(msgs))
+		}
+		for i, err := range failed {
+			if sink.IsPermanent(err) || !sink.IsTopicMissing(err) {
+				t.Fatalf("message %d before the topic exists: want a retryable topic-missing error, got %v", i, err)
+			}
+		}
+		h.CreateTopic(t, topic)
+		deadline := time.Now().Add(20 * time.Second)
+		pending := msgs
+		for {
+			err := s.Send(context.Background(), pending)
+			if err == nil {
+				break
+			}
+			se := sendErr(t, err)
+			failed := checkFailures(t, pending, se)
+			for i, err := range failed {
+				if sink.IsPermanent(err) {
+					t.Fatalf("message %d after the topic was created: permanent %v", i, err)
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("still failing 20s after the topic was created: %v", err)
+			}
+			var next []*sink.Message
+			for i, m := range pending {
+				if _, f := failed[i]; f {
+					next = append(next, m)
+				}
+			}
+			pending = next
+			time.Sleep(200 * time.Millisecond)
+		}
+		got := byValue(h.Read(t, topic, len(msgs)))
+		for _, m := range msgs {
+			if len(got[string(m.Value)]) != 1 {
+				t.Errorf("message %q stored %d times after the topic was created", m.Value, len(got[string(m.Value)]))
 			}
 		}
 	})
