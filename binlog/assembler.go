@@ -108,8 +108,6 @@ const (
 type tableState struct {
 	spec  TableSpec
 	names []string // from the ColumnResolver; nil when not resolved or invalidated
-	// warnedImage is set once a partial row image was reported, to log it once per table.
-	warnedImage bool
 }
 
 // Assembler groups binlog events into transactions. It is not safe for concurrent use: one
@@ -204,7 +202,12 @@ func (a *Assembler) Handle(ctx context.Context, ev *replication.BinlogEvent) (*T
 		a.begin(fmt.Sprintf("%d-%d-%d", g.DomainID, g.ServerID, g.SequenceNumber),
 			time.Unix(int64(ev.Header.Timestamp), 0).UTC(), st)
 	case *replication.QueryEvent:
+		if err := a.checkStatement(string(e.Schema), string(e.Query)); err != nil {
+			return nil, err
+		}
 		return a.handleQuery(ev, e), nil
+	case *replication.ExecuteLoadQueryEvent:
+		return nil, a.checkLoad(ev)
 	case *replication.XIDEvent:
 		if a.cur != nil {
 			return a.complete(), nil
@@ -359,10 +362,8 @@ func (a *Assembler) handleRows(ctx context.Context, ev *replication.BinlogEvent,
 		if i < len(e.SkippedColumns) {
 			skipped = e.SkippedColumns[i]
 		}
-		if len(skipped) > 0 && !st.warnedImage {
-			st.warnedImage = true
-			a.log.Warn().Str("table", table).Ints("columns_not_logged", skipped).
-				Msg("outbox row image is partial (binlog_row_image is not FULL): columns not in the image are reported as missing; set binlog_row_image=FULL")
+		if len(skipped) > 0 {
+			return a.partialImage(st.spec, names, skipped)
 		}
 		a.cur.Events = append(a.cur.Events, p.event(st.spec, row, skipped))
 	}
