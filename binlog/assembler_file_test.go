@@ -60,7 +60,7 @@ type staticColumns struct {
 	calls map[string]int
 }
 
-func (s *staticColumns) Columns(_ context.Context, schema, table string) ([]string, error) {
+func (s *staticColumns) Definitions(_ context.Context, schema, table string) ([]Column, error) {
 	k := schema + "." + table
 	if s.calls == nil {
 		s.calls = map[string]int{}
@@ -70,7 +70,11 @@ func (s *staticColumns) Columns(_ context.Context, schema, table string) ([]stri
 	if !ok {
 		return nil, fmt.Errorf("no such table %s", k)
 	}
-	return c, nil
+	cols := make([]Column, len(c))
+	for i, n := range c {
+		cols[i] = Column{Name: n} // no DATA_TYPE: types are not compared
+	}
+	return cols, nil
 }
 
 // readFixture returns the file's events after the magic, with the FORMAT_DESCRIPTION's

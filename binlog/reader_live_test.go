@@ -435,9 +435,9 @@ type countingResolver struct {
 	n     atomic.Int64
 }
 
-func (c *countingResolver) Columns(ctx context.Context, schema, table string) ([]string, error) {
+func (c *countingResolver) Definitions(ctx context.Context, schema, table string) ([]Column, error) {
 	c.n.Add(1)
-	return c.inner.Columns(ctx, schema, table)
+	return c.inner.Definitions(ctx, schema, table)
 }
 
 func (c *countingResolver) calls() int { return int(c.n.Load()) }

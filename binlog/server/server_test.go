@@ -315,6 +315,19 @@ func TestColumnReader(t *testing.T) {
 	if got := strings.Join(cols, ","); got != "id,topic,payload" {
 		t.Errorf("columns = %s", got)
 	}
+	// The types the binlog reader compares with each TABLE_MAP (utf8mb4: 4 bytes a character).
+	defs, err := r.Definitions(ctx, "app", "outbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Column{
+		{Name: "id", DataType: "bigint", ColumnType: "bigint(20)", OctetLength: -1, Precision: 19, Scale: 0, FracDigits: -1},
+		{Name: "topic", DataType: "varchar", ColumnType: "varchar(100)", OctetLength: 400, Precision: -1, Scale: -1, FracDigits: -1},
+		{Name: "payload", DataType: "text", ColumnType: "text", OctetLength: 65535, Precision: -1, Scale: -1, FracDigits: -1},
+	}
+	if fmt.Sprint(defs) != fmt.Sprint(want) {
+		t.Errorf("definitions = %+v, want %+v", defs, want)
+	}
 	exec(t, root, "ALTER TABLE app.outbox ADD COLUMN headers TEXT", "ALTER TABLE app.outbox ADD COLUMN kind INT AFTER id")
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
