@@ -62,8 +62,8 @@ func TestUnreadableOutboxRowStopsOutboxd(t *testing.T) {
 			code := p.wait(t, 30*time.Second)
 			out := p.output()
 			want := append([]string{"outbox table " + w.schema + ".outbox_event", "transaction " + bad}, c.want...)
-			if code == 0 {
-				t.Fatalf("outboxd exited 0 after an unreadable outbox row:\n%s", out)
+			if code != 1 {
+				t.Fatalf("outboxd exited %d after an unreadable outbox row, want 1:\n%s", code, out)
 			}
 			for _, s := range want {
 				if !strings.Contains(out, s) {
@@ -82,7 +82,7 @@ func TestUnreadableOutboxRowStopsOutboxd(t *testing.T) {
 
 			// The next start meets the same transaction and stops the same way.
 			code, out = runBinary(t, "run", "--config", cfgPath)
-			if code == 0 || !strings.Contains(out, "transaction "+bad) {
+			if code != 1 || !strings.Contains(out, "transaction "+bad) {
 				t.Fatalf("restart exited %d:\n%s", code, out)
 			}
 			if got := readCheckpoint(t, o.Dir); got != before {
