@@ -21,15 +21,8 @@ func TestMinimalMetadataAlteredTableStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := newWorld(t, srv)
-	kc := kafkaCluster(t, "t")
-	o := simpleCfg(t, w, kc, w.position())
-	cfgPath := writeCfg(t, o)
-
-	p := startBinary(t, "run", "--config", cfgPath)
-	first := w.commit(row{EventID: "first", Key: "k1", Topic: "t", Payload: []byte("p1")})
-	c := newConsumer(t, kc, "t")
-	c.waitForEvent("first", 30*time.Second)
-	waitCheckpoint(t, o.Dir, first, 10*time.Second)
+	r := startRelayed(t, w, "first")
+	o, cfgPath, p, c, first := r.o, r.cfgPath, r.p, r.cons, r.gtid
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

@@ -33,15 +33,8 @@ func TestUnreadableOutboxRowStopsOutboxd(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			w := newWorld(t, sharedServer(t))
-			kc := kafkaCluster(t, "t")
-			o := simpleCfg(t, w, kc, w.position())
-			cfgPath := writeCfg(t, o)
-			p := startBinary(t, "run", "--config", cfgPath)
-
-			before := w.commit(row{EventID: "before", Key: "k", Topic: "t", Payload: []byte("p")})
-			cons := newConsumer(t, kc, "t")
-			cons.waitForEvent("before", 30*time.Second)
-			waitCheckpoint(t, o.Dir, before, 10*time.Second)
+			r := startRelayed(t, w, "before")
+			o, cfgPath, p, cons, before := r.o, r.cfgPath, r.p, r.cons, r.gtid
 
 			ctx := context.Background()
 			conn, err := w.db.Conn(ctx)
@@ -90,4 +83,27 @@ func TestUnreadableOutboxRowStopsOutboxd(t *testing.T) {
 			}
 		})
 	}
+}
+
+// relayed is outboxd (the binary) streaming w's outbox from where it was at the start, with one
+// row already delivered and checkpointed.
+type relayed struct {
+	o       cfgOpts
+	cfgPath string
+	p       *proc
+	cons    *consumer // reads topic t from its start
+	gtid    string    // of the row's transaction
+}
+
+func startRelayed(t *testing.T, w *world, eventID string) relayed {
+	t.Helper()
+	kc := kafkaCluster(t, "t")
+	r := relayed{o: simpleCfg(t, w, kc, w.position())}
+	r.cfgPath = writeCfg(t, r.o)
+	r.p = startBinary(t, "run", "--config", r.cfgPath)
+	r.gtid = w.commit(row{EventID: eventID, Key: "k", Topic: "t", Payload: []byte("p")})
+	r.cons = newConsumer(t, kc, "t")
+	r.cons.waitForEvent(eventID, 30*time.Second)
+	waitCheckpoint(t, r.o.Dir, r.gtid, 10*time.Second)
+	return r
 }
