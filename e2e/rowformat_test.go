@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,12 +19,20 @@ func TestUnreadableOutboxRowStopsOutboxd(t *testing.T) {
 	cases := []struct {
 		name    string
 		session string
-		insert  string // into %s.outbox_event, with some columns left to their defaults
+		insert  string // into outbox_event, some columns left to their defaults; {csv} is a CSV's path
 		want    []string
 	}{
+		// LOAD DATA is logged as its own event (EXECUTE_LOAD_QUERY), not as a QUERY.
+		{"load data", "SET SESSION binlog_format = 'STATEMENT'",
+			"LOAD DATA INFILE '{csv}' INTO TABLE outbox_event FIELDS TERMINATED BY ',' (event_id, biz_key, topic, payload)",
+			[]string{"statement-logged LOAD DATA", "binlog_format=ROW"}},
 		{"statement", "SET SESSION binlog_format = 'STATEMENT'",
 			"INSERT INTO outbox_event (event_id, biz_key, topic, payload) VALUES ('bad', 'k', 't', 'p')",
 			[]string{"statement-logged INSERT", "binlog_format=ROW", "SET SESSION binlog_format"}},
+		// MariaDB's default: a deterministic INSERT is logged as a statement.
+		{"mixed", "SET SESSION binlog_format = 'MIXED'",
+			"INSERT INTO outbox_event (event_id, biz_key, topic, payload) VALUES ('bad', 'k', 't', 'p')",
+			[]string{"statement-logged INSERT", "binlog_format=ROW"}},
 		{"minimal row image", "SET SESSION binlog_row_image = 'MINIMAL'",
 			"INSERT INTO outbox_event (event_id, biz_key, topic, payload) VALUES ('bad', 'k', 't', 'p')",
 			[]string{"lacks column(s) event_type, headers", "binlog_row_image=FULL", "SET SESSION binlog_row_image"}},
@@ -42,7 +52,12 @@ func TestUnreadableOutboxRowStopsOutboxd(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Close()
-			for _, q := range []string{"USE " + w.schema, c.session, c.insert} {
+			csv := filepath.Join(t.TempDir(), "rows.csv")
+			if err := os.WriteFile(csv, []byte("bad,k,t,p\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			insert := strings.ReplaceAll(c.insert, "{csv}", csv)
+			for _, q := range []string{"USE " + w.schema, c.session, insert} {
 				if _, err := conn.ExecContext(ctx, q); err != nil {
 					t.Fatalf("%s: %v", q, err)
 				}
