@@ -8,7 +8,8 @@ import (
 
 // ContainsGTID reports whether one transaction's GTID is in s, for the MySQL flavor ("uuid:N",
 // "uuid:tag:N"): the binlog reader's check that a transaction the server streams is one the
-// start set already covers. It does not allocate a set per call.
+// start set already covers. It does not block or allocate a set, and may run concurrently with
+// other reads of s.
 //
 // A MariaDB position is not a set of transactions: it holds one GTID per domain, and with
 // gtid_strict_mode off a later transaction may carry a lower sequence number, so whether a

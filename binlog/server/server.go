@@ -287,7 +287,8 @@ func (r *ColumnReader) Definitions(ctx context.Context, schema, table string) ([
 	return cols, nil
 }
 
-// Columns returns schema.table's column names in ordinal order, as Definitions does.
+// Columns returns schema.table's column names in ordinal order. It blocks on one query and
+// fails as Definitions does.
 func (r *ColumnReader) Columns(ctx context.Context, schema, table string) ([]string, error) {
 	cols, err := r.Definitions(ctx, schema, table)
 	if err != nil {
