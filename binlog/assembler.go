@@ -73,11 +73,12 @@ type TableSpec struct {
 	Columns       ColumnNames
 }
 
-// ColumnResolver returns a table's column names in ordinal order. The Assembler uses it when a
-// TABLE_MAP carries no column names (binlog_row_metadata=MINIMAL). binlog/server.ColumnReader
-// implements it against information_schema.
+// ColumnResolver returns a table's columns in ordinal order, as the table is defined now. The
+// Assembler uses it when a TABLE_MAP carries no column names (binlog_row_metadata=MINIMAL): the
+// names by position, and the types to check each row's TABLE_MAP against (see Column).
+// binlog/server.ColumnReader reads them from information_schema.
 type ColumnResolver interface {
-	Columns(ctx context.Context, schema, table string) ([]string, error)
+	Definitions(ctx context.Context, schema, table string) ([]Column, error)
 }
 
 // AssemblerConfig configures an Assembler.
@@ -106,10 +107,10 @@ const (
 
 // tableState is one outbox table's spec plus its cached column names (MINIMAL metadata only).
 type tableState struct {
-	spec  TableSpec
-	names []string // from the ColumnResolver; nil when not resolved or invalidated
-	// warnedImage is set once a partial row image was reported, to log it once per table.
-	warnedImage bool
+	spec TableSpec
+	// cols and names are from the ColumnResolver; nil when not resolved or invalidated.
+	cols  []Column
+	names []string
 }
 
 // Assembler groups binlog events into transactions. It is not safe for concurrent use: one
@@ -206,6 +207,9 @@ func (a *Assembler) Handle(ctx context.Context, ev *replication.BinlogEvent) (*T
 			time.Unix(int64(ev.Header.Timestamp), 0).UTC(), st)
 		a.xa.open = e.Flags&mariadbFlPreparedXA != 0
 	case *replication.QueryEvent:
+		if err := a.checkStatement(string(e.Schema), string(e.Query)); err != nil {
+			return nil, err
+		}
 		if t, ok, err := a.xaQuery(ev, e); ok {
 			return t, err
 		}
@@ -214,6 +218,8 @@ func (a *Assembler) Handle(ctx context.Context, ev *replication.BinlogEvent) (*T
 		if ev.Header.EventType == replication.XA_PREPARE_LOG_EVENT {
 			return a.xaPrepare(ev, e)
 		}
+	case *replication.ExecuteLoadQueryEvent:
+		return nil, a.checkLoad(ev)
 	case *replication.XIDEvent:
 		if a.cur != nil {
 			return a.complete(), nil
@@ -342,7 +348,7 @@ func (a *Assembler) ddl(q string) {
 		}
 		if ddlMentionsTable(q, k.schema, k.table) {
 			a.log.Info().Str("table", k.schema+"."+k.table).Msg("DDL on outbox table: column names will be re-read")
-			st.names = nil
+			st.cols, st.names = nil, nil
 		}
 	}
 }
@@ -374,10 +380,8 @@ func (a *Assembler) handleRows(ctx context.Context, ev *replication.BinlogEvent,
 		if i < len(e.SkippedColumns) {
 			skipped = e.SkippedColumns[i]
 		}
-		if len(skipped) > 0 && !st.warnedImage {
-			st.warnedImage = true
-			a.log.Warn().Str("table", table).Ints("columns_not_logged", skipped).
-				Msg("outbox row image is partial (binlog_row_image is not FULL): columns not in the image are reported as missing; set binlog_row_image=FULL")
+		if len(skipped) > 0 {
+			return a.partialImage(st.spec, names, skipped)
 		}
 		a.cur.Events = append(a.cur.Events, p.event(st.spec, row, skipped))
 	}
@@ -387,31 +391,40 @@ func (a *Assembler) handleRows(ctx context.Context, ev *replication.BinlogEvent,
 // errNoColumnNames is wrapped when MINIMAL metadata meets a missing resolver.
 var errNoColumnNames = errors.New("TABLE_MAP has no column names (binlog_row_metadata=MINIMAL) and no column resolver is configured; set binlog_row_metadata=FULL on the server")
 
-// columnNames returns the names of tm's columns in ordinal order.
+// columnNames returns the names of tm's columns in ordinal order. Names from the resolver are
+// checked against tm's column types (see checkColumnTypes); a cached definition that does not
+// fit is read again once before that is an error.
 func (a *Assembler) columnNames(ctx context.Context, st *tableState, tm *replication.TableMapEvent) ([]string, error) {
 	n := int(tm.ColumnCount)
 	if len(tm.ColumnName) == n && n > 0 {
 		return tm.ColumnNameString(), nil
 	}
-	if len(st.names) == n {
+	if len(st.cols) == n && a.checkColumnTypes(st.spec, tm, st.cols) == nil {
 		return st.names, nil
 	}
 	table := st.spec.Schema + "." + st.spec.Table
 	if a.resolver == nil {
 		return nil, fmt.Errorf("outbox table %s: %w", table, errNoColumnNames)
 	}
-	names, err := a.resolver.Columns(ctx, st.spec.Schema, st.spec.Table)
+	cols, err := a.resolver.Definitions(ctx, st.spec.Schema, st.spec.Table)
 	if err != nil {
 		return nil, fmt.Errorf("outbox table %s: reading column names (binlog_row_metadata=MINIMAL): %w", table, err)
 	}
-	if len(names) != n {
+	if len(cols) != n {
 		// The table changed after this row was written: the current names cannot be mapped onto
 		// the old row by position.
 		return nil, fmt.Errorf("outbox table %s: binlog row has %d columns but the table now has %d; "+
 			"it was altered after this row was written — set binlog_row_metadata=FULL so rows carry their own column names",
-			table, n, len(names))
+			table, n, len(cols))
 	}
-	st.names = names
+	if err := a.checkColumnTypes(st.spec, tm, cols); err != nil {
+		return nil, err
+	}
+	names := make([]string, len(cols))
+	for i, c := range cols {
+		names[i] = c.Name
+	}
+	st.cols, st.names = cols, names
 	return names, nil
 }
 

@@ -146,11 +146,19 @@ func NewReader(cfg Config) (*Reader, error) {
 }
 
 // Run streams from start — the executed set: the first transaction sent is the one after it —
-// and sends each completed Txn to out, in binlog order. It blocks until ctx ends (returning
-// ctx.Err()) or the stream fails (a broken connection, a decode error, a start position the
-// server lacks); it does not reconnect. Transactions already sent stay valid on error; the
-// caller restarts from its own checkpoint. Not safe for concurrent calls on one Reader.
+// and sends each completed Txn to out, in binlog order. A transaction the start set covers is
+// never sent, even when the server streams it (see startFilter). It blocks until ctx ends
+// (returning ctx.Err()) or the stream fails (a broken connection, a decode error, a start
+// position the server lacks, a row it cannot read); it does not reconnect. Transactions already
+// sent stay valid on error; the caller restarts from its own checkpoint. Not safe for concurrent
+// calls on one Reader.
 func (r *Reader) Run(ctx context.Context, start gtid.Set, out chan<- *Txn) error {
+	return r.run(ctx, start, start, out)
+}
+
+// run is Run with the position sent to the server (dump) apart from the start set the stream is
+// filtered by, so a test can make a real server stream what a start set covers.
+func (r *Reader) run(ctx context.Context, start, dump gtid.Set, out chan<- *Txn) error {
 	if start.Flavor() != r.cfg.Flavor {
 		return fmt.Errorf("binlog reader: start GTID set is %s, server flavor is %s", start.Flavor(), r.cfg.Flavor)
 	}
@@ -165,7 +173,7 @@ func (r *Reader) Run(ctx context.Context, start gtid.Set, out chan<- *Txn) error
 
 	// StartSyncGTID keeps and mutates the set it is given: hand it a copy.
 	startStr := start.String()
-	streamer, err := syncer.StartSyncGTID(start.Clone().Native())
+	streamer, err := syncer.StartSyncGTID(dump.Clone().Native())
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -174,6 +182,19 @@ func (r *Reader) Run(ctx context.Context, start gtid.Set, out chan<- *Txn) error
 		return runErr
 	}
 	r.cfg.Logger.Info().Str("addr", r.cfg.Addr).Str("gtid", startStr).Msg("binlog stream started")
+
+	// The server may stream transactions the start set covers (one that ignores the GTID set
+	// streams everything): they are skipped here, never delivered again.
+	filter := newStartFilter(start)
+	reported := false
+	reportSkipped := func() { // once per stream, when it gets past them or ends
+		if !reported && filter.skipped > 0 {
+			reported = true
+			r.cfg.Logger.Info().Int("skipped", filter.skipped).Str("gtid", startStr).
+				Msg("skipped transactions the start position already covers: the server streamed them anyway")
+		}
+	}
+	defer reportSkipped()
 
 	streaming := false
 	for {
@@ -196,7 +217,7 @@ func (r *Reader) Run(ctx context.Context, start gtid.Set, out chan<- *Txn) error
 		if _, ok := ev.Event.(*replication.HeartbeatEvent); ok {
 			m.Heartbeat()
 		}
-		txn, err := asm.Handle(ctx, ev)
+		txn, skip, err := assemble(ctx, asm, filter, ev)
 		if err != nil {
 			file, pos := asm.Position()
 			return fmt.Errorf("binlog %s:%d: %w", file, pos, err)
@@ -204,6 +225,13 @@ func (r *Reader) Run(ctx context.Context, start gtid.Set, out chan<- *Txn) error
 		if txn == nil {
 			continue
 		}
+		if skip {
+			if !txn.Partial {
+				m.TxnSkipped()
+			}
+			continue
+		}
+		reportSkipped()
 		if !txn.Partial {
 			m.TxnRead(txn.CommitTime)
 		}
@@ -213,6 +241,17 @@ func (r *Reader) Run(ctx context.Context, start gtid.Set, out chan<- *Txn) error
 			return ctx.Err()
 		}
 	}
+}
+
+// assemble feeds one event to the start filter and the Assembler. It returns the transaction or
+// piece the event completes (nil if none), and whether the start position covers it.
+func assemble(ctx context.Context, asm *Assembler, f *startFilter, ev *replication.BinlogEvent) (txn *Txn, covered bool, err error) {
+	f.observe(ev)
+	if txn, err = asm.Handle(ctx, ev); err != nil || txn == nil {
+		return nil, false, err
+	}
+	covered, err = f.covered(txn)
+	return txn, covered, err
 }
 
 func (r *Reader) syncerConfig(filter TableFilter) replication.BinlogSyncerConfig {

@@ -50,6 +50,13 @@ type liveRun struct {
 
 func startReader(t *testing.T, s *mariadb.Server, start gtid.Set, mutate func(*Config)) *liveRun {
 	t.Helper()
+	return startReaderDump(t, s, start, start, mutate)
+}
+
+// startReaderDump is startReader with dump sent to the server as its position instead of start,
+// which still filters the stream: the server then streams transactions start covers.
+func startReaderDump(t *testing.T, s *mariadb.Server, start, dump gtid.Set, mutate func(*Config)) *liveRun {
+	t.Helper()
 	cfg := Config{
 		Flavor: gtid.MariaDB, Addr: s.Addr, User: "root", ServerID: 1001,
 		Tables: liveTables, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
@@ -64,7 +71,7 @@ func startReader(t *testing.T, s *mariadb.Server, start gtid.Set, mutate func(*C
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	lr := &liveRun{out: make(chan *Txn), done: make(chan error, 1), cancel: cancel}
-	go func() { lr.done <- r.Run(ctx, start, lr.out) }()
+	go func() { lr.done <- r.run(ctx, start, dump, lr.out) }()
 	t.Cleanup(func() { lr.stop(t) })
 	return lr
 }
@@ -428,9 +435,9 @@ type countingResolver struct {
 	n     atomic.Int64
 }
 
-func (c *countingResolver) Columns(ctx context.Context, schema, table string) ([]string, error) {
+func (c *countingResolver) Definitions(ctx context.Context, schema, table string) ([]Column, error) {
 	c.n.Add(1)
-	return c.inner.Columns(ctx, schema, table)
+	return c.inner.Definitions(ctx, schema, table)
 }
 
 func (c *countingResolver) calls() int { return int(c.n.Load()) }

@@ -35,7 +35,7 @@ func inspectRequest(cfg *config.Config) server.Request {
 		req.Tables = append(req.Tables, server.Table{
 			Name:  t.Table,
 			Field: fmt.Sprintf("tables[%d]", i),
-			Columns: []server.Column{
+			Columns: []server.RoleColumn{
 				{Name: c.EventID, Role: "event_id", Required: true, Type: "VARCHAR(64) NOT NULL"},
 				{Name: c.Key, Role: "key", Required: true, Type: "VARCHAR(64) NOT NULL"},
 				{Name: c.Topic, Role: "topic", Required: true, Type: "VARCHAR(128) NOT NULL"},

@@ -72,6 +72,7 @@ type Metrics struct {
 	binlogEvents    prometheus.Counter
 	binlogBytes     prometheus.Counter
 	heartbeats      prometheus.Counter
+	txnsSkipped     prometheus.Counter
 	eventsRead      *prometheus.CounterVec
 	delivered       *prometheus.CounterVec
 	failed          *prometheus.CounterVec
@@ -153,6 +154,8 @@ func New(o Options) *Metrics {
 	m.binlogEvents = counter("outboxd_binlog_events_read_total", "Binlog events received (all types).")
 	m.binlogBytes = counter("outboxd_binlog_bytes_read_total", "Bytes of binlog events received.")
 	m.heartbeats = counter("outboxd_heartbeats_received_total", "Replication heartbeats received from the source.")
+	m.txnsSkipped = counter("outboxd_transactions_skipped_total",
+		"Transactions the source streamed although the start position already covered them; skipped, not delivered again.")
 	m.eventsRead = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "outboxd_events_read_total", Help: "Outbox rows read (INSERTs into outbox tables), by table (schema.table).",
 	}, []string{"table"})
@@ -230,7 +233,7 @@ func New(o Options) *Metrics {
 		buildInfo,
 		m.binlogEvents, m.binlogBytes, m.heartbeats, m.eventsRead, m.delivered, m.failed,
 		m.deadLetters, m.sendDuration, m.retries, m.checkpointSaves, m.checkpointFails, m.checkpointTS,
-		m.sourceConnected, m.sinkUp, m.topicMissing, m.txnsBehind,
+		m.sourceConnected, m.sinkUp, m.topicMissing, m.txnsBehind, m.txnsSkipped,
 	)
 	m.reg.MustRegister(computed...)
 	// Counters start at 0 rather than appear at their first increment, so rate() and
@@ -321,6 +324,14 @@ func (m *Metrics) TxnRead(commit time.Time) {
 		m.src.newestCommit = commit
 	}
 	m.mu.Unlock()
+}
+
+// TxnSkipped counts a transaction the reader skipped because the start position covers it.
+func (m *Metrics) TxnSkipped() {
+	if m == nil {
+		return
+	}
+	m.txnsSkipped.Inc()
 }
 
 // Source reports whether the stream is connected, and the last connection error otherwise.

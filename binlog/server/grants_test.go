@@ -219,7 +219,7 @@ func TestCheckVars(t *testing.T) {
 }
 
 func TestMissingColumns(t *testing.T) {
-	tbl := Table{Name: "shop.outbox", Field: "tables[1]", Columns: []Column{
+	tbl := Table{Name: "shop.outbox", Field: "tables[1]", Columns: []RoleColumn{
 		{Name: "event_id", Role: "event_id", Required: true, Type: "VARCHAR(64) NOT NULL"},
 		{Name: "Topic", Role: "topic", Required: true, Type: "VARCHAR(255) NOT NULL"},
 		{Name: "headers", Role: "headers", Type: "JSON NULL"},

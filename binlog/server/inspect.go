@@ -60,11 +60,11 @@ type Table struct {
 	// Field is the table's config path for fixes, such as "tables[0]"; "" for none.
 	Field string
 	// Columns are the configured columns; none skips the column check.
-	Columns []Column
+	Columns []RoleColumn
 }
 
-// Column is one configured outbox column.
-type Column struct {
+// RoleColumn is one configured outbox column: the column that plays an outbox role.
+type RoleColumn struct {
 	Name string // the column name in the table
 	Role string // the tables[].columns key: event_id, key, topic, payload, event_type, headers
 	// Required: a row without the column can never be delivered (the router treats it as

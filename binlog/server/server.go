@@ -236,30 +236,44 @@ func quoteString(s string) string {
 
 func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
 
-// ColumnReader reads outbox table column names from information_schema, in ordinal order. It is
-// the fallback when TABLE_MAP events carry no names (binlog_row_metadata=MINIMAL or NO_LOG): the
+// ColumnReader reads outbox table columns from information_schema, in ordinal order. It is the
+// fallback when TABLE_MAP events carry no names (binlog_row_metadata=MINIMAL or NO_LOG): the
 // result is the table's current definition, which differs from the binlog's when an ALTER TABLE
-// came after the event, so callers re-read after a column-count mismatch rather than cache
-// forever. Safe for concurrent use.
+// came after the event, so callers re-read after a mismatch rather than cache forever. Safe for
+// concurrent use.
 type ColumnReader struct{ DB *sql.DB }
 
-// Columns returns schema.table's column names in ordinal order. It blocks on one query. It
+// Column is one column as information_schema.COLUMNS describes it. The binlog reader compares
+// it with the types in each TABLE_MAP (binlog.Column).
+type Column struct {
+	Name string
+	// DataType is DATA_TYPE ("varchar", "longtext", "enum"); COLUMN_TYPE ("varchar(64)",
+	// "int(10) unsigned") is for messages.
+	DataType, ColumnType string
+	// OctetLength is CHARACTER_OCTET_LENGTH, Precision and Scale NUMERIC_PRECISION and
+	// NUMERIC_SCALE, FracDigits DATETIME_PRECISION; -1 where information_schema has NULL.
+	OctetLength, Precision, Scale, FracDigits int64
+}
+
+// Definitions returns schema.table's columns in ordinal order. It blocks on one query. It
 // returns an error naming the table when the table does not exist or the user cannot see it.
-func (r *ColumnReader) Columns(ctx context.Context, schema, table string) ([]string, error) {
+func (r *ColumnReader) Definitions(ctx context.Context, schema, table string) ([]Column, error) {
 	if r == nil || r.DB == nil {
 		return nil, errors.New("column reader: no database")
 	}
 	rows, err := r.DB.QueryContext(ctx,
-		"SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
+		"SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, "+
+			"COALESCE(CHARACTER_OCTET_LENGTH, -1), COALESCE(NUMERIC_PRECISION, -1), COALESCE(NUMERIC_SCALE, -1), COALESCE(DATETIME_PRECISION, -1) "+
+			"FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
 		schema, table)
 	if err != nil {
 		return nil, fmt.Errorf("read columns of %s.%s: %w", schema, table, err)
 	}
 	defer rows.Close()
-	var cols []string
+	var cols []Column
 	for rows.Next() {
-		var c string
-		if err := rows.Scan(&c); err != nil {
+		var c Column
+		if err := rows.Scan(&c.Name, &c.DataType, &c.ColumnType, &c.OctetLength, &c.Precision, &c.Scale, &c.FracDigits); err != nil {
 			return nil, fmt.Errorf("read columns of %s.%s: %w", schema, table, err)
 		}
 		cols = append(cols, c)
@@ -271,4 +285,18 @@ func (r *ColumnReader) Columns(ctx context.Context, schema, table string) ([]str
 		return nil, fmt.Errorf("read columns of %s.%s: table not found in information_schema (missing, or the user has no privilege on it)", schema, table)
 	}
 	return cols, nil
+}
+
+// Columns returns schema.table's column names in ordinal order. It blocks on one query and
+// fails as Definitions does.
+func (r *ColumnReader) Columns(ctx context.Context, schema, table string) ([]string, error) {
+	cols, err := r.Definitions(ctx, schema, table)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(cols))
+	for i, c := range cols {
+		names[i] = c.Name
+	}
+	return names, nil
 }

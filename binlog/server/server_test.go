@@ -190,7 +190,7 @@ func TestCheckMariaDB(t *testing.T) {
 		}
 	})
 	t.Run("missing columns", func(t *testing.T) {
-		ps, err := Inspect(t.Context(), root, Request{Flavor: gtid.MariaDB, Tables: []Table{{Name: "app.outbox", Field: "tables[0]", Columns: []Column{
+		ps, err := Inspect(t.Context(), root, Request{Flavor: gtid.MariaDB, Tables: []Table{{Name: "app.outbox", Field: "tables[0]", Columns: []RoleColumn{
 			{Name: "topic", Role: "topic", Required: true, Type: "VARCHAR(128) NOT NULL"},
 			{Name: "event_id", Role: "event_id", Required: true, Type: "VARCHAR(64) NOT NULL"},
 			{Name: "headers", Role: "headers", Type: "JSON NULL"},
@@ -203,7 +203,7 @@ func TestCheckMariaDB(t *testing.T) {
 		}
 		exec(t, root, strings.Split(ps[0].Fix, ";")[0])
 		defer exec(t, root, "ALTER TABLE app.outbox DROP COLUMN event_id")
-		ps, err = Inspect(t.Context(), root, Request{Flavor: gtid.MariaDB, Tables: []Table{{Name: "app.outbox", Columns: []Column{
+		ps, err = Inspect(t.Context(), root, Request{Flavor: gtid.MariaDB, Tables: []Table{{Name: "app.outbox", Columns: []RoleColumn{
 			{Name: "EVENT_ID", Role: "event_id", Required: true}}}}})
 		if err != nil || len(ps) != 0 {
 			t.Errorf("after the ALTER TABLE of the fix: %v, %v", ps, err)
@@ -381,6 +381,19 @@ func TestColumnReader(t *testing.T) {
 	}
 	if got := strings.Join(cols, ","); got != "id,topic,payload" {
 		t.Errorf("columns = %s", got)
+	}
+	// The types the binlog reader compares with each TABLE_MAP (utf8mb4: 4 bytes a character).
+	defs, err := r.Definitions(ctx, "app", "outbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Column{
+		{Name: "id", DataType: "bigint", ColumnType: "bigint(20)", OctetLength: -1, Precision: 19, Scale: 0, FracDigits: -1},
+		{Name: "topic", DataType: "varchar", ColumnType: "varchar(100)", OctetLength: 400, Precision: -1, Scale: -1, FracDigits: -1},
+		{Name: "payload", DataType: "text", ColumnType: "text", OctetLength: 65535, Precision: -1, Scale: -1, FracDigits: -1},
+	}
+	if fmt.Sprint(defs) != fmt.Sprint(want) {
+		t.Errorf("definitions = %+v, want %+v", defs, want)
 	}
 	exec(t, root, "ALTER TABLE app.outbox ADD COLUMN headers TEXT", "ALTER TABLE app.outbox ADD COLUMN kind INT AFTER id")
 	var wg sync.WaitGroup
