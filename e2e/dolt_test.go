@@ -347,7 +347,10 @@ func TestDoltRun(t *testing.T) {
 			}
 		}
 	}
-	if d := frozen.Sub(w.srv.StartedAt); d < -time.Second || d > 2*time.Second {
+	// Dolt takes its start time once its server is up, which on a loaded machine (the whole
+	// suite in parallel) can be seconds after the process started; a row committed 36 s later
+	// still carrying it (below) is what shows the timestamps are frozen.
+	if d := frozen.Sub(w.srv.StartedAt); d < -time.Second || d > 10*time.Second {
 		t.Errorf("Kafka timestamp %s, want Dolt's start %s (its event headers carry the start time)", frozen, w.srv.StartedAt)
 	}
 
