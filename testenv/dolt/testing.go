@@ -19,14 +19,7 @@ func StartT(t testing.TB, o Options) *Server {
 	if err != nil {
 		t.Fatalf("start dolt: %v", err)
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("dolt %s log tail:\n%s", s.Addr, s.LogTail(3000))
-		}
-		if err := s.Close(); err != nil {
-			t.Errorf("close dolt: %v", err)
-		}
-	})
+	serverproc.Cleanup(t, "dolt", s.Addr, s)
 	return s
 }
 

@@ -16,14 +16,7 @@ func StartT(t testing.TB, o Options) *Server {
 	if err != nil {
 		t.Fatalf("start mariadb: %v", err)
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("mariadb %s error log tail:\n%s", s.Addr, s.LogTail(3000))
-		}
-		if err := s.Close(); err != nil {
-			t.Errorf("close mariadb: %v", err)
-		}
-	})
+	serverproc.Cleanup(t, "mariadb", s.Addr, s)
 	return s
 }
 

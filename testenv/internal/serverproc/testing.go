@@ -24,3 +24,23 @@ func RequireT(t testing.TB, what string, find func() (string, error), skip strin
 		t.Skip(skip)
 	}
 }
+
+// Server is a test server that Cleanup closes.
+type Server interface {
+	Close() error
+	// LogTail returns about the last n bytes of the server's log.
+	LogTail(n int) string
+}
+
+// Cleanup registers with t.Cleanup the close of s, a server of kind what ("mariadb", "dolt")
+// listening on addr, logging the tail of its log first when the test failed.
+func Cleanup(t testing.TB, what, addr string, s Server) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s %s log tail:\n%s", what, addr, s.LogTail(3000))
+		}
+		if err := s.Close(); err != nil {
+			t.Errorf("close %s: %v", what, err)
+		}
+	})
+}
