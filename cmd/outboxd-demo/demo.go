@@ -284,7 +284,10 @@ func startOutboxd(ctx context.Context, bin, cfgPath string, out io.Writer) (*rel
 	}
 	cmd := exec.Command(bin, "run", "--config", cfgPath)
 	cmd.Env = append(os.Environ(), "OUTBOXD_MYSQL_PASSWORD=demo-secret")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// A process group of its own: Ctrl-C in the terminal reaches only the demo, which then
+	// stops outboxd with one SIGTERM. In the terminal's group outboxd would get the SIGINT too,
+	// take the demo's SIGTERM as a second signal and exit at once without draining.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
