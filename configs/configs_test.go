@@ -49,6 +49,84 @@ func TestPromtool(t *testing.T) {
 	}
 }
 
+// runbookBase is where every alert's runbook_url points: a subsection of the README's Runbook.
+const runbookBase = "https://github.com/outboxd/outboxd/blob/main/README.md#"
+
+// jobMatcher finds a label matcher on job in PromQL: job="x", job=~"x", job!="x".
+var jobMatcher = regexp.MustCompile(`\bjob\s*(=|!=|=~|!~)`)
+
+// Every alert works under any job name (no expression selects a job, and no unit test feeds
+// series under the compose stack's job="outboxd"), and its runbook_url names a heading of
+// README.md that exists.
+func TestAlertRules(t *testing.T) {
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `yaml:"alert"`
+				Expr        string            `yaml:"expr"`
+				Annotations map[string]string `yaml:"annotations"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	readYAML(t, "prometheus/alerts.yml", &rules)
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := map[string]bool{}
+	for _, line := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(line, "#") {
+			anchors[githubAnchor(strings.TrimLeft(line, "# "))] = true
+		}
+	}
+	tests, err := os.ReadFile(filepath.Join("prometheus", "alerts_test.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(tests), `job="outboxd",`) || strings.Contains(string(tests), "job: outboxd,") {
+		t.Error(`alerts_test.yml has series under job="outboxd": test the rules under other job names`)
+	}
+	n := 0
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			n++
+			if jobMatcher.MatchString(r.Expr) {
+				t.Errorf("alert %s selects a job (%q): match on outboxd's own metrics instead", r.Alert, r.Expr)
+			}
+			url := r.Annotations["runbook_url"]
+			if want := runbookBase + strings.ToLower(r.Alert); url != want {
+				t.Errorf("alert %s: runbook_url %q, want %q", r.Alert, url, want)
+			} else if !anchors[strings.ToLower(r.Alert)] {
+				t.Errorf("alert %s: README.md has no heading %q for its runbook_url", r.Alert, r.Alert)
+			}
+			if !strings.Contains(string(tests), "alertname: "+r.Alert+"\n") {
+				t.Errorf("alert %s has no promtool unit test in alerts_test.yml", r.Alert)
+			}
+		}
+	}
+	if n < 10 {
+		t.Errorf("alerts.yml has %d alerts, want at least 10", n)
+	}
+}
+
+// githubAnchor is the fragment GitHub gives a Markdown heading: lower case, spaces to
+// hyphens, punctuation other than hyphens and underscores dropped.
+func githubAnchor(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(heading)) {
+		switch {
+		case r == ' ':
+			b.WriteByte('-')
+		case r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
 type dashboard struct {
 	UID           string  `json:"uid"`
 	SchemaVersion int     `json:"schemaVersion"`
