@@ -78,7 +78,7 @@ func TestMalformedRowOutcomes(t *testing.T) {
 		}
 	}
 
-	// Dead-lettered, each with a reason naming the problem. A row without an event id is
+	// Dead-lettered, each with a reason naming the problem and a code. A row without an event id is
 	// recognised by its payload.
 	want := map[string]string{
 		"null-topic":       `topic column "topic" is NULL`,
@@ -90,9 +90,18 @@ func TestMalformedRowOutcomes(t *testing.T) {
 		"too-large":        "max_message_bytes",
 		"no-key-column":    `no column "biz_key"`,
 	}
+	// The stable code (outbox_dead_letter_code): rejected for the one the broker (the sink's
+	// max_message_bytes) refused, malformed for the rest.
+	wantCode := func(id string) string {
+		if id == "too-large" {
+			return "rejected"
+		}
+		return "malformed"
+	}
 	dl := newConsumer(t, kc, "outbox.dead_letter")
 	deadline := time.Now().Add(30 * time.Second)
 	reasons := map[string]string{}
+	codes := map[string]string{}
 	for len(reasons) < len(want) && time.Now().Before(deadline) {
 		for _, r := range dl.settle(300 * time.Millisecond) {
 			id := header(r, "event_id")
@@ -100,6 +109,7 @@ func TestMalformedRowOutcomes(t *testing.T) {
 				id = string(r.Value)
 			}
 			reasons[id] = header(r, "outbox_dead_letter_reason")
+			codes[id] = header(r, "outbox_dead_letter_code")
 		}
 	}
 	for id, frag := range want {
@@ -110,6 +120,9 @@ func TestMalformedRowOutcomes(t *testing.T) {
 		}
 		if !strings.Contains(got, frag) {
 			t.Errorf("%s: reason %q does not mention %q", id, got, frag)
+		}
+		if codes[id] != wantCode(id) {
+			t.Errorf("%s: outbox_dead_letter_code %q, want %q", id, codes[id], wantCode(id))
 		}
 		if delivered[id] {
 			t.Errorf("%s was delivered to its topic as well", id)

@@ -128,6 +128,9 @@ func TestUnroutableRow(t *testing.T) {
 		if reason := header(r, "outbox_dead_letter_reason"); !strings.Contains(reason, "no route") {
 			t.Fatalf("dead letter reason %q", reason)
 		}
+		if code := header(r, "outbox_dead_letter_code"); code != "no_route" {
+			t.Fatalf("dead letter code %q, want no_route", code)
+		}
 		oc := newConsumer(t, kc, "order.created")
 		oc.waitForEvent("ok2", 20*time.Second)
 	})

@@ -121,4 +121,18 @@ func TestPipelineMetrics(t *testing.T) {
 	if _, _, ok := p.Oldest(); ok {
 		t.Error("Oldest reports a pending transaction after everything was acknowledged")
 	}
+	// Each dead letter's code (outbox_dead_letter_code) is the reason label it was counted under.
+	codes := map[string]string{}
+	for _, msg := range s.stored {
+		if msg.Topic == "dlq" {
+			for _, h := range msg.Headers {
+				if h.Key == "code" {
+					codes[msg.EventID] = string(h.Value)
+				}
+			}
+		}
+	}
+	if codes["3"] != metrics.ReasonRejected || codes["4"] != metrics.ReasonMalformed || len(codes) != 2 {
+		t.Errorf("dead-letter codes by event_id %v, want 3=%s 4=%s", codes, metrics.ReasonRejected, metrics.ReasonMalformed)
+	}
 }

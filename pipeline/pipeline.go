@@ -31,7 +31,9 @@ import (
 // Router maps rows to encoded messages; *router.Router implements it.
 type Router interface {
 	Route(txn *binlog.Txn, ev *binlog.Event) (string, *sink.Message, error)
-	DeadLetter(txn *binlog.Txn, ev *binlog.Event, reason error) (string, *sink.Message, error)
+	// DeadLetter's code is the dead letter's outbox_dead_letter_code header: the pipeline
+	// passes the reason label it counts in outboxd_dead_letters_total, so the two agree.
+	DeadLetter(txn *binlog.Txn, ev *binlog.Event, code string, reason error) (string, *sink.Message, error)
 }
 
 // IndexedRouter is a Router that also reports which route matched (routes[index]), for the
@@ -406,7 +408,7 @@ func (p *Pipeline) poison(t *binlog.Txn, ev *binlog.Event, reason error, why str
 	if p.cfg.OnPoison != PoisonDeadLetter && !override {
 		return "", nil, &PoisonError{Err: reason, EventID: eventID}
 	}
-	name, msg, err := p.cfg.Router.DeadLetter(t, ev, reason)
+	name, msg, err := p.cfg.Router.DeadLetter(t, ev, why, reason)
 	if err != nil {
 		return "", nil, &PoisonError{Err: fmt.Errorf("%w; building its dead letter failed too: %w", reason, err), EventID: eventID}
 	}

@@ -29,9 +29,9 @@ func (fakeRouter) Route(t *binlog.Txn, ev *binlog.Event) (string, *sink.Message,
 	return "main", &sink.Message{Topic: topic, Key: ev.Key.Bytes, Value: ev.Payload.Bytes, EventID: string(ev.EventID.Bytes)}, nil
 }
 
-func (fakeRouter) DeadLetter(t *binlog.Txn, ev *binlog.Event, reason error) (string, *sink.Message, error) {
+func (fakeRouter) DeadLetter(t *binlog.Txn, ev *binlog.Event, code string, reason error) (string, *sink.Message, error) {
 	return "main", &sink.Message{Topic: "dlq", Key: ev.Key.Bytes, Value: ev.Payload.Bytes, EventID: string(ev.EventID.Bytes),
-		Headers: []sink.Header{{Key: "reason", Value: []byte(reason.Error())}}}, nil
+		Headers: []sink.Header{{Key: "reason", Value: []byte(reason.Error())}, {Key: "code", Value: []byte(code)}}}, nil
 }
 
 // memSink stores acknowledged messages in order. fail decides, per attempt, whether a message

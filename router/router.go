@@ -25,6 +25,10 @@ const (
 	HeaderTable            = "outbox_table"
 	HeaderGTID             = "outbox_gtid"
 	HeaderDeadLetterReason = "outbox_dead_letter_reason"
+	// HeaderDeadLetterCode is a dead letter's short stable reason code, for consumers to branch
+	// on: the reason label of outboxd_dead_letters_total (no_route, malformed, rejected,
+	// topic_missing). HeaderDeadLetterReason is the same in words, with the row's details.
+	HeaderDeadLetterCode = "outbox_dead_letter_code"
 	HeaderOriginalTopic    = "outbox_original_topic"
 )
 
@@ -33,7 +37,7 @@ const ReasonNoRoute = "no route matches"
 
 func reserved(key string) bool {
 	switch key {
-	case HeaderEventID, HeaderEventType, HeaderTable, HeaderGTID, HeaderDeadLetterReason, HeaderOriginalTopic:
+	case HeaderEventID, HeaderEventType, HeaderTable, HeaderGTID, HeaderDeadLetterReason, HeaderDeadLetterCode, HeaderOriginalTopic:
 		return true
 	}
 	return false
@@ -190,12 +194,13 @@ func (r *Router) RouteIndexed(txn *binlog.Txn, ev *binlog.Event) (sinkName strin
 }
 
 // DeadLetter builds the dead-letter message for a row that Route or a sink rejected for good
-// (on_poison: dead_letter): the row's key, value and headers plus outbox_dead_letter_reason
-// (reason's text) and outbox_original_topic (the row's topic column), to dead_letter.topic. It
+// (on_poison: dead_letter): the row's key, value and headers plus outbox_dead_letter_code (code,
+// the caller's stable reason code, "unknown" when empty), outbox_dead_letter_reason (reason's
+// text) and outbox_original_topic (the row's topic column), to dead_letter.topic. It
 // accepts malformed rows: absent or NULL columns are left out, and a headers column that is not
 // a JSON object contributes no headers. It never does I/O and is safe for concurrent use. It
 // returns an error only when dead_letter is not configured or txn or ev is nil.
-func (r *Router) DeadLetter(txn *binlog.Txn, ev *binlog.Event, reason error) (sinkName string, msg *sink.Message, err error) {
+func (r *Router) DeadLetter(txn *binlog.Txn, ev *binlog.Event, code string, reason error) (sinkName string, msg *sink.Message, err error) {
 	if r.deadLetter == nil {
 		return "", nil, errors.New("router: dead_letter is not configured; set on_poison: dead_letter and dead_letter: {sink, topic}")
 	}
@@ -210,7 +215,11 @@ func (r *Router) DeadLetter(txn *binlog.Txn, ev *binlog.Event, reason error) (si
 	if reason != nil {
 		why = reason.Error()
 	}
+	if code == "" {
+		code = "unknown"
+	}
 	headers = append(headers,
+		sink.Header{Key: HeaderDeadLetterCode, Value: []byte(code)},
 		sink.Header{Key: HeaderDeadLetterReason, Value: []byte(why)},
 		sink.Header{Key: HeaderOriginalTopic, Value: []byte(text(ev.Topic))},
 	)

@@ -295,12 +295,12 @@ dead_letter: {sink: other, topic: outbox.dlq}
 `)
 	ev := event()
 	ev.Topic = field("invoice.sent")
-	ev.Headers = field(`{"trace": "t1", "outbox_dead_letter_reason": "forged"}`)
+	ev.Headers = field(`{"trace": "t1", "outbox_dead_letter_reason": "forged", "outbox_dead_letter_code": "forged"}`)
 	_, _, perr := r.Route(txn(), ev)
 	if !isPoison(perr) {
 		t.Fatalf("want poison, got %v", perr)
 	}
-	name, msg, err := r.DeadLetter(txn(), ev, perr)
+	name, msg, err := r.DeadLetter(txn(), ev, "no_route", perr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ dead_letter: {sink: other, topic: outbox.dlq}
 		t.Errorf("dead letter = %q %+v", name, msg)
 	}
 	want := []string{"event_id=e-1", "event_type=OrderCreated", "outbox_table=shop.outbox_event", "outbox_gtid=0-1-42",
-		"trace=t1", "outbox_dead_letter_reason=" + perr.Error(), "outbox_original_topic=invoice.sent"}
+		"trace=t1", "outbox_dead_letter_code=no_route", "outbox_dead_letter_reason=" + perr.Error(), "outbox_original_topic=invoice.sent"}
 	if got := headerMap(msg.Headers); !reflect.DeepEqual(got, want) {
 		t.Errorf("headers\n got %q\nwant %q", got, want)
 	}
@@ -321,24 +321,25 @@ dead_letter: {sink: other, topic: outbox.dlq}
 	if !isPoison(perr) {
 		t.Fatalf("want poison, got %v", perr)
 	}
-	_, msg, err = r.DeadLetter(txn(), ev, perr)
+	_, msg, err = r.DeadLetter(txn(), ev, "malformed", perr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want = []string{"event_type=OrderCreated", "outbox_table=shop.outbox_event", "outbox_gtid=0-1-42",
-		"outbox_dead_letter_reason=" + perr.Error(), "outbox_original_topic="}
+		"outbox_dead_letter_code=malformed", "outbox_dead_letter_reason=" + perr.Error(), "outbox_original_topic="}
 	if got := headerMap(msg.Headers); !reflect.DeepEqual(got, want) || msg.Key != nil || msg.Value != nil {
 		t.Errorf("malformed dead letter: key %q value %q headers %q", msg.Key, msg.Value, got)
 	}
 
-	// A send failure (not poison) can be dead-lettered too; a nil reason is still explained.
-	_, msg, err = r.DeadLetter(txn(), event(), nil)
-	if err != nil || headerMap(msg.Headers)[4] != "outbox_dead_letter_reason=unknown" {
-		t.Errorf("nil reason: %v %q", err, headerMap(msg.Headers))
+	// A send failure (not poison) can be dead-lettered too; a nil reason and an empty code are
+	// still explained.
+	_, msg, err = r.DeadLetter(txn(), event(), "", nil)
+	if h := headerMap(msg.Headers); err != nil || h[4] != "outbox_dead_letter_code=unknown" || h[5] != "outbox_dead_letter_reason=unknown" {
+		t.Errorf("nil reason: %v %q", err, h)
 	}
 
 	noDL := newRouter(t, "routes: [{sink: main}]\n")
-	if _, _, err := noDL.DeadLetter(txn(), event(), errors.New("x")); err == nil || isPoison(err) ||
+	if _, _, err := noDL.DeadLetter(txn(), event(), "rejected", errors.New("x")); err == nil || isPoison(err) ||
 		!strings.Contains(err.Error(), "dead_letter is not configured") {
 		t.Errorf("DeadLetter without dead_letter: %v", err)
 	}
