@@ -43,12 +43,32 @@ type Status struct {
 
 	LagSeconds           float64 `json:"lag_seconds"`
 	OldestUnackedSeconds float64 `json:"oldest_unacked_event_age_seconds"`
+	// OldestUnacked names the event behind OldestUnackedSeconds; nil when nothing is
+	// unacknowledged.
+	OldestUnacked *OldestEvent `json:"oldest_unacked_event,omitempty"`
 	// CaughtUp is set when a recent heartbeat showed the server had nothing newer.
 	CaughtUp bool            `json:"caught_up"`
 	InFlight InFlight        `json:"in_flight"`
 	Sinks    map[string]Sink `json:"sinks"`
 	// CatchUp is set while the checkpoint is behind the server.
 	CatchUp *CatchUp `json:"catch_up,omitempty"`
+}
+
+// OldestEvent is the first event of the oldest transaction with unacknowledged events: the
+// row whose delivery holds the checkpoint.
+type OldestEvent struct {
+	// Table is schema.table; ID the row's id column ("" when the table has none).
+	Table   string `json:"table"`
+	ID      string `json:"id,omitempty"`
+	EventID string `json:"event_id"`
+	// Topic and Sink are where its message goes (the dead-letter topic for a dead letter).
+	Topic      string    `json:"topic"`
+	Sink       string    `json:"sink"`
+	GTID       string    `json:"gtid"`
+	CommitTime time.Time `json:"commit_time,omitzero"`
+	ReadAt     time.Time `json:"read_at"`
+	// AgeSeconds is now minus ReadAt.
+	AgeSeconds float64 `json:"age_seconds"`
 }
 
 // Source is the binlog stream's state.
@@ -241,6 +261,14 @@ func (st *Status) Print(w io.Writer) error {
 		lag = "0s (caught up)"
 	}
 	fmt.Fprintf(&b, "lag          %s; oldest unacknowledged event %s old\n", lag, durationText(st.OldestUnackedSeconds))
+	if o := st.OldestUnacked; o != nil {
+		id := ""
+		if o.ID != "" {
+			id = " id " + o.ID
+		}
+		fmt.Fprintf(&b, "oldest       event_id %q (%s%s, gtid %s) for %s topic %s, read %s ago\n",
+			o.EventID, o.Table, id, o.GTID, o.Sink, o.Topic, durationText(o.AgeSeconds))
+	}
 	fmt.Fprintf(&b, "in flight    %d events, %d bytes\n", st.InFlight.Events, st.InFlight.Bytes)
 	if c := st.CatchUp; c != nil {
 		eta := "unknown"

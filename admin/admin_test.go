@@ -25,7 +25,9 @@ func TestEndpoints(t *testing.T) {
 		Gatherer: reg,
 		Status: func(context.Context) Status {
 			return Status{Version: "v1", Flavor: "mariadb", CheckpointGTIDSet: "0-1-5", AckedGTIDSet: "0-1-7",
-				CheckpointSaveError: "checkpoint not saved: disk full", CheckpointFailingSince: time.Unix(1700000000, 0).UTC(), Sinks: map[string]Sink{"main": {Type: "kafka", Known: true, Up: true}}}
+				CheckpointSaveError: "checkpoint not saved: disk full", CheckpointFailingSince: time.Unix(1700000000, 0).UTC(), Sinks: map[string]Sink{"main": {Type: "kafka", Known: true, Up: true}},
+				OldestUnacked: &OldestEvent{Table: "shop.outbox_event", ID: "42", EventID: "e-1", Topic: "order.created", Sink: "main",
+					GTID: "0-1-6", ReadAt: time.Unix(1700000000, 0).UTC(), AgeSeconds: 62}}
 		},
 		Ready: func(context.Context) []string { return notReady.Load().([]string) },
 	})
@@ -72,14 +74,16 @@ func TestEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Version != "v1" || st.CheckpointGTIDSet != "0-1-5" || st.AckedGTIDSet != "0-1-7" || st.CheckpointSaveError == "" || !st.Sinks["main"].Up {
+	if st.Version != "v1" || st.CheckpointGTIDSet != "0-1-5" || st.AckedGTIDSet != "0-1-7" || st.CheckpointSaveError == "" || !st.Sinks["main"].Up ||
+		st.OldestUnacked == nil || st.OldestUnacked.EventID != "e-1" || st.OldestUnacked.ID != "42" {
 		t.Fatalf("status = %+v", st)
 	}
 	var b strings.Builder
 	if err := st.Print(&b); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"outboxd v1", "acked        0-1-7", "checkpoint   0-1-5", "NOT SAVING since 2023-11-14T22:13:20Z (reading paused): checkpoint not saved: disk full", "sink main", "kafka up"} {
+	for _, want := range []string{"outboxd v1", "acked        0-1-7", "checkpoint   0-1-5", "NOT SAVING since 2023-11-14T22:13:20Z (reading paused): checkpoint not saved: disk full", "sink main", "kafka up",
+		`oldest       event_id "e-1" (shop.outbox_event id 42, gtid 0-1-6) for main topic order.created, read 1m2s ago`} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("printed status lacks %q:\n%s", want, b.String())
 		}

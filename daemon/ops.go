@@ -217,6 +217,12 @@ func (o *ops) status(context.Context) admin.Status {
 		st.ReadGTIDSet = pl.ReadSet().String()
 		st.AckedGTIDSet = pl.Acked().String()
 		st.InFlight.Events, st.InFlight.Bytes = pl.InFlight()
+		if oe, ok := pl.OldestEvent(); ok {
+			st.OldestUnacked = &admin.OldestEvent{
+				Table: oe.Table, ID: oe.ID, EventID: oe.EventID, Topic: oe.Topic, Sink: oe.Sink, GTID: oe.GTID,
+				CommitTime: oe.CommitTime.UTC(), ReadAt: oe.ReadAt.UTC(), AgeSeconds: max(0, now.Sub(oe.ReadAt).Seconds()),
+			}
+		}
 	}
 	if saved.lastErr != nil {
 		st.CheckpointSaveError = saved.lastErr.Error()

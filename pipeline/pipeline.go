@@ -185,6 +185,11 @@ func (p *Pipeline) InFlight() (events, bytes int) { return p.tracker.inFlight() 
 // acknowledged; ok is false when there is none. Safe for concurrent use.
 func (p *Pipeline) Oldest() (commit, read time.Time, ok bool) { return p.tracker.oldest() }
 
+// OldestEvent names the first event of the oldest transaction with unacknowledged events (see
+// OldestEvent); ok is false when every event read was acknowledged. It does not block beyond
+// the tracker's lock and is safe for concurrent use.
+func (p *Pipeline) OldestEvent() (OldestEvent, bool) { return p.tracker.oldestEvent() }
+
 // ReadSet returns the executed set through the newest transaction the pipeline has taken in:
 // the acknowledged set plus every transaction in flight. It costs a set copy plus one Add per
 // transaction in flight: for status pages, not for every event. Safe for concurrent use.
@@ -294,7 +299,7 @@ func (p *Pipeline) dispatch(ctx context.Context, in <-chan *binlog.Txn) error {
 		if open == nil {
 			open = p.tracker.begin(t.GTID, t.CommitTime, p.cfg.Now())
 		}
-		p.tracker.extend(open, len(items))
+		p.tracker.extend(open, items)
 		p.hand(items, open)
 		if !t.Partial {
 			p.tracker.finish(open, t.File, t.Pos)

@@ -6,8 +6,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outboxd/outboxd/binlog"
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/sink"
 )
 
 // entry is one transaction in flight: how many of its events are not yet acknowledged, and
@@ -26,6 +28,18 @@ type entry struct {
 	// included); nil for an entry that stands for its own transaction only.
 	merged *gtid.Set
 	folded int // transactions folded into this entry besides its own
+	// first is the first item of its latest piece while any of its events is unacknowledged,
+	// for /status (oldestEvent). Pointers into what the items hold already, so the hot path
+	// allocates nothing for it; cleared when pending reaches 0, so a complete entry waiting
+	// behind the head never keeps its rows alive.
+	first firstItem
+}
+
+// firstItem names the event /status reports: the row and its message, as the items have them.
+type firstItem struct {
+	ev   *binlog.Event
+	msg  *sink.Message
+	sink string
 }
 
 // tracker orders the transactions in flight and holds the capacity that is the pipeline's
@@ -119,10 +133,13 @@ func (t *tracker) begin(gtidStr string, commit, now time.Time) *entry {
 	return e
 }
 
-// extend counts n more events of e as pending. Call before any of them can be acknowledged.
-func (t *tracker) extend(e *entry, n int) {
+// extend counts items, a piece of e, as pending. Call before any of them can be acknowledged.
+func (t *tracker) extend(e *entry, items []item) {
 	t.mu.Lock()
-	e.pending += n
+	e.pending += len(items)
+	if e.first.ev == nil && len(items) > 0 {
+		e.first = firstItem{ev: items[0].ev, msg: items[0].msg, sink: items[0].sink}
+	}
 	t.mu.Unlock()
 }
 
@@ -145,7 +162,10 @@ func (t *tracker) ack(items []item) {
 		e.pending--
 		t.events--
 		t.bytes -= items[i].size
-		complete = complete || e.pending == 0
+		if e.pending == 0 {
+			e.first = firstItem{}
+			complete = true
+		}
 	}
 	if complete {
 		t.advance()
@@ -229,6 +249,42 @@ func (t *tracker) oldest() (commit, read time.Time, ok bool) {
 	}
 	e := t.queue[0]
 	return e.commitTime, e.readAt, true
+}
+
+// OldestEvent is the first event of the oldest transaction that has unacknowledged events:
+// the row whose delivery holds the checkpoint. In a transaction of several events this event
+// may be acknowledged itself while a later one of the same transaction is not.
+type OldestEvent struct {
+	// Table is schema.table; ID its id column as text ("" when it has none).
+	Table, ID string
+	// EventID is the event_id column; Topic and Sink the message's destination (the dead-letter
+	// topic for a dead letter).
+	EventID, Topic, Sink string
+	GTID                 string
+	CommitTime, ReadAt   time.Time
+}
+
+// oldestEvent finds the OldestEvent; ok is false when no event is unacknowledged. It walks
+// the queue to the first entry with pending events (usually the head) and copies the strings,
+// so it costs the /status read, not the hot path.
+func (t *tracker) oldestEvent() (OldestEvent, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, e := range t.queue {
+		f := e.first
+		if e.pending == 0 || f.ev == nil {
+			continue
+		}
+		o := OldestEvent{
+			Table: f.ev.Schema + "." + f.ev.Table, ID: f.ev.ID, EventID: string(f.ev.EventID.Bytes),
+			Sink: f.sink, GTID: e.gtid, CommitTime: e.commitTime, ReadAt: e.readAt,
+		}
+		if f.msg != nil {
+			o.Topic = f.msg.Topic
+		}
+		return o, true
+	}
+	return OldestEvent{}, false
 }
 
 // readSet returns the acknowledged set plus the GTIDs of every transaction in flight.

@@ -135,7 +135,7 @@ func (p *Pipeline) xaGroup(ctx context.Context, t *binlog.Txn, items []item, siz
 	h.items = append(h.items, items...)
 	h.events += len(items)
 	h.bytes += size
-	p.tracker.extend(*open, len(items))
+	p.tracker.extend(*open, items)
 	switch t.XA.Op {
 	case binlog.XAOnePhase:
 		p.xa.open = nil
@@ -190,7 +190,7 @@ func (p *Pipeline) xaEnd(ctx context.Context, t *binlog.Txn, items []item, size 
 		return true, nil
 	}
 	c := p.tracker.begin(t.GTID, t.CommitTime, p.cfg.Now())
-	p.tracker.extend(c, len(items))
+	p.tracker.extend(c, items)
 	if h != nil {
 		p.xa.mu.Lock()
 		delete(p.xa.prepared, xid)

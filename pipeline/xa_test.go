@@ -231,7 +231,7 @@ func TestTrackerCompactsAcknowledgedEntriesBehindAHeldHead(t *testing.T) {
 		tr := newTracker(gtid.Empty(c.flavor), 100, 1<<20)
 		now := time.Unix(1700000000, 0)
 		head := tr.begin(c.gtid(1), now, now)
-		tr.extend(head, 1)
+		tr.extend(head, []item{{}})
 		var inflightItems []item
 		for i := 2; i <= 20001; i++ {
 			g := c.gtid(i)
@@ -240,7 +240,7 @@ func TestTrackerCompactsAcknowledgedEntriesBehindAHeldHead(t *testing.T) {
 			}
 			e := tr.begin(g, now.Add(time.Duration(i)*time.Second), now)
 			if i == 10000 { // one transaction stays unacknowledged for a while
-				tr.extend(e, 1)
+				tr.extend(e, []item{{}})
 				inflightItems = []item{{entry: e, size: 1}}
 			}
 			tr.finish(e, "mysql-bin.000002", uint32(i))
