@@ -54,7 +54,7 @@ func TestPrometheusDashboardQueries(t *testing.T) {
 		t.Fatal(err)
 	}
 	prom := startPrometheus(t, promBin, adminAddr, alerts)
-	prom.waitFor(t, `up{job="outboxd"} == 1`, 30*time.Second)
+	prom.waitFor(t, `up{job="`+promJob+`"} == 1`, 30*time.Second)
 
 	// Traffic after the first scrape, spread over a few seconds, so the rates are not zero.
 	oc := newConsumer(t, kc, "order.created")
@@ -72,7 +72,7 @@ func TestPrometheusDashboardQueries(t *testing.T) {
 	dl.waitForEvent("unroutable", 30*time.Second)
 
 	vars := map[string]string{
-		"job":             "outboxd",
+		"job":             promJob,
 		"instance":        adminAddr, // a regex that matches itself
 		"datasource":      "prometheus",
 		"__rate_interval": "1m",
@@ -149,18 +149,19 @@ func TestPrometheusDashboardQueries(t *testing.T) {
 	}
 
 	// Data, not just series: the throughput query of route 0 saw the sends.
-	thr, err := prom.query(`sum(increase(outboxd_events_delivered_total{job="outboxd", route="0", sink="main"}[5m]))`)
+	thr, err := prom.query(`sum(increase(outboxd_events_delivered_total{job="` + promJob + `", route="0", sink="main"}[5m]))`)
 	if err != nil || len(thr) == 0 || thr[0].value() < 1 {
 		t.Errorf("delivered on route 0 in the last 5m: %v (%v), want > 0", thr, err)
 	}
 
-	// The shipped rules load and evaluate, and the dead letter fired its alert (no `for`).
+	// The shipped rules load and evaluate, and the dead letter fired its alert (no `for`), under
+	// a job name the rules do not know.
 	rulesText, err := os.ReadFile(alerts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	prom.waitRulesHealthy(t, strings.Count(string(rulesText), "- alert:"), 30*time.Second)
-	prom.waitFor(t, `ALERTS{alertname="OutboxdDeadLettersGrowing", alertstate="firing", reason="no_route"}`, 30*time.Second)
+	prom.waitFor(t, `ALERTS{alertname="OutboxdDeadLettersGrowing", alertstate="firing", reason="no_route", job="`+promJob+`"}`, 30*time.Second)
 	if out := prom.output(); t.Failed() && out != "" {
 		t.Logf("prometheus output:\n%s", out)
 	}
@@ -239,7 +240,11 @@ type promServer struct {
 	out  *lockedWriter
 }
 
-// startPrometheus runs prometheus in a temp dir, scraping target every second and evaluating
+// promJob is the job name startPrometheus scrapes outboxd under: not "outboxd", since the
+// shipped alerts must work whatever the operator names the job.
+const promJob = "relay-e2e"
+
+// startPrometheus runs prometheus in a temp dir, scraping target (job promJob) every second and evaluating
 // the rules file every second; it is stopped when the test ends.
 func startPrometheus(t *testing.T, bin, target, rules string) *promServer {
 	t.Helper()
@@ -247,9 +252,9 @@ func startPrometheus(t *testing.T, bin, target, rules string) *promServer {
 	cfg := fmt.Sprintf(`global: {scrape_interval: 1s, evaluation_interval: 1s}
 rule_files: [%q]
 scrape_configs:
-  - job_name: outboxd
+  - job_name: %s
     static_configs: [{targets: [%q]}]
-`, rules, target)
+`, rules, promJob, target)
 	cfgPath := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
