@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -68,5 +69,42 @@ func TestTrackerOldestEvent(t *testing.T) {
 	}
 	if cp, _, _ := tr.snapshot(); cp.GTIDSet != "0-1-3" {
 		t.Fatalf("checkpoint %q, want 0-1-3", cp.GTIDSet)
+	}
+}
+
+// A running pipeline whose broker does not answer names the blocked transaction's first row,
+// with the topic its message goes to; once the broker acknowledges, it names none.
+func TestPipelineOldestEventWhileTheBrokerHangs(t *testing.T) {
+	s := &memSink{block: make(chan struct{})}
+	p := newTestPipeline(t, s, &memSaver{}, "")
+	in := make(chan *binlog.Txn, 2)
+	first := txn(1, "a:1@orders", "b:2")
+	first.Events[0].ID = "101"
+	in <- txn(0) // a transaction with no outbox rows, acknowledged at once
+	in <- first
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx, in) }()
+	var got OldestEvent
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var ok bool
+		if got, ok = p.OldestEvent(); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("OldestEvent names nothing while the broker hangs")
+		}
+	}
+	if got.Table != "shop.outbox_event" || got.ID != "101" || got.EventID != "1" || got.Topic != "orders" || got.Sink != "main" || got.GTID != "0-1-1" {
+		t.Fatalf("OldestEvent = %+v, want event 1 (id 101) of 0-1-1 for orders on main", got)
+	}
+	close(s.block)
+	close(in)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := p.OldestEvent(); ok {
+		t.Fatalf("everything acknowledged, OldestEvent = %+v", got)
 	}
 }
