@@ -222,7 +222,6 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 		}
 		log.Warn().Err(err).Dur("retry_in", backoff).Str("gtid_set", start.String()).
 			Msg("source connection lost; in-flight sends drained, reconnecting from the acknowledged position")
-		m.SourceReconnect()
 		select {
 		case <-ctx.Done():
 			saver.logStopped(log, start)
@@ -239,6 +238,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 			}
 			return err
 		}
+		m.SourceReconnect() // counted once the next session is about to start, not for a stop
 	}
 }
 

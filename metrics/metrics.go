@@ -221,7 +221,7 @@ func New(o Options) *Metrics {
 		"pipeline.max_inflight_bytes in effect: outboxd_inflight_bytes reaching it means reading waits for acknowledgements.")
 	m.readToAck = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "outboxd_read_to_ack_seconds",
-		Help:    "Time from reading a transaction (its first outbox row entering the pipeline) to the broker acknowledging its last; one observation per transaction with outbox rows.",
+		Help:    "Time from reading a transaction (its first outbox row entering the pipeline) to the broker acknowledging its last; one observation per transaction with outbox rows (for a prepared XA transaction, from reading its XA PREPARE, so the wait for XA COMMIT is included).",
 		Buckets: latencyBuckets,
 	})
 	m.commitToAck = prometheus.NewHistogram(prometheus.HistogramOpts{
