@@ -127,7 +127,9 @@ func TestMetricsZeroSeriesAndPerTableCounts(t *testing.T) {
 	dl.waitForEvent("unroutable", 30*time.Second)
 
 	const delivered = 5 + 3 + 1 // transactions with outbox rows
-	admWaitFor(t, 20*time.Second, func() string { return "read_to_ack count " + fmt.Sprint(series(fams, "outboxd_read_to_ack_seconds", nil)) }, func() bool {
+	admWaitFor(t, 20*time.Second, func() string {
+		return "read_to_ack count " + fmt.Sprint(series(fams, "outboxd_read_to_ack_seconds", nil))
+	}, func() bool {
 		_, fams = admScrape(t, admin)
 		v, _ := series(fams, "outboxd_read_to_ack_seconds", map[string]string{})
 		return v >= delivered
