@@ -191,12 +191,14 @@ func (a *Assembler) Handle(ctx context.Context, ev *replication.BinlogEvent) (*T
 			gt = s
 		}
 		a.begin(gt, mysqlCommitTime(e, ev.Header), stateAfterGTID)
+		a.cur.CommitTimePrecise = e.ImmediateCommitTimestamp != 0
 	case *replication.GtidTaggedLogEvent:
 		s, err := mysqlGTID(&e.GTIDEvent)
 		if err != nil {
 			return nil, err
 		}
 		a.begin(s, mysqlCommitTime(&e.GTIDEvent, ev.Header), stateAfterGTID)
+		a.cur.CommitTimePrecise = e.ImmediateCommitTimestamp != 0
 	case *replication.MariadbGTIDEvent:
 		st := stateInTxn // MariaDB's GTID event is itself the BEGIN
 		if e.IsStandalone() {
@@ -267,7 +269,8 @@ func (a *Assembler) maybePiece() *Txn {
 	if a.piece == 0 || a.cur == nil || a.inPayload || len(a.cur.Events) < a.piece {
 		return nil
 	}
-	p := &Txn{GTID: a.cur.GTID, CommitTime: a.cur.CommitTime, Events: a.cur.Events, Partial: true, XA: a.pieceStep()}
+	p := &Txn{GTID: a.cur.GTID, CommitTime: a.cur.CommitTime, CommitTimePrecise: a.cur.CommitTimePrecise,
+		Events: a.cur.Events, Partial: true, XA: a.pieceStep()}
 	a.cur.Events = make([]Event, 0, a.piece)
 	a.emitted = true
 	return p

@@ -222,6 +222,11 @@ func TestFixtureMySQL80CompressedJSON(t *testing.T) {
 	if got, want := txns[2].CommitTime, time.UnixMicro(1668952413513328).UTC(); !got.Equal(want) {
 		t.Errorf("commit time = %s, want %s", got, want)
 	}
+	for i, x := range txns {
+		if !x.CommitTimePrecise {
+			t.Errorf("txn %d: MySQL 8 commit time not marked precise", i)
+		}
+	}
 	e := txns[2].Events[0]
 	if e.Schema != "a" || e.Table != "test_table_3" || e.ID != "" {
 		t.Errorf("event table/id = %s.%s %q", e.Schema, e.Table, e.ID)
@@ -252,7 +257,7 @@ func TestFixtureMySQL96TaggedGTID(t *testing.T) {
 	wantField(t, "id", e.EventID, "3")
 	wantField(t, "qty", e.Key, "100")
 	wantField(t, "amount (DECIMAL)", e.Payload, "250.00")
-	if txns[0].Pos != 541 || txns[0].CommitTime.Unix() != 1770368687 || txns[0].CommitTime.Nanosecond() == 0 {
+	if txns[0].Pos != 541 || txns[0].CommitTime.Unix() != 1770368687 || txns[0].CommitTime.Nanosecond() == 0 || !txns[0].CommitTimePrecise {
 		t.Errorf("pos %d commit %s", txns[0].Pos, txns[0].CommitTime)
 	}
 }
@@ -273,6 +278,11 @@ func TestFixtureMySQL57MyFlash192Rows(t *testing.T) {
 	// 5.7 has no immediate_commit_timestamp: whole seconds from the header.
 	if got := txns[0].CommitTime; !got.Equal(time.Unix(1506741702, 0)) {
 		t.Errorf("5.7 commit time = %s", got)
+	}
+	for i, x := range txns {
+		if x.CommitTimePrecise {
+			t.Errorf("txn %d: 5.7's whole-second commit time marked precise", i)
+		}
 	}
 	last := txns[6].Events[95]
 	if last.ID != "218" || txns[6].Events[0].ID != "123" {

@@ -116,7 +116,7 @@ func TestAssemblerMariaDBBoundaries(t *testing.T) {
 		}
 		if txn != nil {
 			if txn.GTID != s.wantGTID || txn.Pos != s.wantPos || txn.File != "mysql-bin.000007" ||
-				!txn.CommitTime.Equal(time.Unix(1700000000, 0)) || len(txn.Events) != 0 {
+				!txn.CommitTime.Equal(time.Unix(1700000000, 0)) || txn.CommitTimePrecise || len(txn.Events) != 0 {
 				t.Errorf("step %d: txn = %+v", i, txn)
 			}
 		}

@@ -13,6 +13,10 @@ type Txn struct {
 	// CommitTime is when the source committed (MySQL 8: immediate_commit_timestamp, microsecond
 	// precision; MariaDB and MySQL 5.7: the event header's whole seconds).
 	CommitTime time.Time
+	// CommitTimePrecise is set when CommitTime has sub-second precision (MySQL 8's
+	// immediate_commit_timestamp). Without it CommitTime is whole seconds, which is too coarse
+	// to measure a commit-to-acknowledgement latency of milliseconds.
+	CommitTimePrecise bool
 	// Partial is set on a piece of a large transaction: more events of the same transaction
 	// (same GTID) follow in later Txn values, and only the last piece, with Partial unset,
 	// completes it. Pieces let a transaction of any size stream through bounded memory; the

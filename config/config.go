@@ -180,6 +180,10 @@ type Sink struct {
 
 // Route sends matching rows to a sink. Routes are tried in order; the first match wins.
 type Route struct {
+	// Name is the route's label in the delivery metrics (the route label of
+	// outboxd_events_delivered_total and the per-table series); empty means the route's index
+	// as text ("0", "1", ...). See Label.
+	Name  string `yaml:"name"`
 	Match Match  `yaml:"match"`
 	Sink  string `yaml:"sink"`
 	// Topic is the destination topic template; see ParseTemplate.

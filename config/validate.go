@@ -32,6 +32,7 @@ func (c *Config) Validate() error {
 	c.validateTables(p)
 	c.validateSinks(p)
 	c.validateRoutes(p)
+	c.validateRouteNames(p)
 	c.validatePoison(p)
 	c.validateOps(p)
 	c.validateSecurity(p)

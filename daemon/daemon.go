@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -177,6 +176,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 			MaxInflightEvents:  cfg.Pipeline.MaxInflightEvents,
 			MaxInflightBytes:   cfg.Pipeline.MaxInflightBytes,
 			DeadLetterEvents:   dlEvents,
+			RouteLabels:        cfg.RouteLabels(),
 			Audit:              audit,
 			Logger:             log.With().Str("component", "pipeline").Logger(),
 			Metrics:            m,
@@ -238,6 +238,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 			}
 			return err
 		}
+		m.SourceReconnect() // counted once the next session is about to start, not for a stop
 	}
 }
 
@@ -517,7 +518,7 @@ func declareSinks(m *metrics.Metrics, cfg *config.Config) {
 		routes[name] = nil
 	}
 	for i, r := range cfg.Routes {
-		routes[r.Sink] = append(routes[r.Sink], strconv.Itoa(i))
+		routes[r.Sink] = append(routes[r.Sink], r.Label(i))
 	}
 	if dl := cfg.DeadLetter; dl != nil && cfg.OnPoison == pipeline.PoisonDeadLetter {
 		routes[dl.Sink] = append(routes[dl.Sink], metrics.RouteDeadLetter)
@@ -525,6 +526,7 @@ func declareSinks(m *metrics.Metrics, cfg *config.Config) {
 	for name, rs := range routes {
 		m.DeclareSink(name, rs)
 	}
+	declareTables(m, cfg)
 }
 
 // deadLetterOverride checks --dead-letter-event against the config and returns the event set

@@ -29,9 +29,23 @@ const (
 	// KindTopicMissing: retryable, the topic does not exist (yet).
 	KindTopicMissing = "topic_missing"
 
-	// RouteDeadLetter is the route label of dead letters.
+	// RouteDeadLetter is the route label of dead letters (config.RouteLabelDeadLetter).
 	RouteDeadLetter = "dead_letter"
+	// RouteNone is the route label of the per-table dead letters of rows no route took: no
+	// route matched, or the row was malformed before one could (config.RouteLabelNone).
+	RouteNone = "none"
 )
+
+// Buckets are the histogram buckets of the durations outboxd measures, in seconds: the 1-2.5-5
+// steps of Prometheus' own defaults, from 1 ms to 10 s. Round bounds put the thresholds people
+// write SLOs and alerts in (100 ms, 1 s) exactly on a bucket, so `le="0.1"` exists and a
+// fraction under it is exact, not interpolated; and the 2.5x steps bound the error of a
+// histogram_quantile to a bucket's width at every scale.
+var Buckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+// latencyBuckets extend Buckets to 10 minutes for the end-to-end latencies, which include
+// waits for a broker that is away and catch-up after a restart.
+var latencyBuckets = append(append([]float64(nil), Buckets...), 30, 60, 120, 300, 600)
 
 // Pipeline is the view of the running pipeline the gauges read at scrape time;
 // *pipeline.Pipeline implements it. Its methods must be safe for concurrent use.
@@ -86,6 +100,13 @@ type Metrics struct {
 	sinkUp          *prometheus.GaugeVec
 	topicMissing    *prometheus.GaugeVec
 	txnsBehind      prometheus.Gauge
+	reconnects      prometheus.Counter
+	limitEvents     prometheus.Gauge
+	limitBytes      prometheus.Gauge
+	readToAck       prometheus.Histogram
+	commitToAck     prometheus.Histogram
+	tableDelivered  *prometheus.CounterVec
+	tableDead       *prometheus.CounterVec
 
 	mu   sync.Mutex
 	src  sourceState
@@ -173,7 +194,7 @@ func New(o Options) *Metrics {
 	m.sendDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "outboxd_send_duration_seconds",
 		Help:    "Duration of one Sink.Send call.",
-		Buckets: prometheus.ExponentialBucketsRange(0.0005, 10, 16),
+		Buckets: Buckets,
 	}, []string{"sink"})
 	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "outboxd_send_retries_total", Help: "Resends after a failed Send.",
@@ -192,6 +213,30 @@ func New(o Options) *Metrics {
 	}, []string{"sink", "topic"})
 	m.txnsBehind = gauge("outboxd_transactions_behind",
 		"Transactions the server executed that outboxd has not yet acknowledged (GTID difference, sampled every 5 s).")
+	m.reconnects = counter("outboxd_source_reconnects_total",
+		"Times the binlog stream was lost and outboxd reconnected to the source (from the acknowledged position).")
+	m.limitEvents = gauge("outboxd_inflight_events_limit",
+		"pipeline.max_inflight_events in effect: outboxd_inflight_events reaching it means reading waits for acknowledgements.")
+	m.limitBytes = gauge("outboxd_inflight_bytes_limit",
+		"pipeline.max_inflight_bytes in effect: outboxd_inflight_bytes reaching it means reading waits for acknowledgements.")
+	m.readToAck = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "outboxd_read_to_ack_seconds",
+		Help:    "Time from reading a transaction (its first outbox row entering the pipeline) to the broker acknowledging its last; one observation per transaction with outbox rows (for a prepared XA transaction, from reading its XA PREPARE, so the wait for XA COMMIT is included).",
+		Buckets: latencyBuckets,
+	})
+	m.commitToAck = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "outboxd_commit_to_ack_seconds",
+		Help:    "Time from the source's commit of a transaction to the broker acknowledging its last outbox row; observed only where the commit time has sub-second precision (MySQL 8), never for MariaDB or MySQL 5.7.",
+		Buckets: latencyBuckets,
+	})
+	m.tableDelivered = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "outboxd_table_events_delivered_total",
+		Help: "Messages acknowledged by the broker, by outbox table (schema.table) and route label (\"dead_letter\" for dead letters).",
+	}, []string{"table", "route"})
+	m.tableDead = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "outboxd_table_dead_letters_total",
+		Help: "Rows dead-lettered, by outbox table and the route label of the route that took them (\"none\" when none did: no route matched or the row was malformed).",
+	}, []string{"table", "route"})
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "outboxd_build_info", Help: "Always 1; labels say the version and the Go version.",
 	}, []string{"version", "goversion"})
@@ -234,6 +279,7 @@ func New(o Options) *Metrics {
 		m.binlogEvents, m.binlogBytes, m.heartbeats, m.eventsRead, m.delivered, m.failed,
 		m.deadLetters, m.sendDuration, m.retries, m.checkpointSaves, m.checkpointFails, m.checkpointTS,
 		m.sourceConnected, m.sinkUp, m.topicMissing, m.txnsBehind, m.txnsSkipped,
+		m.reconnects, m.limitEvents, m.limitBytes, m.readToAck, m.commitToAck, m.tableDelivered, m.tableDead,
 	)
 	m.reg.MustRegister(computed...)
 	// Counters start at 0 rather than appear at their first increment, so rate() and
@@ -259,6 +305,33 @@ func (m *Metrics) DeclareSink(sink string, routes []string) {
 		m.failed.WithLabelValues(sink, r, KindPermanent)
 		m.failed.WithLabelValues(sink, r, KindTopicMissing)
 	}
+}
+
+// DeclareTable creates the series of the outbox table (schema.table) at 0: rows read, and
+// deliveries and dead letters for each of routes, the route labels that can take its rows
+// (RouteDeadLetter included when dead letters are on; RouteNone is added for the dead letters).
+// Every label set comes from the config, so the number of series is bounded by it.
+func (m *Metrics) DeclareTable(table string, routes []string) {
+	if m == nil {
+		return
+	}
+	m.eventsRead.WithLabelValues(table)
+	m.tableDead.WithLabelValues(table, RouteNone)
+	for _, r := range routes {
+		m.tableDelivered.WithLabelValues(table, r)
+		if r != RouteDeadLetter {
+			m.tableDead.WithLabelValues(table, r)
+		}
+	}
+}
+
+// InflightLimits records the pipeline's in-flight limits in effect (events and bytes).
+func (m *Metrics) InflightLimits(events, bytes int) {
+	if m == nil {
+		return
+	}
+	m.limitEvents.Set(float64(events))
+	m.limitBytes.Set(float64(bytes))
 }
 
 // Registry returns the private registry to serve, or nil for a nil *Metrics.
@@ -289,6 +362,14 @@ func (m *Metrics) SourceConnected(up bool, err error) {
 	} else {
 		m.sourceConnected.Set(0)
 	}
+}
+
+// SourceReconnect counts one reconnect to the source after the binlog stream was lost.
+func (m *Metrics) SourceReconnect() {
+	if m == nil {
+		return
+	}
+	m.reconnects.Inc()
 }
 
 // BinlogEvent counts one binlog event of size bytes received from the source.
@@ -379,6 +460,37 @@ func (m *Metrics) Delivered(sink, route string, n int) {
 		return
 	}
 	m.delivered.WithLabelValues(sink, route).Add(float64(n))
+}
+
+// TableDelivered counts n messages of the outbox table (schema.table) on route acknowledged.
+func (m *Metrics) TableDelivered(table, route string, n int) {
+	if m == nil || n == 0 {
+		return
+	}
+	m.tableDelivered.WithLabelValues(table, route).Add(float64(n))
+}
+
+// TableDeadLettered counts one row of the outbox table (schema.table) dead-lettered; route is
+// the label of the route that took it, RouteNone when none did.
+func (m *Metrics) TableDeadLettered(table, route string) {
+	if m == nil {
+		return
+	}
+	m.tableDead.WithLabelValues(table, route).Inc()
+}
+
+// TxnAcked observes the latencies of a transaction whose last outbox row the broker
+// acknowledged at ackedAt: from readAt, when it entered the pipeline, and from commit, the
+// source's commit time, but the latter only when precise says that time has sub-second
+// precision (whole seconds would put up to a second of error into every observation).
+func (m *Metrics) TxnAcked(readAt, commit time.Time, precise bool, ackedAt time.Time) {
+	if m == nil {
+		return
+	}
+	m.readToAck.Observe(max(0, ackedAt.Sub(readAt)).Seconds())
+	if precise && !commit.IsZero() {
+		m.commitToAck.Observe(max(0, ackedAt.Sub(commit)).Seconds())
+	}
 }
 
 // Failed counts n failed send attempts of messages of route on sink; kind is KindTransient,

@@ -33,6 +33,12 @@ func TestNilMetricsIsNoOp(t *testing.T) {
 	m.CheckpointSaveFailed()
 	m.SetBehind(Behind{Transactions: 3})
 	m.DeclareSink("k", []string{"0"})
+	m.DeclareTable("s.t", []string{"0"})
+	m.InflightLimits(1, 2)
+	m.SourceReconnect()
+	m.TableDelivered("s.t", "0", 1)
+	m.TableDeadLettered("s.t", RouteNone)
+	m.TxnAcked(time.Now(), time.Now(), true, time.Now())
 	if m.Registry() != nil || m.Sinks() != nil || m.Lag() != (LagResult{}) || m.LastBehind().Transactions != -1 {
 		t.Fatal("nil Metrics returned state")
 	}
@@ -92,8 +98,16 @@ func TestEveryContractMetricIsRegistered(t *testing.T) {
 	m.SendDuration("main", time.Millisecond)
 	m.Retry("main")
 	m.SinkResult("main", nil)
+	m.DeclareTable("shop.outbox_event", []string{"0"})
 	fams := gather(t, m)
 	want := map[string]dto.MetricType{
+		"outboxd_source_reconnects_total":             dto.MetricType_COUNTER,
+		"outboxd_inflight_events_limit":               dto.MetricType_GAUGE,
+		"outboxd_inflight_bytes_limit":                dto.MetricType_GAUGE,
+		"outboxd_read_to_ack_seconds":                 dto.MetricType_HISTOGRAM,
+		"outboxd_commit_to_ack_seconds":               dto.MetricType_HISTOGRAM,
+		"outboxd_table_events_delivered_total":        dto.MetricType_COUNTER,
+		"outboxd_table_dead_letters_total":            dto.MetricType_COUNTER,
 		"outboxd_binlog_events_read_total":            dto.MetricType_COUNTER,
 		"outboxd_binlog_bytes_read_total":             dto.MetricType_COUNTER,
 		"outboxd_events_read_total":                   dto.MetricType_COUNTER,

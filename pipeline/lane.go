@@ -23,6 +23,7 @@ type item struct {
 	dead  bool // msg is already the dead letter
 	size  int
 	route string // the route label of the delivery metrics
+	table string // the table label of the per-table metrics ("schema.table")
 	entry *entry
 	// missingSince is when a send of msg first failed because its topic does not exist; zero
 	// while it has not. It bounds the wait for the topic (Config.MissingTopicWait).
@@ -159,7 +160,8 @@ func (p *Pipeline) divert(ctx context.Context, rejected []rejection) error {
 		if err != nil {
 			return err
 		}
-		bySink[dn] = append(bySink[dn], item{txn: r.txn, ev: r.ev, sink: dn, msg: dm, dead: true, route: metrics.RouteDeadLetter})
+		p.m.TableDeadLettered(r.table, r.route)
+		bySink[dn] = append(bySink[dn], item{txn: r.txn, ev: r.ev, sink: dn, msg: dm, dead: true, route: metrics.RouteDeadLetter, table: r.table})
 	}
 	for dn, dls := range bySink {
 		ds, ok := p.cfg.Sinks[dn]
@@ -351,6 +353,7 @@ func (p *Pipeline) countDelivered(name string, items []item, failures []sink.Fai
 		return
 	}
 	run, route := 0, ""
+	trun, table, troute := 0, "", "" // the run of one table and route, for the per-table series
 	fi := 0
 	for i := range items {
 		for fi < len(failures) && failures[fi].Index < i {
@@ -363,10 +366,25 @@ func (p *Pipeline) countDelivered(name string, items []item, failures []sink.Fai
 			p.m.Delivered(name, route, run)
 			run = 0
 		}
+		if trun > 0 && (items[i].table != table || items[i].route != troute) {
+			p.countTable(table, troute, trun)
+			trun = 0
+		}
 		route = items[i].route
+		table, troute = items[i].table, items[i].route
 		run++
+		trun++
 	}
 	p.m.Delivered(name, route, run)
+	p.countTable(table, troute, trun)
+}
+
+// countTable counts n deliveries of table on route; items built without a table label (tests
+// of lanes alone) are not counted per table.
+func (p *Pipeline) countTable(table, route string, n int) {
+	if table != "" {
+		p.m.TableDelivered(table, route, n)
+	}
 }
 
 // describe names an item's row for operators.

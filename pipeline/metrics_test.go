@@ -103,6 +103,17 @@ func TestPipelineMetrics(t *testing.T) {
 	// fakeRouter's no-route error is not a *router.PoisonError: it counts as malformed.
 	expect("outboxd_dead_letters_total", 1, "reason", "malformed")
 	expect("outboxd_sink_up", 1, "sink", "main")
+	// Per table and route: 1 and 2 delivered on route 1, the dead letters of 3 and 4 delivered;
+	// 3 dead-lettered from route 1 (rejected), 4 before any route took it.
+	expect("outboxd_table_events_delivered_total", 2, "table", "shop.outbox_event", "route", "1")
+	expect("outboxd_table_events_delivered_total", 2, "table", "shop.outbox_event", "route", "dead_letter")
+	expect("outboxd_table_dead_letters_total", 1, "table", "shop.outbox_event", "route", "1")
+	expect("outboxd_table_dead_letters_total", 1, "table", "shop.outbox_event", "route", "none")
+	// Both transactions had rows and were acknowledged; their commit times are not precise.
+	expect("outboxd_read_to_ack_seconds", 2)
+	expect("outboxd_commit_to_ack_seconds", 0)
+	expect("outboxd_inflight_events_limit", DefaultMaxInflightEvents)
+	expect("outboxd_inflight_bytes_limit", DefaultMaxInflightBytes)
 	expect("outboxd_checkpoint_saves_total", 1)
 	expect("outboxd_inflight_events", 0)
 	fams, _ := reg.Gather()
@@ -134,5 +145,53 @@ func TestPipelineMetrics(t *testing.T) {
 	}
 	if codes["3"] != metrics.ReasonRejected || codes["4"] != metrics.ReasonMalformed || len(codes) != 2 {
 		t.Errorf("dead-letter codes by event_id %v, want 3=%s 4=%s", codes, metrics.ReasonRejected, metrics.ReasonMalformed)
+	}
+}
+
+// Config.RouteLabels name routes in the delivery metrics; an index past them is its own label.
+func TestRouteLabelsNameTheDeliveries(t *testing.T) {
+	m := metrics.New(metrics.Options{})
+	p, err := New(Config{
+		Router: indexedRouter{}, Sinks: map[string]sink.Sink{"main": &memSink{}}, Saver: &memSaver{},
+		Start: gtid.Empty(gtid.MariaDB), CheckpointInterval: time.Hour, Logger: zerolog.Nop(), Metrics: m,
+		RouteLabels: []string{"zero", "orders"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := runAll(t, p, txn(1, "a:1", "b:2"), txn(2, "c:3")); err != nil {
+		t.Fatal(err)
+	}
+	fams, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		if f.GetName() != "outboxd_events_delivered_total" && f.GetName() != "outboxd_table_events_delivered_total" {
+			continue
+		}
+		for _, mm := range f.Metric {
+			k := f.GetName()
+			for _, l := range mm.Label {
+				k += " " + l.GetName() + "=" + l.GetValue()
+			}
+			got[k] = mm.Counter.GetValue()
+		}
+	}
+	want := map[string]float64{
+		"outboxd_events_delivered_total route=orders sink=main":                     3,
+		"outboxd_table_events_delivered_total route=orders table=shop.outbox_event": 3,
+	}
+	if len(got) != len(want) {
+		t.Errorf("series %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)
+		}
+	}
+	if p.routeLabel(2, false) != "2" {
+		t.Errorf("route 2 without a label is %q, want its index", p.routeLabel(2, false))
 	}
 }

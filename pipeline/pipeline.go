@@ -102,6 +102,9 @@ type Config struct {
 	Logger zerolog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// RouteLabels are the route labels of the delivery metrics by route index
+	// (config.Config.RouteLabels); a route without one is labelled with its index as text.
+	RouteLabels []string
 	// Metrics receives rows read, deliveries, failures, dead letters, send durations, retries,
 	// sink reachability and checkpoint saves; nil records nothing.
 	Metrics *metrics.Metrics
@@ -115,6 +118,8 @@ type Pipeline struct {
 	m       *metrics.Metrics
 	// routeLabels caches the route label of each route index; owned by the dispatcher goroutine.
 	routeLabels []string
+	// tableLabels caches "schema.table" per outbox table; owned by the dispatcher goroutine.
+	tableLabels map[tableKey]string
 	xa          xaState // prepared XA transactions (xa.go)
 	// gate pauses reading while checkpoint saves fail.
 	gate *saveGate
@@ -157,6 +162,11 @@ func New(cfg Config) (*Pipeline, error) {
 		lanes:   make(map[string][]*lane, len(cfg.Sinks)),
 		m:       cfg.Metrics,
 		gate:    newSaveGate(),
+	}
+	p.routeLabels = append([]string(nil), cfg.RouteLabels...)
+	if p.m != nil {
+		p.tracker.observe = p.observeLatency
+		p.m.InflightLimits(cfg.MaxInflightEvents, cfg.MaxInflightBytes)
 	}
 	for name, s := range cfg.Sinks {
 		ls := make([]*lane, cfg.Lanes)
@@ -297,7 +307,7 @@ func (p *Pipeline) dispatch(ctx context.Context, in <-chan *binlog.Txn) error {
 			return nil // shutting down; this piece was never sent, so nothing moves past it
 		}
 		if open == nil {
-			open = p.tracker.begin(t.GTID, t.CommitTime, p.cfg.Now())
+			open = p.tracker.beginAt(t.GTID, t.CommitTime, t.CommitTimePrecise, p.cfg.Now())
 		}
 		p.tracker.extend(open, items)
 		p.hand(items, open)
@@ -340,9 +350,10 @@ func (p *Pipeline) route(t *binlog.Txn) ([]item, int, error) {
 			if name, msg, err = p.poison(t, ev, err, reason, false); err != nil {
 				return nil, 0, err
 			}
+			p.m.TableDeadLettered(p.tableLabel(ev), metrics.RouteNone)
 			dead = true
 		}
-		it := item{txn: t, ev: ev, sink: name, msg: msg, dead: dead, size: msg.Size(), route: p.routeLabel(idx, dead)}
+		it := item{txn: t, ev: ev, sink: name, msg: msg, dead: dead, size: msg.Size(), route: p.routeLabel(idx, dead), table: p.tableLabel(ev)}
 		size += it.size
 		items = append(items, it)
 	}
@@ -366,6 +377,22 @@ func (p *Pipeline) routeLabel(idx int, dead bool) string {
 	}
 	return p.routeLabels[idx]
 }
+
+// tableLabel is the table label of the per-table metrics, "schema.table", built once per table.
+func (p *Pipeline) tableLabel(ev *binlog.Event) string {
+	k := tableKey{ev.Schema, ev.Table}
+	if l, ok := p.tableLabels[k]; ok {
+		return l
+	}
+	if p.tableLabels == nil {
+		p.tableLabels = map[tableKey]string{}
+	}
+	l := ev.Schema + "." + ev.Table
+	p.tableLabels[k] = l
+	return l
+}
+
+type tableKey struct{ schema, table string }
 
 // hand gives each item to its lane, one push per lane, keeping the items' order.
 func (p *Pipeline) hand(items []item, e *entry) {

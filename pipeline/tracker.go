@@ -33,6 +33,12 @@ type entry struct {
 	// allocates nothing for it; cleared when pending reaches 0, so a complete entry waiting
 	// behind the head never keeps its rows alive.
 	first firstItem
+
+	// For the latency histograms (latency.go). precise: commitTime has sub-second precision
+	// (binlog.Txn.CommitTimePrecise). acks counts its events acknowledged; 0 at completion
+	// means nothing of it was sent (no outbox rows, or a rolled-back XA): nothing to observe.
+	precise bool
+	acks    int
 }
 
 // firstItem names the event /status reports: the row and its message, as the items have them.
@@ -69,6 +75,10 @@ type tracker struct {
 	version   uint64 // bumped whenever acked moves
 	ackedTxns uint64 // transactions folded into acked
 	err       error  // a GTID the set could not take; ends the run
+
+	// observe, when set, is called (holding mu) once per transaction whose last event was
+	// acknowledged (latency.go).
+	observe func(e *entry)
 }
 
 func newTracker(start gtid.Set, maxEvents, maxBytes int) *tracker {
@@ -126,7 +136,12 @@ var errClosed = fmt.Errorf("pipeline stopped")
 // begin adds a new transaction at the end of the queue; the caller adds its events with
 // extend before they are sent.
 func (t *tracker) begin(gtidStr string, commit, now time.Time) *entry {
-	e := &entry{gtid: gtidStr, commitTime: commit, readAt: now}
+	return t.beginAt(gtidStr, commit, false, now)
+}
+
+// beginAt is begin with the commit time's precision (binlog.Txn.CommitTimePrecise).
+func (t *tracker) beginAt(gtidStr string, commit time.Time, precise bool, now time.Time) *entry {
+	e := &entry{gtid: gtidStr, commitTime: commit, precise: precise, readAt: now}
 	t.mu.Lock()
 	t.queue = append(t.queue, e)
 	t.mu.Unlock()
@@ -148,6 +163,9 @@ func (t *tracker) finish(e *entry, file string, pos uint32) {
 	t.mu.Lock()
 	e.final = true
 	e.file, e.pos = file, pos
+	if e.pending == 0 {
+		t.acked1(e) // its last events were acknowledged before its last piece was recorded
+	}
 	t.advance()
 	t.mu.Unlock()
 }
@@ -160,11 +178,15 @@ func (t *tracker) ack(items []item) {
 	for i := range items {
 		e := items[i].entry
 		e.pending--
+		e.acks++
 		t.events--
 		t.bytes -= items[i].size
 		if e.pending == 0 {
 			e.first = firstItem{}
 			complete = true
+			if e.final {
+				t.acked1(e)
+			}
 		}
 	}
 	if complete {
