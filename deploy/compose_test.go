@@ -29,6 +29,7 @@ var stackEnv = map[string]string{
 	"OUTBOXD_MYSQL_PASSWORD": `o'ut\box"d $HOME #1`,
 	"SHOP_MYSQL_PASSWORD":    "shop-secret",
 	"MYSQL_ROOT_PASSWORD":    "root-secret",
+	"GRAFANA_ADMIN_PASSWORD": "grafana-secret",
 }
 
 func repoRoot(t *testing.T) string {
@@ -76,13 +77,13 @@ func service(t *testing.T, p *types.Project, name string) types.ServiceConfig {
 func TestServices(t *testing.T) {
 	p := project(t)
 	want := []string{"grafana", "kafka", "kafka-topics", "mysql", "outboxd", "prometheus", "rmq-broker",
-		"rmq-namesrv", "rmq-topics", "shopapp"}
+		"rmq-broker-store", "rmq-namesrv", "rmq-topics", "shopapp"}
 	got := p.ServiceNames()
 	sort.Strings(got)
 	if !slices.Equal(got, want) {
 		t.Errorf("services = %v, want %v", got, want)
 	}
-	for _, name := range []string{"mysql", "kafka", "rmq-namesrv", "rmq-broker"} {
+	for _, name := range []string{"mysql", "kafka", "rmq-namesrv", "rmq-broker", "outboxd"} {
 		if hc := service(t, p, name).HealthCheck; hc == nil || hc.Disable || len(hc.Test) == 0 {
 			t.Errorf("%s has no healthcheck", name)
 		}
@@ -93,7 +94,7 @@ func TestServices(t *testing.T) {
 }
 
 func TestSecretsComeFromTheEnvironment(t *testing.T) {
-	for _, missing := range []string{"OUTBOXD_MYSQL_PASSWORD", "SHOP_MYSQL_PASSWORD", "MYSQL_ROOT_PASSWORD"} {
+	for _, missing := range []string{"OUTBOXD_MYSQL_PASSWORD", "SHOP_MYSQL_PASSWORD", "MYSQL_ROOT_PASSWORD", "GRAFANA_ADMIN_PASSWORD"} {
 		env := maps(stackEnv)
 		delete(env, missing)
 		if _, err := loadProject(t, env); err == nil || !strings.Contains(err.Error(), missing) {
@@ -103,6 +104,10 @@ func TestSecretsComeFromTheEnvironment(t *testing.T) {
 	p := project(t)
 	if got := service(t, p, "outboxd").Environment["OUTBOXD_MYSQL_PASSWORD"]; got == nil || *got != stackEnv["OUTBOXD_MYSQL_PASSWORD"] {
 		t.Errorf("outboxd gets OUTBOXD_MYSQL_PASSWORD = %v", got)
+	}
+	// Grafana's admin password has no default (it used to be "admin").
+	if got := service(t, p, "grafana").Environment["GF_SECURITY_ADMIN_PASSWORD"]; got == nil || *got != stackEnv["GRAFANA_ADMIN_PASSWORD"] {
+		t.Errorf("grafana gets GF_SECURITY_ADMIN_PASSWORD = %v, want GRAFANA_ADMIN_PASSWORD", got)
 	}
 }
 
@@ -215,13 +220,38 @@ func bindSource(t *testing.T, s types.ServiceConfig, target string) string {
 	return ""
 }
 
-func staticIP(t *testing.T, s types.ServiceConfig) string {
+// namedVolume returns the named volume (declared under volumes:) mounted at target in s.
+func namedVolume(t *testing.T, p *types.Project, s types.ServiceConfig, target string) string {
 	t.Helper()
-	n := s.Networks["outbox"]
-	if n == nil || n.Ipv4Address == "" {
-		t.Fatalf("%s has no fixed address on network outbox", s.Name)
+	for _, v := range s.Volumes {
+		if v.Type == types.VolumeTypeVolume && v.Target == target {
+			if _, ok := p.Volumes[v.Source]; !ok {
+				t.Errorf("%s mounts volume %s, which volumes: does not declare", s.Name, v.Source)
+			}
+			return v.Source
+		}
 	}
-	return n.Ipv4Address
+	t.Errorf("%s has no named volume at %s", s.Name, target)
+	return ""
+}
+
+// readProps reads a Java properties file (key = value lines, # comments).
+func readProps(t *testing.T, path string) map[string]string {
+	t.Helper()
+	props := map[string]string{}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+			props[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	return props
 }
 
 func TestOutboxdConfig(t *testing.T) {
@@ -249,17 +279,17 @@ func TestOutboxdConfig(t *testing.T) {
 		cfg.Source.Password != stackEnv["OUTBOXD_MYSQL_PASSWORD"] {
 		t.Errorf("source = %s (password matches: %v)", cfg.Source, cfg.Source.Password == stackEnv["OUTBOXD_MYSQL_PASSWORD"])
 	}
-	// Every address must be a service of the stack; the RocketMQ NameServer must be its fixed IP.
+	// Every address must be a service name of the stack: the network has no fixed addresses.
 	for name, s := range cfg.Sinks {
 		for _, a := range append(slices.Clone(s.Brokers), s.Nameservers...) {
 			host, _, _ := net.SplitHostPort(a)
-			if _, ok := p.Services[host]; !ok && net.ParseIP(host) == nil {
-				t.Errorf("sink %s address %s is not a compose service", name, a)
+			if _, ok := p.Services[host]; !ok {
+				t.Errorf("sink %s address %s is not a compose service name", name, a)
 			}
 		}
 	}
-	if ns := cfg.Sinks["rocketmq"].Nameservers; !slices.Equal(ns, []string{staticIP(t, service(t, p, "rmq-namesrv")) + ":9876"}) {
-		t.Errorf("rocketmq nameservers = %v, want rmq-namesrv's fixed address", ns)
+	if ns := cfg.Sinks["rocketmq"].Nameservers; !slices.Equal(ns, []string{"rmq-namesrv:9876"}) {
+		t.Errorf("rocketmq nameservers = %v, want [rmq-namesrv:9876]", ns)
 	}
 	routes := map[string]config.Route{}
 	for _, r := range cfg.Routes {
@@ -286,6 +316,9 @@ func TestOutboxdConfig(t *testing.T) {
 	if cfg.Admin.Addr() != "0.0.0.0:9120" {
 		t.Errorf("admin.listen = %q, want 0.0.0.0:9120 (reachable from Prometheus in the stack)", cfg.Admin.Addr())
 	}
+	if !slices.ContainsFunc(ob.Ports, func(pc types.ServicePortConfig) bool { return pc.Target == 9120 }) {
+		t.Errorf("outboxd publishes %+v, not the admin port 9120", ob.Ports)
+	}
 	prom := bindSource(t, service(t, p, "prometheus"), "/etc/prometheus")
 	promCfg, err := os.ReadFile(filepath.Join(prom, "prometheus.yml"))
 	if err != nil || !strings.Contains(string(promCfg), "outboxd:9120") {
@@ -300,40 +333,100 @@ func TestRocketMQBrokerConf(t *testing.T) {
 	if !strings.Contains(strings.Join(broker.Command, " "), "-c /home/rocketmq/broker.conf") {
 		t.Errorf("broker command %v does not read the mounted broker.conf", broker.Command)
 	}
-	props := map[string]string{}
-	f, err := os.Open(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
-			props[strings.TrimSpace(k)] = strings.TrimSpace(v)
-		}
-	}
-	if got, want := props["brokerIP1"], staticIP(t, broker); got != want {
-		t.Errorf("brokerIP1 = %q, want rmq-broker's fixed address %s", got, want)
+	props := readProps(t, src)
+	// A service name, not a fixed IP: the client dials broker addresses by name (the e2e test
+	// TestComposeBrokerHostNameAndHealth shows it with the real binary).
+	if props["brokerIP1"] != "rmq-broker" {
+		t.Errorf("brokerIP1 = %q, want the broker's service name rmq-broker", props["brokerIP1"])
 	}
 	if props["autoCreateTopicEnable"] != "true" {
 		t.Errorf("autoCreateTopicEnable = %q", props["autoCreateTopicEnable"])
 	}
-	// The fixed addresses must lie in the subnet but outside the range handed out dynamically.
-	ipam := p.Networks["outbox"].Ipam.Config
-	if len(ipam) != 1 {
-		t.Fatalf("network outbox ipam = %+v", ipam)
+	// The store is on a named volume that a one-shot service hands to the broker's user first.
+	store := props["storePathRootDir"]
+	vol := namedVolume(t, p, broker, store)
+	init := service(t, p, "rmq-broker-store")
+	if v := namedVolume(t, p, init, store); v != vol || init.User != "root" ||
+		!slices.Equal(init.Entrypoint, []string{"chown", "rocketmq:rocketmq", store}) || init.Image != broker.Image {
+		t.Errorf("rmq-broker-store: volume %s (broker's %s), user %q, entrypoint %v, image %s; want root chowning %s in the broker's image",
+			v, vol, init.User, init.Entrypoint, init.Image, store)
 	}
-	_, subnet, err1 := net.ParseCIDR(ipam[0].Subnet)
-	_, dyn, err2 := net.ParseCIDR(ipam[0].IPRange)
-	if err1 != nil || err2 != nil {
-		t.Fatalf("ipam %+v: %v %v", ipam[0], err1, err2)
+	if d := broker.DependsOn["rmq-broker-store"]; d.Condition != types.ServiceConditionCompletedSuccessfully {
+		t.Errorf("rmq-broker depends_on rmq-broker-store = %+v, want service_completed_successfully", d)
 	}
-	for _, name := range []string{"rmq-namesrv", "rmq-broker"} {
-		ip := net.ParseIP(staticIP(t, service(t, p, name)))
-		if !subnet.Contains(ip) || dyn.Contains(ip) {
-			t.Errorf("%s address %s: want inside %s and outside the dynamic range %s", name, ip, subnet, dyn)
+}
+
+// Every service that keeps state keeps it on a named volume, so `down` then `up` leaves the
+// brokers and the database consistent with outboxd's checkpoint (also on a volume): a
+// checkpoint ahead of an empty broker would mean events outboxd counts as delivered are gone.
+func TestStateOnNamedVolumes(t *testing.T) {
+	p := project(t)
+	namedVolume(t, p, service(t, p, "mysql"), "/var/lib/mysql")
+	kafka := service(t, p, "kafka")
+	logDirs := kafka.Environment["KAFKA_LOG_DIRS"]
+	if logDirs == nil || *logDirs == "" {
+		t.Fatal("kafka: KAFKA_LOG_DIRS is not set; the image's default is /tmp/kraft-combined-logs, in the container")
+	}
+	namedVolume(t, p, kafka, *logDirs)
+	namedVolume(t, p, service(t, p, "prometheus"), "/prometheus")
+	// rmq-broker and outboxd: TestRocketMQBrokerConf and TestOutboxdConfig.
+}
+
+// The network has no fixed subnet or addresses, which collided with users' own networks.
+func TestNoFixedAddresses(t *testing.T) {
+	p := project(t)
+	for name, n := range p.Networks {
+		if len(n.Ipam.Config) > 0 {
+			t.Errorf("network %s fixes ipam %+v", name, n.Ipam.Config)
 		}
+	}
+	for _, s := range p.Services {
+		for nw, n := range s.Networks {
+			if n != nil && (n.Ipv4Address != "" || n.Ipv6Address != "") {
+				t.Errorf("%s has a fixed address on %s: %s %s", s.Name, nw, n.Ipv4Address, n.Ipv6Address)
+			}
+		}
+	}
+}
+
+// outboxd's healthcheck runs the image's own binary (distroless: no shell, no curl) with the
+// health subcommand, aimed at admin.listen's port on loopback. The built binary accepts the
+// exact arguments: it probes that URL (exit 0 or 1) rather than rejecting them (exit 2).
+func TestOutboxdHealthcheck(t *testing.T) {
+	p := project(t)
+	hc := service(t, p, "outboxd").HealthCheck
+	if hc == nil || hc.Disable || len(hc.Test) < 3 {
+		t.Fatalf("outboxd healthcheck = %+v", hc)
+	}
+	final := dockerfileStages(t)
+	entry := final[len(final)-1].instr("ENTRYPOINT")
+	if hc.Test[0] != "CMD" || entry != fmt.Sprintf("[%q]", hc.Test[1]) || hc.Test[2] != "health" {
+		t.Errorf("healthcheck test %q: want [CMD <the image's ENTRYPOINT %s> health ...] (no shell in the image)", hc.Test, entry)
+	}
+	args := hc.Test[2:]
+	i := slices.Index(args, "--addr")
+	if i < 0 || i+1 >= len(args) || args[i+1] != "127.0.0.1:9120" {
+		t.Errorf("healthcheck args %q: want --addr 127.0.0.1:9120 (admin.listen 0.0.0.0:9120, seen from inside)", args)
+	}
+	if hc.Interval == nil || hc.Timeout == nil || *hc.Timeout > *hc.Interval {
+		t.Errorf("healthcheck interval %v, timeout %v", hc.Interval, hc.Timeout)
+	}
+
+	bin := filepath.Join(t.TempDir(), "outboxd")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/outboxd")
+	build.Dir = repoRoot(t)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build outboxd: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, append(args, "--timeout", "2s")...).CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if (code != 0 && code != 1) || !strings.Contains(string(out), "http://127.0.0.1:9120/healthz") {
+		t.Errorf("%s %q: exit %d, want a probe of http://127.0.0.1:9120/healthz exiting 0 or 1\n%s", bin, args, code, out)
 	}
 }
 

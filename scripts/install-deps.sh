@@ -6,13 +6,17 @@
 #   dolt           - the MySQL-flavor source of e2e/dolt_test.go, built once into a cache by
 #                    scripts/install-dolt.sh.
 # Nothing is started here: the tests run their own servers, in temp dirs on free ports.
+# --demo installs only what `make demo` needs: mariadb-server.
 set -euo pipefail
 
-"$(dirname "$0")/install-dolt.sh"
+demo=false
+[ "${1:-}" = "--demo" ] && demo=true
+
+$demo || "$(dirname "$0")/install-dolt.sh"
 
 need=()
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need+=(mariadb-server)
-if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+if ! $demo && { ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; }; then
 	need+=(prometheus)
 fi
 [ ${#need[@]} -eq 0 ] && exit 0

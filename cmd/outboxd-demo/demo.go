@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -72,6 +73,7 @@ routes:
     topic: ORDER_PAID
     tag: "{event_type}"
 checkpoint: {path: %s, interval: 1s}
+admin: {listen: "%s"}
 log: {level: info, format: console}
 `
 
@@ -121,8 +123,12 @@ func runDemo(ctx context.Context, o demoOptions) (demoResult, error) {
 	defer mq.Close()
 	say("RocketMQ (protocol-level test NameServer and Broker, in process) at %s with topic %s, 4 queues", mq.NameServer(), rmqTopic)
 
+	adminAddr, err := freeLoopbackAddr()
+	if err != nil {
+		return res, err
+	}
 	cfgPath := filepath.Join(dir, "outboxd.yaml")
-	cfgText := fmt.Sprintf(configTemplate, db.Addr, brokers[0], mq.NameServer(), filepath.Join(dir, "checkpoint.json"))
+	cfgText := fmt.Sprintf(configTemplate, db.Addr, brokers[0], mq.NameServer(), filepath.Join(dir, "checkpoint.json"), adminAddr)
 	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o600); err != nil {
 		return res, err
 	}
@@ -153,6 +159,13 @@ func runDemo(ctx context.Context, o demoOptions) (demoResult, error) {
 		return res, err
 	}
 	say("outboxd is streaming; the shop app places an order every %s (Ctrl-C to stop)", o.Every)
+	say("outboxd's config: %s; its admin server: http://%s (/status /metrics /readyz)", cfgPath, adminAddr)
+	say("  while the demo runs, try in another terminal: %s status --config %s", o.Outboxd, cfgPath)
+	say("  or: %s status --addr %s", o.Outboxd, adminAddr)
+	say("latency: commit→consumer (Kafka) runs from the app's COMMIT returning to this consumer reading")
+	say("  the event, commit→broker (RocketMQ) to the broker storing it. ? means no commit time was known:")
+	say("  the event arrived before the app's COMMIT call returned, or the app did not write it (a row")
+	say("  you inserted yourself).")
 
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -215,7 +228,7 @@ func runDemo(ctx context.Context, o demoOptions) (demoResult, error) {
 		if relay.exited() {
 			cancel()
 			wg.Wait()
-			return res, fmt.Errorf("outboxd exited early: %w", relay.wait())
+			return res, fmt.Errorf("%w: exited early: %w", errOutboxd, relay.wait())
 		}
 	}
 	wg.Wait()
@@ -230,9 +243,24 @@ func runDemo(ctx context.Context, o demoOptions) (demoResult, error) {
 	}
 	say("stopping: %d events committed, %d received", res.Ordered, res.Received)
 	if err := relay.stop(); err != nil {
-		return res, fmt.Errorf("outboxd did not stop cleanly: %w", err)
+		return res, fmt.Errorf("%w: did not stop cleanly: %w", errOutboxd, err)
 	}
 	return res, nil
+}
+
+// errOutboxd marks a failure of the outboxd process itself (it exited early, or not cleanly on
+// SIGTERM), which a stop signal to the demo does not excuse.
+var errOutboxd = errors.New("outboxd")
+
+// freeLoopbackAddr returns 127.0.0.1 with a port that was free a moment ago, for admin.listen:
+// the default 127.0.0.1:9120 may be taken by an outboxd already running on this machine.
+func freeLoopbackAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
 }
 
 // createShop creates the shop's tables and outboxd's user.

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -22,16 +23,32 @@ func main() {
 	flag.IntVar(&o.KafkaPort, "kafka-port", 0, "kfake listen port on 127.0.0.1 (0: a free one)")
 	flag.Parse()
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	os.Exit(run(o))
+}
+
+// run runs the demo until SIGINT (Ctrl-C), SIGTERM or --duration and returns the exit code: 0
+// after a clean stop, also when the signal came during start-up; 1 when the demo failed or
+// outboxd did not stop cleanly. Ctrl-C thus ends `make demo` without an error from make.
+func run(o demoOptions) int {
+	sigCtx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	ctx := sigCtx
 	if o.Duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.Duration)
 		defer cancel()
 	}
 	o.Out = os.Stdout
-	if _, err := runDemo(ctx, o); err != nil {
-		fmt.Fprintln(os.Stderr, "outboxd-demo:", err)
-		os.Exit(1)
+	_, err := runDemo(ctx, o)
+	switch {
+	case err == nil:
+		return 0
+	case sigCtx.Err() != nil && !errors.Is(err, errOutboxd):
+		// Stopped while still starting (MariaDB, the brokers, outboxd's first connection): what
+		// failed is only the start-up the signal interrupted.
+		fmt.Fprintln(os.Stdout, "demo    | stopped during start-up")
+		return 0
 	}
+	fmt.Fprintln(os.Stderr, "outboxd-demo:", err)
+	return 1
 }

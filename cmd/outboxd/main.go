@@ -28,6 +28,7 @@ Usage:
   outboxd status --config F | --addr HOST:PORT [--json] show a running outboxd's state (from admin.listen)
   outboxd checkpoint show --config F                    print the saved checkpoint as JSON
   outboxd checkpoint set --config F --gtid SET [--force] replace the saved checkpoint
+  outboxd health [--addr HOST:PORT] [--ready]           exit 0 if a running outboxd's admin server answers 200
   outboxd version                                       print the version
 `
 
@@ -77,6 +78,8 @@ func dispatch(ctx context.Context, sig *signals, args []string, stdout, stderr i
 		return cmdCheck(ctx, args[1:], stdout, stderr)
 	case "status":
 		return cmdStatus(ctx, args[1:], stdout, stderr)
+	case "health":
+		return cmdHealth(ctx, args[1:], stdout, stderr)
 	case "checkpoint":
 		if len(args) < 2 {
 			return &exitError{code: 2, err: errors.New("checkpoint needs a subcommand: show or set")}

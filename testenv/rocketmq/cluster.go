@@ -80,6 +80,10 @@ type Options struct {
 	Log io.Writer
 	// BrokerPort and NameServerPort pick fixed loopback ports; 0 picks a free one.
 	BrokerPort, NameServerPort int
+	// BrokerHost is the host route lookups name the broker by (default 127.0.0.1): a host
+	// name such as localhost answers like a broker whose brokerIP1 is a host name (a compose
+	// service name), so the client must resolve it. The broker still listens on 127.0.0.1.
+	BrokerHost string
 	// MaxMessageSize bounds a send's transferred body like the broker's
 	// maxMessageSize (default 4 MiB); larger sends answer MESSAGE_ILLEGAL (13).
 	MaxMessageSize int

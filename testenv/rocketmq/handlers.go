@@ -37,14 +37,18 @@ func (c *Cluster) routeResponse(topic string) *command {
 		queues = c.opts.Queues
 	}
 	port := c.brokerPort
+	host := c.opts.BrokerHost
 	c.mu.Unlock()
+	if host == "" {
+		host = "127.0.0.1"
+	}
 	if queues == 0 {
 		return response(CodeTopicNotExist, "No topic route info in name server for the topic: "+topic+
 			"\nSee http://rocketmq.apache.org/docs/faq/ for further details.")
 	}
-	body := fmt.Sprintf(`{"brokerDatas":[{"brokerAddrs":{0:"127.0.0.1:%d"},"brokerName":%q,"cluster":%q,"enableActingMaster":false}],`+
+	body := fmt.Sprintf(`{"brokerDatas":[{"brokerAddrs":{0:"%s:%d"},"brokerName":%q,"cluster":%q,"enableActingMaster":false}],`+
 		`"filterServerTable":{},"queueDatas":[{"brokerName":%q,"perm":6,"readQueueNums":%d,"topicSysFlag":0,"writeQueueNums":%d}]}`,
-		port, BrokerName, ClusterName, BrokerName, queues, queues)
+		host, port, BrokerName, ClusterName, BrokerName, queues, queues)
 	r := response(CodeSuccess, "")
 	r.Body = []byte(body)
 	return r
