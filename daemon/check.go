@@ -193,7 +193,7 @@ func checkSinks(ctx context.Context, cfg *config.Config, log zerolog.Logger, r *
 	var wg sync.WaitGroup
 	for i, name := range names {
 		if err := failed[name]; err != nil {
-			results[i] = []checkResult{{item: CheckItem{Check: CheckSink, Subject: "sinks." + name, Message: "cannot open: " + err.Error(),
+			results[i] = []checkResult{{item: CheckItem{Check: CheckSink, Subject: "sinks." + name, Message: "cannot open: " + strings.TrimPrefix(err.Error(), "sinks."+name+": "),
 				Fix: "fix sinks." + name + " in the config", line: err.Error()}}}
 			continue
 		}

@@ -56,7 +56,8 @@ something did, 2 on a bad config or flag.`},
 --addr. --addr wins over $OUTBOXD_CONFIG, not over an explicit --config (give one of them).`},
 	"checkpoint": {"outboxd checkpoint show [--config F]\n       outboxd checkpoint set [--config F] --gtid SET [--force]",
 		`show prints the saved checkpoint as JSON; set replaces it (while no outboxd runs on it).
-"outboxd checkpoint show --help" and "outboxd checkpoint set --help" list their flags.`},
+"outboxd checkpoint show --help" and "outboxd checkpoint set --help" list their flags;
+--config defaults to $OUTBOXD_CONFIG.`},
 	"checkpoint show": {"outboxd checkpoint show [--config F]",
 		`Prints the saved checkpoint (checkpoint.path in the config) as JSON. It reads no secrets and
 connects to nothing. Exits 1 when there is no checkpoint yet.`},
