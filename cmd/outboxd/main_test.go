@@ -117,7 +117,8 @@ func TestUsageNamesEveryFlag(t *testing.T) {
 	}
 }
 
-// writeConfig writes a config whose checkpoint lives at dir/checkpoint.json.
+// writeConfig writes a config whose checkpoint lives at dir/checkpoint.json and whose admin
+// address has nothing listening.
 func writeConfig(t *testing.T, dir string) string {
 	t.Helper()
 	text := `source: {flavor: mariadb, addr: "127.0.0.1:1", user: u, password: "", server_id: 7}
@@ -125,6 +126,7 @@ tables: [{table: shop.outbox_event}]
 sinks: {main: {type: kafka, brokers: ["127.0.0.1:1"]}}
 routes: [{sink: main}]
 checkpoint: {path: "` + filepath.Join(dir, "checkpoint.json") + `"}
+admin: {listen: "127.0.0.1:1"}
 `
 	path := filepath.Join(dir, "outboxd.yaml")
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
@@ -155,8 +157,8 @@ func TestConfigFromEnvironment(t *testing.T) {
 	}
 	// status without --addr uses the variable's config (admin.listen is on by default).
 	err, _, _ = run("status")
-	if exitCode(err) != 1 {
-		t.Fatalf("status with %s set: exit %d (%v), want 1 (nothing listening)", configEnv, exitCode(err), err)
+	if exitCode(err) != 1 || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Fatalf("status with %s set: exit %d (%v), want 1 naming the config's admin.listen (nothing listens)", configEnv, exitCode(err), err)
 	}
 	if err, _, _ = run("status", "--addr", "127.0.0.1:1", "--config", flagCfg); exitCode(err) != 2 {
 		t.Fatalf("status --addr --config: exit %d (%v), want 2", exitCode(err), err)
@@ -173,5 +175,43 @@ func TestConfigFromEnvironment(t *testing.T) {
 	t.Setenv(configEnv, "")
 	if err, _, _ = run("check"); exitCode(err) != 2 || !strings.Contains(err.Error(), configEnv) {
 		t.Fatalf("check without config: exit %d (%v), want 2 naming %s", exitCode(err), err, configEnv)
+	}
+}
+
+// The README's Running synopsis names every flag of every command, as the usage does.
+func TestReadmeSynopsisNamesEveryFlag(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	i := strings.Index(readme, "\n## Running\n")
+	if i < 0 {
+		t.Fatal("README has no Running section")
+	}
+	block := readme[i:]
+	start := strings.Index(block, "```sh\n")
+	end := strings.Index(block[start+6:], "```")
+	if start < 0 || end < 0 {
+		t.Fatal("README's Running section has no sh block")
+	}
+	synopsis := block[start+6 : start+6+end]
+	flagLine := regexp.MustCompile(`(?m)^  -([a-z-]+)`)
+	for _, h := range helpArgs {
+		_, out, _ := run(append(append([]string{}, h.args...), "--help")...)
+		for _, m := range flagLine.FindAllStringSubmatch(out, -1) {
+			var line string
+			for _, l := range strings.Split(synopsis, "\n") {
+				if strings.HasPrefix(l, "outboxd "+strings.Join(h.args, " ")+" ") {
+					line = l
+				}
+			}
+			if len(h.args) == 1 && h.args[0] == "checkpoint" {
+				continue // its subcommands have their lines
+			}
+			if !strings.Contains(line, "--"+m[1]) {
+				t.Errorf("README's synopsis line for %v lacks --%s: %q", h.args, m[1], line)
+			}
+		}
 	}
 }
