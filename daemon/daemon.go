@@ -7,8 +7,8 @@ import (
 	"crypto/tls"
 	"database/sql"
 	"errors"
-
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -343,9 +343,29 @@ func ResolveStart(ctx context.Context, db *sql.DB, cfg *config.Config, store *ch
 	return start, origin, nil
 }
 
-// OpenSinks creates every configured sink.
+// OpenSinks creates every configured sink. On error none is left open, and the error names
+// every sink that failed (sinks.<name>: ...), sorted by name.
 func OpenSinks(cfg *config.Config, log zerolog.Logger) (map[string]sink.Sink, error) {
-	sinks := make(map[string]sink.Sink, len(cfg.Sinks))
+	sinks, failed := openEachSink(cfg, log)
+	if len(failed) == 0 {
+		return sinks, nil
+	}
+	for _, s := range sinks {
+		s.Close()
+	}
+	errs := make([]error, 0, len(failed))
+	for _, name := range slices.Sorted(maps.Keys(failed)) {
+		errs = append(errs, failed[name])
+	}
+	return nil, errors.Join(errs...)
+}
+
+// openEachSink creates every configured sink, each on its own: one that fails to open does not
+// keep the others from opening (check reports each). failed maps a sink's name to its error,
+// which starts with "sinks.<name>: "; the caller closes the sinks it got.
+func openEachSink(cfg *config.Config, log zerolog.Logger) (sinks map[string]sink.Sink, failed map[string]error) {
+	sinks = make(map[string]sink.Sink, len(cfg.Sinks))
+	failed = map[string]error{}
 	for _, sc := range cfg.Sinks {
 		if sc.Type == "rocketmq" {
 			// The RocketMQ client's logger is process-wide: route it once, warnings and up.
@@ -387,14 +407,12 @@ func OpenSinks(cfg *config.Config, log zerolog.Logger) (map[string]sink.Sink, er
 			err = fmt.Errorf("sink type %q is not supported by this build", sc.Type)
 		}
 		if err != nil {
-			for _, o := range sinks {
-				o.Close()
-			}
-			return nil, fmt.Errorf("sinks.%s: %w", name, err)
+			failed[name] = fmt.Errorf("sinks.%s: %w", name, err)
+			continue
 		}
 		sinks[name] = s
 	}
-	return sinks, nil
+	return sinks, failed
 }
 
 // TableSpecs turns the configured outbox tables into the reader's table list.
@@ -455,45 +473,6 @@ func binlogTLS(ctx context.Context, cfg *config.Config, db *sql.DB) (*tls.Config
 		return nil, nil
 	}
 	return t, nil
-}
-
-// Check verifies the source server and every sink, returning one line per problem with what to
-// change. It blocks until every check answered or ctx ends; err is for failures to check at all.
-func Check(ctx context.Context, cfg *config.Config, log zerolog.Logger) (problems []string, warnings []string, err error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	db, err := server.Open(ctx, sourceConn(cfg))
-	if err != nil {
-		problems = append(problems, fmt.Sprintf("source %s: cannot connect: %v", cfg.Source.Addr, err))
-	} else {
-		defer db.Close()
-		r, err := inspectSource(ctx, db, cfg)
-		if err != nil {
-			return nil, nil, err
-		}
-		problems = append(problems, r.problems...)
-		warnings = append(warnings, r.warnings...)
-		warnings = append(warnings, r.skipped...)
-	}
-	sinks, err := OpenSinks(cfg, log)
-	if err != nil {
-		return append(problems, err.Error()), warnings, nil
-	}
-	defer func() {
-		for _, s := range sinks {
-			s.Close()
-		}
-	}()
-	for name, s := range sinks {
-		c, ok := s.(sink.Checker)
-		if !ok {
-			continue
-		}
-		if err := c.Check(ctx, staticTopics(cfg, name)); err != nil {
-			problems = append(problems, fmt.Sprintf("sink %s: %v", name, err))
-		}
-	}
-	return problems, warnings, nil
 }
 
 // staticTopics lists the destination topics of sink name that have no placeholders, the ones

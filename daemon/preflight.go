@@ -53,6 +53,18 @@ type sourceReport struct {
 	problems, warnings []string
 	// skipped are findings of the checks in source.skip_checks.
 	skipped []string
+	// found is every finding as Inspect returned it, for check's structured report.
+	found []server.Problem
+}
+
+// sourceLine is how check prints a finding and run logs it; the check's name is what
+// source.skip_checks takes. Pure.
+func sourceLine(addr string, p server.Problem) string {
+	line := fmt.Sprintf("source %s: %s is %s: %s [check %s", addr, p.Setting, p.Found, p.Fix, p.Check)
+	if p.Skipped {
+		return line + ", skipped by source.skip_checks]"
+	}
+	return line + "]"
 }
 
 // inspectSource runs server.Inspect for cfg on db. err means the server could not be inspected.
@@ -61,17 +73,16 @@ func inspectSource(ctx context.Context, db *sql.DB, cfg *config.Config) (sourceR
 	if err != nil {
 		return sourceReport{}, fmt.Errorf("check source %s: %w", cfg.Source.Addr, err)
 	}
-	var r sourceReport
+	r := sourceReport{found: ps}
 	for _, p := range ps {
-		// The check's name is what source.skip_checks takes.
-		line := fmt.Sprintf("source %s: %s is %s: %s [check %s", cfg.Source.Addr, p.Setting, p.Found, p.Fix, p.Check)
+		line := sourceLine(cfg.Source.Addr, p)
 		switch {
 		case p.Skipped:
-			r.skipped = append(r.skipped, line+", skipped by source.skip_checks]")
+			r.skipped = append(r.skipped, line)
 		case p.Warning:
-			r.warnings = append(r.warnings, line+"]")
+			r.warnings = append(r.warnings, line)
 		default:
-			r.problems = append(r.problems, line+"]")
+			r.problems = append(r.problems, line)
 		}
 	}
 	return r, nil

@@ -21,6 +21,8 @@ type Problem struct {
 	Check string
 	// Skipped marks a problem found by a check the request skips: reported, not fatal.
 	Skipped bool
+	// Table is the outbox table ("schema.table") a table check is about; "" for the others.
+	Table string
 }
 
 func (p Problem) String() string {

@@ -157,6 +157,9 @@ func Inspect(ctx context.Context, db *sql.DB, req Request) ([]Problem, error) {
 		if err != nil {
 			return nil, err
 		}
+		for i := range tps {
+			tps[i].Table = n.Name
+		}
 		ps = append(ps, tps...)
 	}
 	ps = skip(ps)

@@ -21,44 +21,65 @@ import (
 	"github.com/outboxd/outboxd/gtid"
 )
 
+// configEnv names the environment variable that is --config's default.
+const configEnv = "OUTBOXD_CONFIG"
+
 // configFlags is a command's flag set with the --config every command but version takes.
 type configFlags struct {
-	*flag.FlagSet
+	cmdFlags
 	path *string
 }
 
-func newConfigFlags(name string, stderr io.Writer) configFlags {
-	fs := newFlags(name, stderr)
-	return configFlags{FlagSet: fs, path: fs.String("config", "", "config file (YAML)")}
+func newConfigFlags(name string, stdout, stderr io.Writer) configFlags {
+	fs := newFlags(name, stdout, stderr)
+	return configFlags{cmdFlags: fs, path: fs.String("config", "", "config file (YAML); default $"+configEnv+", which a --config flag overrides")}
+}
+
+// explicit reports whether --config was given on the command line.
+func (f configFlags) explicit() bool {
+	given := false
+	f.Visit(func(fl *flag.Flag) { given = given || fl.Name == "config" })
+	return given
+}
+
+// configPath is --config when given, else $OUTBOXD_CONFIG ("" when neither is set).
+func (f configFlags) configPath() string {
+	if f.explicit() {
+		return *f.path
+	}
+	return os.Getenv(configEnv)
 }
 
 // load parses args and loads the config they name.
 func (f configFlags) load(args []string) (*config.Config, error) {
-	if err := parseFlags(f.FlagSet, args); err != nil {
+	if err := f.parse(args); err != nil {
 		return nil, err
 	}
-	return loadConfig(*f.path)
+	return loadConfig(f.configPath())
 }
 
 // loadReadOnly parses args and loads the config they name without its secrets, for commands
 // that connect to neither the source nor a sink.
 func (f configFlags) loadReadOnly(args []string) (*config.Config, error) {
-	if err := parseFlags(f.FlagSet, args); err != nil {
+	if err := f.parse(args); err != nil {
 		return nil, err
 	}
-	if *f.path == "" {
-		return nil, &exitError{code: 2, err: errors.New("--config is required")}
+	path := f.configPath()
+	if path == "" {
+		return nil, errNoConfig
 	}
-	cfg, err := config.LoadWithoutSecrets(*f.path)
+	cfg, err := config.LoadWithoutSecrets(path)
 	if err != nil {
 		return nil, &exitError{code: 2, err: err}
 	}
 	return cfg, nil
 }
 
+var errNoConfig = &exitError{code: 2, err: errors.New("--config is required (or set " + configEnv + ")")}
+
 func loadConfig(path string) (*config.Config, error) {
 	if path == "" {
-		return nil, &exitError{code: 2, err: errors.New("--config is required")}
+		return nil, errNoConfig
 	}
 	cfg, err := config.Load(path)
 	if err != nil {
@@ -78,8 +99,8 @@ func newLogger(c config.Log, w io.Writer) zerolog.Logger {
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
 }
 
-func cmdRun(ctx context.Context, sig *signals, args []string, stderr io.Writer) error {
-	fs := newConfigFlags("run", stderr)
+func cmdRun(ctx context.Context, sig *signals, args []string, stdout, stderr io.Writer) error {
+	fs := newConfigFlags("run", stdout, stderr)
 	from := fs.String("from-gtid", "", "replay from this executed GTID set instead of the checkpoint")
 	var dlEvents stringList
 	fs.Var(&dlEvents, "dead-letter-event", "dead-letter the row with this event_id in this run if it is poison or its topic does not exist, even under on_poison: stop (repeatable; audited)")
@@ -100,30 +121,46 @@ func cmdRun(ctx context.Context, sig *signals, args []string, stderr io.Writer) 
 }
 
 func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newConfigFlags("check", stderr)
+	fs := newConfigFlags("check", stdout, stderr)
+	asJSON := fs.Bool("json", false, "print the report as one JSON object: ok, problems, warnings, verified")
 	cfg, err := fs.load(args)
 	if err != nil {
 		return err
 	}
-	problems, warnings, err := daemon.Check(ctx, cfg, newLogger(cfg.Log, stderr))
-	if err != nil {
-		return err
+	r := daemon.Check(ctx, cfg, newLogger(cfg.Log, stderr))
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+	} else {
+		printCheck(stdout, r)
 	}
-	for _, w := range warnings {
-		fmt.Fprintln(stdout, "WARN ", w)
+	if !r.OK {
+		return &exitError{code: 1, err: fmt.Errorf("%d problem(s) found", len(r.Problems))}
 	}
-	for _, p := range problems {
-		fmt.Fprintln(stdout, "FAIL ", p)
-	}
-	if len(problems) > 0 {
-		return &exitError{code: 1, err: fmt.Errorf("%d problem(s) found", len(problems))}
-	}
-	fmt.Fprintln(stdout, "OK    source and sinks are ready for outboxd")
 	return nil
 }
 
-func cmdCheckpointShow(args []string, stdout io.Writer) error {
-	fs := newConfigFlags("checkpoint show", os.Stderr)
+// printCheck writes check's report for a person: what passed, then warnings, then problems.
+func printCheck(w io.Writer, r daemon.CheckReport) {
+	for _, v := range r.Verified {
+		fmt.Fprintln(w, "OK   ", v)
+	}
+	for _, v := range r.Warnings {
+		fmt.Fprintln(w, "WARN ", v)
+	}
+	for _, p := range r.Problems {
+		fmt.Fprintln(w, "FAIL ", p)
+	}
+	if r.OK {
+		fmt.Fprintln(w, "OK    source and sinks are ready for outboxd")
+	}
+}
+
+func cmdCheckpointShow(args []string, stdout, stderr io.Writer) error {
+	fs := newConfigFlags("checkpoint show", stdout, stderr)
 	cfg, err := fs.loadReadOnly(args)
 	if err != nil {
 		return err
@@ -141,7 +178,7 @@ func cmdCheckpointShow(args []string, stdout io.Writer) error {
 }
 
 func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newConfigFlags("checkpoint set", stderr)
+	fs := newConfigFlags("checkpoint set", stdout, stderr)
 	set := fs.String("gtid", "", "the executed GTID set to resume after (required)")
 	force := fs.Bool("force", false, "accept a set that lacks a source the server has")
 	cfg, err := fs.load(args)
@@ -190,20 +227,22 @@ func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writ
 // cmdStatus prints the running daemon's /status, read from admin.listen, for a person (or as
 // JSON with --json).
 func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newConfigFlags("status", stderr)
+	fs := newConfigFlags("status", stdout, stderr)
 	asJSON := fs.Bool("json", false, "print the raw /status JSON")
-	addr := fs.String("addr", "", "the admin server's host:port (instead of admin.listen from --config)")
-	if err := parseFlags(fs.FlagSet, args); err != nil {
+	addr := fs.String("addr", "", "the admin server's host:port (instead of admin.listen from the config)")
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	switch {
-	case *addr != "" && *fs.path != "":
+	case *addr != "" && fs.explicit():
 		return &exitError{code: 2, err: errors.New("give either --addr or --config, not both")}
 	case *addr == "":
-		if *fs.path == "" {
-			return &exitError{code: 2, err: errors.New("--config or --addr is required")}
+		// --addr wins over $OUTBOXD_CONFIG: the variable is a default, not a flag.
+		path := fs.configPath()
+		if path == "" {
+			return &exitError{code: 2, err: errors.New("--config or --addr is required (or set " + configEnv + ")")}
 		}
-		cfg, err := config.LoadWithoutSecrets(*fs.path)
+		cfg, err := config.LoadWithoutSecrets(path)
 		if err != nil {
 			return &exitError{code: 2, err: err}
 		}

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"time"
 )
 
@@ -22,15 +23,52 @@ var version = "dev"
 const usage = `outboxd relays outbox rows from the MySQL/MariaDB binlog to Kafka and RocketMQ.
 
 Usage:
-  outboxd run --config F [--from-gtid SET [--force]] [--dead-letter-event ID]...
-                                                        stream and deliver until SIGTERM/SIGINT
-  outboxd check --config F                              verify the server, privileges and sinks
-  outboxd status --config F | --addr HOST:PORT [--json] show a running outboxd's state (from admin.listen)
-  outboxd checkpoint show --config F                    print the saved checkpoint as JSON
-  outboxd checkpoint set --config F --gtid SET [--force] replace the saved checkpoint
-  outboxd health [--addr HOST:PORT] [--ready]           exit 0 if a running outboxd's admin server answers 200
-  outboxd version                                       print the version
+  outboxd run [--config F] [--from-gtid SET [--force]] [--dead-letter-event ID]...
+                                          stream and deliver until SIGTERM/SIGINT
+  outboxd check [--config F] [--json]     verify the server, privileges, tables, sinks and topics
+  outboxd status [--config F | --addr HOST:PORT] [--json]
+                                          show a running outboxd's state (from admin.listen)
+  outboxd checkpoint show [--config F]    print the saved checkpoint as JSON
+  outboxd checkpoint set [--config F] --gtid SET [--force]
+                                          replace the saved checkpoint
+  outboxd health [--addr HOST:PORT] [--ready] [--timeout D]
+                                          exit 0 if a running outboxd's admin server answers 200
+  outboxd version                         print the version
+  outboxd help [COMMAND]                  print this, or a command's usage (as COMMAND --help)
+
+--config defaults to $OUTBOXD_CONFIG; a --config flag wins over it.
 `
+
+// commands describes each command for its --help: its synopsis and what it does. The flags are
+// listed from the command's flag set.
+var commands = map[string]struct{ synopsis, about string }{
+	"run": {"outboxd run [--config F] [--from-gtid SET [--force]] [--dead-letter-event ID]...",
+		`Streams the configured outbox tables from the binlog and delivers each row to its sink until
+SIGTERM or SIGINT; then drains what is in flight, saves the checkpoint and exits 0 (a second
+signal exits 3 at once). Nothing is reloaded while it runs (SIGHUP is ignored): restart it to
+apply a config change. Exits 2 on a bad config or flag, 1 on any other error.`},
+	"check": {"outboxd check [--config F] [--json]",
+		`Verifies the source server's settings, the account's privileges, every outbox table and its
+columns, every sink and each destination topic without placeholders, and prints one line per
+check: OK, WARN or FAIL with what to change. --json prints the same as one JSON object
+{"ok", "problems", "warnings", "verified"} (see the README). Exits 0 when nothing failed, 1 when
+something did, 2 on a bad config or flag.`},
+	"status": {"outboxd status [--config F | --addr HOST:PORT] [--json]",
+		`Prints a running outboxd's state from its admin server: admin.listen from the config, or
+--addr. --addr wins over $OUTBOXD_CONFIG, not over an explicit --config (give one of them).`},
+	"checkpoint": {"outboxd checkpoint show [--config F]\n       outboxd checkpoint set [--config F] --gtid SET [--force]",
+		`show prints the saved checkpoint as JSON; set replaces it (while no outboxd runs on it).
+"outboxd checkpoint show --help" and "outboxd checkpoint set --help" list their flags;
+--config defaults to $OUTBOXD_CONFIG.`},
+	"checkpoint show": {"outboxd checkpoint show [--config F]",
+		`Prints the saved checkpoint (checkpoint.path in the config) as JSON. It reads no secrets and
+connects to nothing. Exits 1 when there is no checkpoint yet.`},
+	"checkpoint set": {"outboxd checkpoint set [--config F] --gtid SET [--force]",
+		`Replaces the saved checkpoint with the executed GTID set SET, after checking it against the
+source (the server must still have every transaction after it; --force skips that). It fails
+while an outboxd runs on the same checkpoint file.`},
+	"version": {"outboxd version", `Prints the version, the Go version and the platform.`},
+}
 
 // exitError carries a process exit code.
 type exitError struct {
@@ -66,14 +104,24 @@ func main() {
 var errReported = errors.New("reported")
 
 // dispatch runs the command args names. sig, when not nil, is told the run command's logger.
+// A command's --help or -h prints its usage to stdout and returns nil; a bad flag prints the
+// usage to stderr and returns an exitError with code 2.
 func dispatch(ctx context.Context, sig *signals, args []string, stdout, stderr io.Writer) error {
+	err := dispatchCommand(ctx, sig, args, stdout, stderr)
+	if errors.Is(err, errHelp) {
+		return nil
+	}
+	return err
+}
+
+func dispatchCommand(ctx context.Context, sig *signals, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return &exitError{code: 2, err: errors.New("no command given")}
 	}
 	switch args[0] {
 	case "run":
-		return cmdRun(ctx, sig, args[1:], stderr)
+		return cmdRun(ctx, sig, args[1:], stdout, stderr)
 	case "check":
 		return cmdCheck(ctx, args[1:], stdout, stderr)
 	case "status":
@@ -82,19 +130,32 @@ func dispatch(ctx context.Context, sig *signals, args []string, stdout, stderr i
 		return cmdHealth(ctx, args[1:], stdout, stderr)
 	case "checkpoint":
 		if len(args) < 2 {
+			printUsage(stderr, "checkpoint", nil)
 			return &exitError{code: 2, err: errors.New("checkpoint needs a subcommand: show or set")}
 		}
 		switch args[1] {
 		case "show":
-			return cmdCheckpointShow(args[2:], stdout)
+			return cmdCheckpointShow(args[2:], stdout, stderr)
 		case "set":
 			return cmdCheckpointSet(ctx, args[2:], stdout, stderr)
+		case "-h", "-help", "--help", "help":
+			printUsage(stdout, "checkpoint", nil)
+			return nil
 		}
+		printUsage(stderr, "checkpoint", nil)
 		return &exitError{code: 2, err: fmt.Errorf("unknown checkpoint subcommand %q: want show or set", args[1])}
 	case "version", "--version", "-version":
+		fs := newFlags("version", stdout, stderr)
+		if err := fs.parse(args[1:]); err != nil {
+			return err
+		}
 		fmt.Fprintf(stdout, "outboxd %s (%s %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return nil
-	case "help", "-h", "--help":
+	case "help", "-h", "-help", "--help":
+		if len(args) > 1 {
+			// "help run" is "run --help".
+			return dispatchCommand(ctx, sig, append(slices.Clone(args[1:]), "--help"), stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
@@ -102,21 +163,60 @@ func dispatch(ctx context.Context, sig *signals, args []string, stdout, stderr i
 	return &exitError{code: 2, err: fmt.Errorf("unknown command %q", args[0])}
 }
 
-// newFlags returns a FlagSet that reports errors instead of exiting.
-func newFlags(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
+// errHelp: the command printed its usage for --help; dispatch returns nil for it.
+var errHelp = errors.New("help requested")
+
+// cmdFlags is a command's flag set, with where its --help goes.
+type cmdFlags struct {
+	*flag.FlagSet
+	name           string
+	stdout, stderr io.Writer
 }
 
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+// newFlags returns a command's flag set; it returns errors instead of exiting or printing them
+// (main prints the error after parse printed the usage).
+func newFlags(name string, stdout, stderr io.Writer) cmdFlags {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return cmdFlags{FlagSet: fs, name: name, stdout: stdout, stderr: stderr}
+}
+
+// parse parses args. --help or -h prints the usage to stdout and returns errHelp; a bad flag or
+// an argument prints the usage to stderr and returns an exitError with code 2.
+func (f cmdFlags) parse(args []string) error {
+	err := f.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		printUsage(f.stdout, f.name, f.FlagSet)
+		return errHelp
+	case err != nil:
+		printUsage(f.stderr, f.name, f.FlagSet)
 		return &exitError{code: 2, err: err}
-	}
-	if fs.NArg() > 0 {
-		return &exitError{code: 2, err: fmt.Errorf("unexpected arguments: %v", fs.Args())}
+	case f.NArg() > 0:
+		printUsage(f.stderr, f.name, f.FlagSet)
+		return &exitError{code: 2, err: fmt.Errorf("unexpected arguments: %v", f.Args())}
 	}
 	return nil
+}
+
+// printUsage writes command name's usage, with the flags of fs (nil for none), to w.
+func printUsage(w io.Writer, name string, fs *flag.FlagSet) {
+	c := commands[name]
+	fmt.Fprintf(w, "Usage: %s\n\n%s\n", c.synopsis, c.about)
+	if fs == nil {
+		return
+	}
+	var n int
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nFlags:")
+	out := fs.Output()
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(out)
 }
 
 func timeNow() time.Time { return time.Now().UTC() }

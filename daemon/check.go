@@ -1,0 +1,251 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/sink"
+)
+
+// Names of the checks Check runs besides the source's settings (those are server.CheckNames).
+const (
+	// CheckSource: outboxd can connect to the source and inspect it.
+	CheckSource = "source"
+	// CheckSink: a sink opened and its brokers (or NameServers) answered.
+	CheckSink = "sink"
+	// CheckTopic: a destination topic without placeholders (or the dead-letter topic) is there.
+	CheckTopic = "topic"
+)
+
+// checkTimeout bounds each part of Check: the source, then all sinks at once.
+const checkTimeout = 30 * time.Second
+
+// CheckItem is one finding of Check, or one thing it verified. Its JSON is part of the stable
+// output of `outboxd check --json` (see the README): add fields, never rename them.
+type CheckItem struct {
+	// Check is the stable name of the check: one of server.CheckNames (what source.skip_checks
+	// takes), CheckSource, CheckSink or CheckTopic.
+	Check string `json:"check"`
+	// Subject is what was checked: "binlog_format", "REPLICATION SLAVE", "table shop.outbox",
+	// "column shop.outbox.payload", "source 127.0.0.1:3306", "sinks.main", "sinks.main topic orders".
+	Subject string `json:"subject"`
+	// Message says what was found; for a verified item, what holds.
+	Message string `json:"message"`
+	// Fix says what to change; empty for a verified item.
+	Fix string `json:"fix,omitempty"`
+	// Skipped marks a finding of a check named in source.skip_checks: a warning, not a problem.
+	Skipped bool `json:"skipped,omitempty"`
+
+	line string // the line check prints without --json
+}
+
+// String is the line `outboxd check` prints for the item (after OK, WARN or FAIL).
+func (i CheckItem) String() string { return i.line }
+
+// CheckReport is what Check found. OK is true when Problems is empty; the slices are never nil,
+// so that their JSON is [] and not null.
+type CheckReport struct {
+	OK       bool        `json:"ok"`
+	Problems []CheckItem `json:"problems"`
+	Warnings []CheckItem `json:"warnings"`
+	Verified []CheckItem `json:"verified"`
+}
+
+// Check verifies the source server (its settings, the account's privileges, every outbox table
+// and its columns) and every sink with its static topics, and reports each problem with what to
+// change, each warning, and each check that passed. Every sink is opened and checked on its
+// own, so one that fails to open or to answer does not hide the others. It blocks until every
+// check answered or timed out (30 s for the source, then 30 s for all sinks at once) or ctx
+// ends; a check that could not run at all (no connection) is a problem of its own.
+func Check(ctx context.Context, cfg *config.Config, log zerolog.Logger) CheckReport {
+	var r CheckReport
+	checkSource(ctx, cfg, &r)
+	checkSinks(ctx, cfg, log, &r)
+	r.OK = len(r.Problems) == 0
+	for _, s := range []*[]CheckItem{&r.Problems, &r.Warnings, &r.Verified} {
+		if *s == nil {
+			*s = []CheckItem{}
+		}
+	}
+	return r
+}
+
+func checkSource(ctx context.Context, cfg *config.Config, r *CheckReport) {
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	addr := cfg.Source.Addr
+	subject := "source " + addr
+	fail := func(what string, err error) {
+		msg := fmt.Sprintf("%s: %v", what, err)
+		r.Problems = append(r.Problems, CheckItem{
+			Check: CheckSource, Subject: subject, Message: msg,
+			Fix:  "check source.addr, source.user and source.password, and that the server is up and reachable from here",
+			line: fmt.Sprintf("%s: %s", subject, msg),
+		})
+	}
+	db, err := server.Open(ctx, sourceConn(cfg))
+	if err != nil {
+		fail("cannot connect", err)
+		return
+	}
+	defer db.Close()
+	rep, err := inspectSource(ctx, db, cfg)
+	if err != nil {
+		fail("cannot inspect", err)
+		return
+	}
+	r.Verified = append(r.Verified, CheckItem{
+		Check: CheckSource, Subject: subject, Message: "connected as " + cfg.Source.User,
+		line: fmt.Sprintf("%s: connected as %s", subject, cfg.Source.User),
+	})
+	for _, p := range rep.found {
+		it := CheckItem{Check: p.Check, Subject: p.Setting, Message: p.Found, Fix: p.Fix, Skipped: p.Skipped, line: sourceLine(addr, p)}
+		if p.Warning || p.Skipped {
+			r.Warnings = append(r.Warnings, it)
+		} else {
+			r.Problems = append(r.Problems, it)
+		}
+	}
+	for _, v := range verifiedSource(inspectRequest(cfg), rep.found) {
+		v.line = fmt.Sprintf("%s: %s %s [check %s]", subject, v.Subject, v.Message, v.Check)
+		r.Verified = append(r.Verified, v)
+	}
+}
+
+// verifiedSource lists the source checks of req that ran and found nothing (neither a problem,
+// a warning nor a skipped finding), in the order Inspect runs them. A table's three checks
+// count as not run when the table is missing or unreadable; none but the flavor check runs
+// when the server is of the other flavor (unless that check is skipped). Pure.
+func verifiedSource(req server.Request, found []server.Problem) []CheckItem {
+	flagged := func(check, table string) bool {
+		return slices.ContainsFunc(found, func(p server.Problem) bool { return p.Check == check && p.Table == table })
+	}
+	if slices.ContainsFunc(found, func(p server.Problem) bool { return p.Check == server.CheckFlavor && !p.Skipped }) {
+		return nil
+	}
+	type want struct{ check, subject, message string }
+	global := []want{
+		{server.CheckFlavor, "source.flavor", "is " + string(req.Flavor) + ", as the server"},
+		{server.CheckLogBin, "log_bin", "is ON"},
+		{server.CheckBinlogFormat, "binlog_format", "is ROW"},
+		{server.CheckBinlogRowImage, "binlog_row_image", "is FULL"},
+		{server.CheckBinlogRowMetadata, "binlog_row_metadata", "is FULL"},
+		{server.CheckServerID, "server_id", "is set (non-zero)"},
+	}
+	if req.Flavor == gtid.MySQL {
+		global = append(global,
+			want{server.CheckGTIDMode, "gtid_mode", "is ON"},
+			want{server.CheckEnforceGTID, "enforce_gtid_consistency", "is ON"})
+	} else {
+		global = append(global, want{server.CheckGTIDStrictMode, "gtid_strict_mode", "is ON"})
+	}
+	global = append(global,
+		want{server.CheckReplicationSlave, "REPLICATION SLAVE", "is granted"},
+		want{server.CheckReplicationClient, "REPLICATION CLIENT", "is granted"})
+	var out []CheckItem
+	for _, g := range global {
+		if !flagged(g.check, "") {
+			out = append(out, CheckItem{Check: g.check, Subject: g.subject, Message: g.message})
+		}
+	}
+	for _, t := range req.Tables {
+		if flagged(server.CheckTableExists, t.Name) || flagged(server.CheckTableSelect, t.Name) {
+			continue
+		}
+		subject := "table " + t.Name
+		out = append(out,
+			CheckItem{Check: server.CheckTableExists, Subject: subject, Message: "exists"},
+			CheckItem{Check: server.CheckTableSelect, Subject: subject, Message: "is readable by the account"})
+		if len(t.Columns) > 0 && !flagged(server.CheckTableColumns, t.Name) {
+			names := make([]string, len(t.Columns))
+			for i, c := range t.Columns {
+				names[i] = c.Name
+			}
+			out = append(out, CheckItem{Check: server.CheckTableColumns, Subject: subject, Message: "has the configured columns " + strings.Join(names, ", ")})
+		}
+	}
+	return out
+}
+
+// checkSinks opens every sink on its own and checks the opened ones at once: first that the
+// brokers answer, then each static topic, so that each failure is reported under its own name.
+func checkSinks(ctx context.Context, cfg *config.Config, log zerolog.Logger, r *CheckReport) {
+	sinks, failed := openEachSink(cfg, log)
+	defer func() {
+		for _, s := range sinks {
+			s.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	names := slices.Sorted(maps.Keys(cfg.Sinks))
+	results := make([][]checkResult, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		if err := failed[name]; err != nil {
+			results[i] = []checkResult{{item: CheckItem{Check: CheckSink, Subject: "sinks." + name, Message: "cannot open: " + strings.TrimPrefix(err.Error(), "sinks."+name+": "),
+				Fix: "fix sinks." + name + " in the config", line: err.Error()}}}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = checkSink(ctx, name, sinks[name], staticTopics(cfg, name))
+		}()
+	}
+	wg.Wait()
+	for _, rs := range results {
+		for _, res := range rs {
+			if res.ok {
+				r.Verified = append(r.Verified, res.item)
+			} else {
+				r.Problems = append(r.Problems, res.item)
+			}
+		}
+	}
+}
+
+type checkResult struct {
+	item CheckItem
+	ok   bool
+}
+
+// checkSink checks one opened sink: that its brokers answer and then, when they do, each topic
+// on its own. It blocks until the brokers answered or ctx ended.
+func checkSink(ctx context.Context, name string, s sink.Sink, topics []string) []checkResult {
+	subject := "sinks." + name
+	c, ok := s.(sink.Checker)
+	if !ok {
+		return []checkResult{{ok: true, item: CheckItem{Check: CheckSink, Subject: subject, Message: "opened (this sink type has no check)",
+			line: subject + ": opened (this sink type has no check)"}}}
+	}
+	if err := c.Check(ctx, nil); err != nil {
+		return []checkResult{{item: CheckItem{Check: CheckSink, Subject: subject, Message: err.Error(),
+			Fix:  "check sinks." + name + " (addresses, TLS, credentials) and that its brokers are up and reachable from here",
+			line: fmt.Sprintf("sink %s: %v", name, err)}}}
+	}
+	out := []checkResult{{ok: true, item: CheckItem{Check: CheckSink, Subject: subject, Message: "opened; the brokers answered",
+		line: subject + ": opened; the brokers answered"}}}
+	for _, t := range topics {
+		ts := subject + " topic " + t
+		if err := c.Check(ctx, []string{t}); err != nil {
+			out = append(out, checkResult{item: CheckItem{Check: CheckTopic, Subject: ts, Message: err.Error(),
+				Fix:  "create topic " + t + " on sinks." + name + ", or route to a topic that exists",
+				line: fmt.Sprintf("sink %s: %v", name, err)}})
+			continue
+		}
+		out = append(out, checkResult{ok: true, item: CheckItem{Check: CheckTopic, Subject: ts, Message: "is there",
+			line: ts + ": is there"}})
+	}
+	return out
+}

@@ -1,0 +1,96 @@
+package daemon
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/gtid"
+)
+
+func checksOf(items []CheckItem) string {
+	var s []string
+	for _, it := range items {
+		s = append(s, it.Check+"/"+it.Subject)
+	}
+	return strings.Join(s, " ")
+}
+
+func TestVerifiedSource(t *testing.T) {
+	cols := []server.RoleColumn{{Name: "event_id"}, {Name: "payload"}}
+	req := server.Request{Flavor: gtid.MariaDB, Tables: []server.Table{{Name: "a.o", Columns: cols}, {Name: "b.o", Columns: cols}}}
+	all := "flavor/source.flavor log_bin/log_bin binlog_format/binlog_format binlog_row_image/binlog_row_image " +
+		"binlog_row_metadata/binlog_row_metadata server_id/server_id gtid_strict_mode/gtid_strict_mode " +
+		"replication_slave/REPLICATION SLAVE replication_client/REPLICATION CLIENT"
+	tables := func(names ...string) string {
+		var s []string
+		for _, n := range names {
+			s = append(s, fmt.Sprintf("table_exists/table %s table_select/table %s table_columns/table %s", n, n, n))
+		}
+		return strings.Join(s, " ")
+	}
+	cases := []struct {
+		name  string
+		req   server.Request
+		found []server.Problem
+		want  string
+	}{
+		{"nothing found", req, nil, all + " " + tables("a.o", "b.o")},
+		{"a problem, a warning and a skipped finding each remove their check",
+			server.Request{Flavor: gtid.MariaDB, Tables: req.Tables, Skip: []string{"server_id"}},
+			[]server.Problem{
+				{Check: server.CheckBinlogFormat},
+				{Check: server.CheckGTIDStrictMode, Warning: true},
+				{Check: server.CheckServerID, Skipped: true},
+			},
+			strings.NewReplacer(" binlog_format/binlog_format", "", " server_id/server_id", "", " gtid_strict_mode/gtid_strict_mode", "").Replace(all) + " " + tables("a.o", "b.o")},
+		{"a missing table runs none of its checks", req,
+			[]server.Problem{{Check: server.CheckTableExists, Table: "a.o"}},
+			all + " " + tables("b.o")},
+		{"a missing column fails only that table's column check", req,
+			[]server.Problem{{Check: server.CheckTableColumns, Table: "b.o"}},
+			all + " " + tables("a.o") + " table_exists/table b.o table_select/table b.o"},
+		{"the other flavor: nothing else ran", req, []server.Problem{{Check: server.CheckFlavor}}, ""},
+		{"mysql has its own gtid checks", server.Request{Flavor: gtid.MySQL}, nil,
+			strings.Replace(all, "gtid_strict_mode/gtid_strict_mode", "gtid_mode/gtid_mode enforce_gtid_consistency/enforce_gtid_consistency", 1)},
+	}
+	for _, c := range cases {
+		if got := checksOf(verifiedSource(c.req, c.found)); got != c.want {
+			t.Errorf("%s:\n got %s\nwant %s", c.name, got, c.want)
+		}
+	}
+}
+
+// A sink that fails to open does not keep the others from opening; OpenSinks (run) still fails
+// as a whole, naming every sink that failed.
+func TestOpenEachSinkOpensTheOthers(t *testing.T) {
+	cfg, err := config.Parse([]byte(`source: {flavor: mariadb, addr: "127.0.0.1:1", user: u, password: "", server_id: 7}
+tables: [{table: shop.outbox_event}]
+sinks:
+  good: {type: kafka, brokers: ["127.0.0.1:1"]}
+  small1: {type: kafka, brokers: ["127.0.0.1:1"], max_message_bytes: 100}
+  small2: {type: kafka, brokers: ["127.0.0.1:1"], max_message_bytes: 200}
+routes: [{sink: good}, {sink: small1}, {sink: small2}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sinks, failed := openEachSink(cfg, zerolog.Nop())
+	defer func() {
+		for _, s := range sinks {
+			s.Close()
+		}
+	}()
+	if len(sinks) != 1 || sinks["good"] == nil || len(failed) != 2 ||
+		!strings.HasPrefix(failed["small1"].Error(), "sinks.small1: ") || !strings.HasPrefix(failed["small2"].Error(), "sinks.small2: ") {
+		t.Fatalf("opened %v, failed %v; want good opened and small1, small2 failed under their names", sinks, failed)
+	}
+	_, err = OpenSinks(cfg, zerolog.Nop())
+	if err == nil || !strings.Contains(err.Error(), "sinks.small1: ") || !strings.Contains(err.Error(), "sinks.small2: ") {
+		t.Fatalf("OpenSinks: %v, want an error naming small1 and small2", err)
+	}
+}
