@@ -19,6 +19,7 @@ import (
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/daemon"
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/internal/logging"
 )
 
 // configFlags is a command's flag set with the --config every command but version takes.
@@ -67,6 +68,8 @@ func loadConfig(path string) (*config.Config, error) {
 	return cfg, nil
 }
 
+// newLogger is the command's logger (see internal/logging for the line format), and becomes
+// the MySQL driver's logger too, so its lines are JSON in the same stream.
 func newLogger(c config.Log, w io.Writer) zerolog.Logger {
 	if c.Format == "console" {
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
@@ -75,7 +78,9 @@ func newLogger(c config.Log, w io.Writer) zerolog.Logger {
 	if err != nil || c.Level == "" {
 		lvl = zerolog.InfoLevel
 	}
-	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+	log := logging.New(w, lvl)
+	logging.RouteMySQLDriver(log)
+	return log
 }
 
 func cmdRun(ctx context.Context, sig *signals, args []string, stderr io.Writer) error {
