@@ -22,14 +22,14 @@ func TestLine(t *testing.T) {
 	bad := map[string]string{
 		`{"level":"info","component":"binlog","component":"go-mysql",` + ts + `}`: `duplicate key "component"`,
 		`{"level":"info","a":{"x":1,"x":2},` + ts + `}`:                           `duplicate key "a.x"`,
-		`{"level":"info","time":"2026-12-01T09:37:36+00:00"}`:                      "milliseconds",
-		`{"level":"info","time":"2026-12-01T09:37:36.12Z"}`:                        "milliseconds",
-		`{"level":"info"}`:                                                         `no string "time"`,
-		`{` + ts + `}`:                                                             `no string "level"`,
-		`{"level":"warn","retry_in":1000,` + ts + `}`:                              "retry_in=1000 has no unit",
-		`{"level":"warn","waited":"soon",` + ts + `}`:                              "not a Go duration",
-		`[mysql] 2026/12/01 09:37:36 packets.go:58 unexpected EOF`:                 "invalid character",
-		`{"level":"info",` + ts + `} {"level":"info",` + ts + `}`:                  "more than one",
+		`{"level":"info","time":"2026-12-01T09:37:36+00:00"}`:                     "milliseconds",
+		`{"level":"info","time":"2026-12-01T09:37:36.12Z"}`:                       "milliseconds",
+		`{"level":"info"}`: `no string "time"`,
+		`{` + ts + `}`:     `no string "level"`,
+		`{"level":"warn","retry_in":1000,` + ts + `}`:              "retry_in=1000 has no unit",
+		`{"level":"warn","waited":"soon",` + ts + `}`:              "not a Go duration",
+		`[mysql] 2026/12/01 09:37:36 packets.go:58 unexpected EOF`: "invalid character",
+		`{"level":"info",` + ts + `} {"level":"info",` + ts + `}`:  "more than one",
 		`"x"`: "not a JSON object",
 	}
 	for l, want := range bad {
