@@ -117,7 +117,7 @@ func TestSlog(t *testing.T) {
 func TestMySQLDriver(t *testing.T) {
 	var buf bytes.Buffer
 	d := MySQLDriver(New(&buf, zerolog.InfoLevel))
-	d.Print("closing bad idle connection: ", errors.New("EOF"))
+	d.Print("connection.go:803 ", "closing bad idle connection: ", errors.New("EOF"))
 	d.Print(mysql.ErrMalformPkt)
 	d.Print("[warn] unexpected sequence nr: expected 1, got 3")
 	got := lines(t, &buf)
@@ -128,6 +128,9 @@ func TestMySQLDriver(t *testing.T) {
 		{"info", "closing bad idle connection: EOF"},
 		{"warn", "malformed packet"},
 		{"warn", "unexpected sequence nr: expected 1, got 3"},
+	}
+	if got[0]["caller"] != "connection.go:803" {
+		t.Errorf("caller: %v", got[0])
 	}
 	for i, w := range want {
 		if got[i]["level"] != w.level || got[i]["message"] != w.msg || got[i]["library"] != "mysql-driver" {
