@@ -16,6 +16,7 @@ import (
 	"github.com/outboxd/outboxd/testenv/faultproxy"
 	"github.com/outboxd/outboxd/testenv/kafkafault"
 	"github.com/outboxd/outboxd/testenv/mariadb"
+	"github.com/outboxd/outboxd/testenv/rocketmq"
 )
 
 // noise is what the libraries log for events that are normal for outboxd (it closed the
@@ -180,5 +181,46 @@ func waitLog(t *testing.T, p *proc, s string, d time.Duration) {
 			t.Fatalf("no %q in the log within %s; output:\n%s", s, d, p.output())
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// The same for a RocketMQ sink, whose client logs through rlog: start, delivery, the broker
+// stopped for two seconds of retries and started again, SIGTERM. Every line is clean JSON, and
+// closing the producer on SIGTERM makes the client log no warning or error.
+func TestRocketMQLogStreamIsCleanJSON(t *testing.T) {
+	w := newWorld(t, sharedServer(t))
+	rc := rmqCluster(t, rocketmq.Options{Topics: []string{"T"}})
+	o := rmqCfg(t, w, rc, "  - sink: rmq\n    topic: T\n")
+	p := startBinary(t, "run", "--config", writeCfg(t, o))
+	w.commit(row{EventID: "a", Key: "k", Topic: "t", Payload: []byte("1")})
+	waitRMQ(t, rc, "T", 1, 30*time.Second)
+	rc.StopBroker()
+	w.commit(row{EventID: "b", Key: "k", Topic: "t", Payload: []byte("2")})
+	waitLog(t, p, "send not acknowledged, retrying", 0)
+	time.Sleep(2 * time.Second)
+	if err := rc.StartBroker(); err != nil {
+		t.Fatal(err)
+	}
+	waitRMQ(t, rc, "T", 2, 60*time.Second)
+	shutdownAt := len(p.output())
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("exit %d after SIGTERM; output:\n%s", code, p.output())
+	}
+	out := p.output()
+	for i, l := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
+		if _, err := logcheck.Line([]byte(l)); err != nil {
+			t.Errorf("line %d: %v\n%s", i+1, err, l)
+		}
+	}
+	for _, l := range strings.Split(strings.TrimRight(out[shutdownAt:], "\n"), "\n") {
+		if f, err := logcheck.Line([]byte(l)); err == nil && f["library"] != nil && (f["level"] == "warn" || f["level"] == "error") {
+			t.Errorf("library warning or error on a clean shutdown: %s", l)
+		}
+	}
+	if t.Failed() {
+		t.Logf("output:\n%s", out)
 	}
 }
