@@ -1,7 +1,6 @@
 package binlog
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"log/slog"
@@ -28,17 +27,14 @@ func TestGoMySQLLogger(t *testing.T) {
 	l.Error("kill connection", slog.Any("error", errors.New("ERROR 1094 (HY000): Unknown thread id: 42")), slog.Int64("id", 42)) // already gone
 	l.Error("kill connection", slog.Any("error", errors.New("ERROR 1095 (HY000): You are not owner of thread 42")), slog.Int64("id", 42))
 	l.Error("invalid stream header", slog.Int("header", 7))
-	var got []map[string]any
-	sc := bufio.NewScanner(&buf)
-	for sc.Scan() {
-		f, err := logcheck.Line(sc.Bytes())
-		if err != nil {
-			t.Fatalf("%s: %v", sc.Text(), err)
-		}
+	got, err := logcheck.Lines(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range got {
 		if f["component"] != "binlog" || f["library"] != "go-mysql" {
 			t.Fatalf("fields: %v", f)
 		}
-		got = append(got, f)
 	}
 	// The debug lines are gone too: the floor is warn whatever the Reader's level.
 	if len(got) != 2 {

@@ -124,17 +124,9 @@ func TestLogStreamIsCleanJSON(t *testing.T) {
 	}
 
 	out := p.output()
-	var lines []map[string]any
-	for i, l := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
-		f, err := logcheck.Line([]byte(l))
-		if err != nil {
-			t.Errorf("line %d: %v\n%s", i+1, err, l)
-			continue
-		}
-		lines = append(lines, f)
-	}
-	if t.Failed() {
-		t.Fatalf("output:\n%s", out)
+	lines, err := logcheck.Lines([]byte(out))
+	if err != nil {
+		t.Fatalf("%v\noutput:\n%s", err, out)
 	}
 	seen := map[string]bool{}
 	for _, f := range lines {
@@ -210,10 +202,8 @@ func TestRocketMQLogStreamIsCleanJSON(t *testing.T) {
 		t.Fatalf("exit %d after SIGTERM; output:\n%s", code, p.output())
 	}
 	out := p.output()
-	for i, l := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
-		if _, err := logcheck.Line([]byte(l)); err != nil {
-			t.Errorf("line %d: %v\n%s", i+1, err, l)
-		}
+	if _, err := logcheck.Lines([]byte(out)); err != nil {
+		t.Fatalf("%v\noutput:\n%s", err, out)
 	}
 	for _, l := range strings.Split(strings.TrimRight(out[shutdownAt:], "\n"), "\n") {
 		if f, err := logcheck.Line([]byte(l)); err == nil && f["library"] != nil && (f["level"] == "warn" || f["level"] == "error") {

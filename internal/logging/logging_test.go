@@ -1,7 +1,6 @@
 package logging
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -19,14 +18,9 @@ import (
 // lines checks every line of buf with logcheck and returns their fields.
 func lines(t *testing.T, buf *bytes.Buffer) []map[string]any {
 	t.Helper()
-	var out []map[string]any
-	sc := bufio.NewScanner(buf)
-	for sc.Scan() {
-		f, err := logcheck.Line(sc.Bytes())
-		if err != nil {
-			t.Fatalf("%s: %v", sc.Text(), err)
-		}
-		out = append(out, f)
+	out, err := logcheck.Lines(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

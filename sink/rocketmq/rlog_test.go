@@ -1,7 +1,6 @@
 package rocketmq
 
 import (
-	"bufio"
 	"bytes"
 	"os"
 	"testing"
@@ -23,17 +22,14 @@ func TestRouteClientLog(t *testing.T) {
 	rlog.Info("route refreshed", map[string]any{"topic": "t"})
 	rlog.Warning("send timeout", map[string]any{"timeout": 3 * time.Second, "secretKey": "s3cr3t", rlog.LogKeyBroker: "127.0.0.1:10911"})
 	rlog.Fatal("would exit", nil)
-	var got []map[string]any
-	sc := bufio.NewScanner(&buf)
-	for sc.Scan() {
-		f, err := logcheck.Line(sc.Bytes())
-		if err != nil {
-			t.Fatalf("%s: %v", sc.Text(), err)
-		}
+	got, err := logcheck.Lines(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range got {
 		if f["library"] != "rocketmq-client" || f["component"] != "sink" {
 			t.Fatalf("fields: %v", f)
 		}
-		got = append(got, f)
 	}
 	if len(got) != 2 {
 		t.Fatalf("got %d lines, want 2 (info dropped): %v", len(got), got)

@@ -124,3 +124,20 @@ func durations(fields map[string]any, path string) error {
 	}
 	return nil
 }
+
+// Lines checks every line of text with Line and returns their fields, or the first failure
+// with its line number and text.
+func Lines(text []byte) ([]map[string]any, error) {
+	var out []map[string]any
+	if len(text) == 0 {
+		return nil, nil
+	}
+	for i, l := range bytes.Split(bytes.TrimRight(text, "\n"), []byte("\n")) {
+		f, err := Line(l)
+		if err != nil {
+			return out, fmt.Errorf("line %d: %w\n%s", i+1, err, l)
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}

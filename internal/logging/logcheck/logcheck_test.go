@@ -39,3 +39,16 @@ func TestLine(t *testing.T) {
 		}
 	}
 }
+
+func TestLines(t *testing.T) {
+	const l = `{"level":"info","time":"2026-12-01T09:37:36.123Z"}`
+	if got, err := Lines([]byte(l + "\n" + l + "\n")); err != nil || len(got) != 2 {
+		t.Fatalf("%v, %v", got, err)
+	}
+	if got, err := Lines(nil); err != nil || len(got) != 0 {
+		t.Fatalf("empty: %v, %v", got, err)
+	}
+	if _, err := Lines([]byte(l + "\n[mysql] raw\n")); err == nil || !strings.Contains(err.Error(), "line 2") {
+		t.Fatalf("raw line: %v", err)
+	}
+}
