@@ -69,7 +69,8 @@ func loadConfig(path string) (*config.Config, error) {
 }
 
 // newLogger is the command's logger (see internal/logging for the line format), and becomes
-// the MySQL driver's logger too, so its lines are JSON in the same stream.
+// the logger of the MySQL driver and of package log too, so their lines are JSON in the same
+// stream.
 func newLogger(c config.Log, w io.Writer) zerolog.Logger {
 	if c.Format == "console" {
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
@@ -79,7 +80,7 @@ func newLogger(c config.Log, w io.Writer) zerolog.Logger {
 		lvl = zerolog.InfoLevel
 	}
 	log := logging.New(w, lvl)
-	logging.RouteMySQLDriver(log)
+	logging.RouteLibraries(log)
 	return log
 }
 
