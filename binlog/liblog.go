@@ -11,7 +11,8 @@ import (
 )
 
 // libLogger is go-mysql's logger: warnings and errors only, since it logs its whole config and
-// every rotate at info level, and stream errors are returned by Run anyway. Its lines keep l's
+// every rotate at info level, and stream errors are returned by Run anyway; the floor also keeps
+// its info dump of the BinlogSyncerConfig, password included, out of the log. Its lines keep l's
 // fields (component=binlog) and add library=go-mysql.
 func libLogger(l zerolog.Logger) *slog.Logger {
 	l = l.With().Str("library", "go-mysql").Logger()
