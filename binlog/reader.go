@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -284,7 +283,7 @@ func (r *Reader) syncerConfig(filter TableFilter) replication.BinlogSyncerConfig
 		// Positions come from the Assembler; go-mysql's own set tracking is unused.
 		DiscardGTIDSet:      true,
 		RowsEventDecodeFunc: filter.DecodeRows,
-		Logger:              slog.New(zerolog.NewSlogHandler(libLogger(r.cfg.Logger))),
+		Logger:              libLogger(r.cfg.Logger),
 	}
 }
 
@@ -292,16 +291,6 @@ func (r *Reader) syncerConfig(filter TableFilter) replication.BinlogSyncerConfig
 func setConnCollation(c *client.Conn) error {
 	_, err := c.Execute("SET NAMES utf8mb4 COLLATE " + connCollation)
 	return err
-}
-
-// libLogger is go-mysql's logger: warnings and errors only, since it logs its whole config and
-// every rotate at info level, and stream errors are returned by Run anyway.
-func libLogger(l zerolog.Logger) zerolog.Logger {
-	l = l.With().Str("component", "go-mysql").Logger()
-	if l.GetLevel() < zerolog.WarnLevel {
-		l = l.Level(zerolog.WarnLevel)
-	}
-	return l
 }
 
 // classify turns server errors into messages that say what to change.

@@ -220,7 +220,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 		if time.Since(began) >= reconnectReset {
 			backoff = reconnectInitial
 		}
-		log.Warn().Err(err).Dur("retry_in", backoff).Str("gtid_set", start.String()).
+		log.Warn().Err(err).Stringer("retry_in", backoff).Str("gtid_set", start.String()).
 			Msg("source connection lost; in-flight sends drained, reconnecting from the acknowledged position")
 		select {
 		case <-ctx.Done():
@@ -369,7 +369,7 @@ func openEachSink(cfg *config.Config, log zerolog.Logger) (sinks map[string]sink
 	for _, sc := range cfg.Sinks {
 		if sc.Type == "rocketmq" {
 			// The RocketMQ client's logger is process-wide: route it once, warnings and up.
-			rocketmq.RouteClientLog(log.With().Str("component", "rocketmq-client").Logger(), zerolog.WarnLevel)
+			rocketmq.RouteClientLog(log, zerolog.WarnLevel)
 			break
 		}
 	}
@@ -383,7 +383,7 @@ func openEachSink(cfg *config.Config, log zerolog.Logger) (sinks map[string]sink
 				ClientID:        sc.ClientID,
 				Timeout:         sc.Timeout,
 				MaxMessageBytes: sc.MaxMessageBytes,
-				Logger:          log.With().Str("sink", name).Logger(),
+				Logger:          log, // the sink adds sink=name
 			}
 			if kc.TLS, err = sc.TLS.ClientConfig(); err != nil {
 				break
@@ -401,7 +401,7 @@ func openEachSink(cfg *config.Config, log zerolog.Logger) (sinks map[string]sink
 				SecretKey:   sc.SecretKey,
 				SendTimeout: sc.SendTimeout,
 				Name:        name,
-				Logger:      log.With().Str("sink", name).Logger(),
+				Logger:      log, // the sink adds sink=name
 			})
 		default:
 			err = fmt.Errorf("sink type %q is not supported by this build", sc.Type)
@@ -557,7 +557,7 @@ func openSource(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*s
 		if errors.As(err, &me) || ctx.Err() != nil {
 			return nil, err // the server answered (access denied, unknown database …)
 		}
-		log.Warn().Err(err).Dur("backoff", backoff).Msg("source not reachable at start, retrying")
+		log.Warn().Err(err).Stringer("backoff", backoff).Msg("source not reachable at start, retrying")
 		select {
 		case <-ctx.Done():
 			return nil, err

@@ -14,6 +14,7 @@ import (
 	"github.com/outboxd/outboxd/admin"
 	"github.com/outboxd/outboxd/binlog/server"
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/internal/logging"
 	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/pipeline"
 	"github.com/outboxd/outboxd/sink"
@@ -290,10 +291,10 @@ func (o *ops) heartbeatLoop(ctx context.Context, hb *config.Heartbeat) {
 			}
 			if now.Sub(lastLog) >= time.Minute {
 				lastLog = now
-				log.Warn().Err(err).Time("failing_since", failingSince).Msg("heartbeat row not written")
+				log.Warn().Err(err).Str("failing_since", logging.Time(failingSince)).Msg("heartbeat row not written")
 			}
 		case err == nil && !failingSince.IsZero():
-			log.Info().Time("failing_since", failingSince).Msg("heartbeat row written again")
+			log.Info().Str("failing_since", logging.Time(failingSince)).Msg("heartbeat row written again")
 			failingSince, lastLog = time.Time{}, time.Time{}
 		}
 		select {

@@ -143,7 +143,7 @@ func reverify(ctx context.Context, db *sql.DB, cfg *config.Config, log zerolog.L
 			}
 			return err
 		}
-		log.Warn().Err(err).Dur("retry_in", backoff).Msg("source not inspectable before reconnecting, retrying")
+		log.Warn().Err(err).Stringer("retry_in", backoff).Msg("source not inspectable before reconnecting, retrying")
 		select {
 		case <-ctx.Done():
 			return nil

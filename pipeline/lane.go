@@ -318,7 +318,7 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 		if now := p.cfg.Now(); (len(waiting) == 0 || others > 0) && (attempt == 1 || now.Sub(lastLog) >= 5*time.Second) {
 			lastLog = now
 			p.cfg.Logger.Warn().Str("sink", name).Int("unacked", len(items)).Int("attempt", attempt).
-				Dur("backoff", backoff).Str("gtid", items[0].txn.GTID).Err(err).Msg("send not acknowledged, retrying")
+				Stringer("backoff", backoff).Str("gtid", items[0].txn.GTID).Err(err).Msg("send not acknowledged, retrying")
 		}
 		select {
 		case <-ctx.Done():

@@ -265,7 +265,7 @@ func (p *Pipeline) Run(ctx context.Context, in <-chan *binlog.Txn) error {
 			// A shutdown whose drain timed out loses nothing: the checkpoint saved above
 			// covers only what was acknowledged (at the least the start position, saved
 			// before streaming), and the rest is resent on the next start.
-			p.cfg.Logger.Warn().Err(laneErr).Dur("drain_timeout", p.cfg.DrainTimeout).
+			p.cfg.Logger.Warn().Err(laneErr).Stringer("drain_timeout", p.cfg.DrainTimeout).
 				Msg("shutdown: sends still unacknowledged after the drain timeout; the checkpoint stops before them, so they will be resent on the next start")
 			laneErr = nil
 		}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/outboxd/outboxd/internal/logging"
 )
 
 // ErrCheckpointSave is wrapped by the error Run returns when the checkpoint could not be
@@ -109,7 +111,7 @@ func (p *Pipeline) saveLoop(done <-chan struct{}, stop context.CancelCauseFunc) 
 		switch {
 		case err == nil:
 			if failures > 0 {
-				p.cfg.Logger.Info().Time("failing_since", failingSince).Int("failed_attempts", failures).
+				p.cfg.Logger.Info().Str("failing_since", logging.Time(failingSince)).Int("failed_attempts", failures).
 					Msg("checkpoint saved again; reading resumes")
 				failingSince, failures = time.Time{}, 0
 				p.gate.set(true)
@@ -135,8 +137,8 @@ func (p *Pipeline) saveLoop(done <-chan struct{}, stop context.CancelCauseFunc) 
 			retry := min(interval, maxSaveRetry)
 			if failures == 1 || now.Sub(lastLog) >= maxSaveRetry {
 				lastLog = now
-				p.cfg.Logger.Error().Err(err).Time("failing_since", failingSince).Int("failed_attempts", failures).
-					Dur("retry_in", retry).Dur("give_up_after", p.cfg.SaveFailureLimit).
+				p.cfg.Logger.Error().Err(err).Str("failing_since", logging.Time(failingSince)).Int("failed_attempts", failures).
+					Stringer("retry_in", retry).Stringer("give_up_after", p.cfg.SaveFailureLimit).
 					Msg("checkpoint not saved; reading paused, retrying")
 			}
 			timer.Reset(retry)

@@ -153,7 +153,7 @@ func (p *Pipeline) stallBegin(sinkName string, it item) {
 		then = "outboxd stops (this is the dead-letter topic)"
 	}
 	p.cfg.Logger.Warn().Str("sink", sinkName).Str("topic", it.msg.Topic).Str("event_id", string(it.ev.EventID.Bytes)).
-		Str("gtid", it.txn.GTID).Dur("missing_topic_timeout", p.cfg.MissingTopicWait).
+		Str("gtid", it.txn.GTID).Stringer("missing_topic_timeout", p.cfg.MissingTopicWait).
 		Msgf("topic %s does not exist on sink %s: holding its messages (and later ones of the same keys) and retrying until it is created; "+
 			"a message still waiting after retry.missing_topic_timeout %s: %s", it.msg.Topic, sinkName, p.cfg.MissingTopicWait, then)
 }
@@ -176,7 +176,7 @@ func (p *Pipeline) stallEnd(sinkName, topic string) {
 	p.stalls.mu.Unlock()
 	if last {
 		p.m.TopicMissing(sinkName, topic, false)
-		p.cfg.Logger.Info().Str("sink", sinkName).Str("topic", topic).Dur("waited", p.cfg.Now().Sub(st.since)).
+		p.cfg.Logger.Info().Str("sink", sinkName).Str("topic", topic).Stringer("waited", p.cfg.Now().Sub(st.since)).
 			Bool("timed_out", st.expired).Msg("no message waits for the missing topic any more")
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/daemon"
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/internal/logging"
 )
 
 // configEnv names the environment variable that is --config's default.
@@ -88,6 +89,9 @@ func loadConfig(path string) (*config.Config, error) {
 	return cfg, nil
 }
 
+// newLogger is the command's logger (see internal/logging for the line format), and becomes
+// the logger of the MySQL driver and of package log too, so their lines are JSON in the same
+// stream.
 func newLogger(c config.Log, w io.Writer) zerolog.Logger {
 	if c.Format == "console" {
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
@@ -96,7 +100,9 @@ func newLogger(c config.Log, w io.Writer) zerolog.Logger {
 	if err != nil || c.Level == "" {
 		lvl = zerolog.InfoLevel
 	}
-	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+	log := logging.New(w, lvl)
+	logging.RouteLibraries(log)
+	return log
 }
 
 func cmdRun(ctx context.Context, sig *signals, args []string, stdout, stderr io.Writer) error {

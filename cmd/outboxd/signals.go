@@ -9,6 +9,8 @@ import (
 	"syscall"
 
 	"github.com/rs/zerolog"
+
+	"github.com/outboxd/outboxd/internal/logging"
 )
 
 // exitForced is the exit code of a second SIGINT or SIGTERM during shutdown: outboxd exits at
@@ -44,7 +46,7 @@ func newSignals(stderr io.Writer, exit func(int)) *signals {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &signals{
 		ctx: ctx, cancel: cancel, ch: make(chan os.Signal, 4), exit: exit,
-		log: zerolog.New(stderr).With().Timestamp().Logger(),
+		log: logging.New(stderr, zerolog.InfoLevel),
 	}
 }
 

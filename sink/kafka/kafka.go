@@ -60,7 +60,8 @@ type Config struct {
 	AllowAutoTopicCreation bool
 	// Compression of record batches; zero is none.
 	Compression kafkago.Compression
-	// Logger receives debug logs about metadata refreshes; the zero Logger discards.
+	// Logger receives debug logs about metadata refreshes, with sink=<name> added (do not add
+	// it yourself: a key given twice is a duplicate JSON key); the zero Logger discards.
 	Logger zerolog.Logger
 	// TLS, when set, encrypts every broker connection with it.
 	TLS *tls.Config

@@ -5,10 +5,13 @@ import (
 
 	"github.com/apache/rocketmq-client-go/v2/rlog"
 	"github.com/rs/zerolog"
+
+	"github.com/outboxd/outboxd/internal/logging"
 )
 
 // RouteClientLog sends rocketmq-client-go's own log (rlog) to l, at level min and above,
-// with component=rocketmq-client; below min it is discarded. The client logs every route
+// with library=rocketmq-client (l's own fields kept); below min it is discarded. Field values
+// are encoded as outboxd's own (durations as Go strings, see internal/logging). The client logs every route
 // refresh at info level to stdout by default, and its Fatal exits the process: the adapter
 // logs Fatal as an error instead. Fields whose name mentions a secret or signature are
 // redacted (the client never logs the SecretKey itself, only requests carrying the AccessKey
@@ -17,7 +20,7 @@ import (
 // The client's logger is process-wide and not synchronised: call RouteClientLog once at
 // startup, before any Sink is created. It does not block.
 func RouteClientLog(l zerolog.Logger, min zerolog.Level) {
-	rlog.SetLogger(&clientLog{log: l.With().Str("component", "rocketmq-client").Logger().Level(min)})
+	rlog.SetLogger(&clientLog{log: l.With().Str("library", "rocketmq-client").Logger().Level(min)})
 }
 
 // clientLog adapts zerolog to rlog.Logger.
@@ -33,7 +36,7 @@ func (c *clientLog) emit(e *zerolog.Event, msg string, fields map[string]any) {
 			e = e.Str(k, "[redacted]")
 			continue
 		}
-		e = e.Interface(k, v)
+		e = logging.Field(e, k, v)
 	}
 	e.Msg(msg)
 }

@@ -66,7 +66,7 @@ type Config struct {
 	// net.DefaultResolver.LookupHost.
 	lookup lookupFunc
 	// Logger receives debug logs (one line per acknowledged message with msg_id, queue and
-	// offset) and warnings about dropped headers; the zero Logger discards.
+	// offset) and warnings about dropped headers, with sink=<name> added; the zero Logger discards.
 	Logger zerolog.Logger
 }
 
