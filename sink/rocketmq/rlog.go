@@ -2,6 +2,8 @@ package rocketmq
 
 import (
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/apache/rocketmq-client-go/v2/rlog"
 	"github.com/rs/zerolog"
@@ -17,16 +19,31 @@ import (
 // redacted (the client never logs the SecretKey itself, only requests carrying the AccessKey
 // and a signature).
 //
-// The client's logger is process-wide and not synchronised: call RouteClientLog once at
-// startup, before any Sink is created. It does not block.
+// The client's logger variable is process-wide and not synchronised, and the client's
+// goroutines read it while they run, so it is set once, to an adapter whose target is swapped
+// atomically: RouteClientLog is safe for concurrent use and may be called again (by each
+// OpenSinks, by tests) while clients log. It does not block.
 func RouteClientLog(l zerolog.Logger, min zerolog.Level) {
-	rlog.SetLogger(&clientLog{log: l.With().Str("library", "rocketmq-client").Logger().Level(min)})
+	target := l.With().Str("library", "rocketmq-client").Logger().Level(min)
+	routed.log.Store(&target)
+	routeOnce.Do(func() { rlog.SetLogger(&routed) })
 }
 
-// clientLog adapts zerolog to rlog.Logger.
-type clientLog struct{ log zerolog.Logger }
+var (
+	routeOnce sync.Once
+	// routed is the adapter the client holds; its target moves with each RouteClientLog.
+	routed clientLog
+)
 
-func (c *clientLog) emit(e *zerolog.Event, msg string, fields map[string]any) {
+// clientLog adapts zerolog to rlog.Logger.
+type clientLog struct{ log atomic.Pointer[zerolog.Logger] }
+
+func (c *clientLog) emit(level zerolog.Level, msg string, fields map[string]any) {
+	l := c.log.Load()
+	if l == nil {
+		return
+	}
+	e := eventAt(l, level)
 	if e == nil { // level disabled
 		return
 	}
@@ -41,11 +58,25 @@ func (c *clientLog) emit(e *zerolog.Event, msg string, fields map[string]any) {
 	e.Msg(msg)
 }
 
-func (c *clientLog) Debug(msg string, f map[string]any)   { c.emit(c.log.Debug(), msg, f) }
-func (c *clientLog) Info(msg string, f map[string]any)    { c.emit(c.log.Info(), msg, f) }
-func (c *clientLog) Warning(msg string, f map[string]any) { c.emit(c.log.Warn(), msg, f) }
-func (c *clientLog) Error(msg string, f map[string]any)   { c.emit(c.log.Error(), msg, f) }
-func (c *clientLog) Fatal(msg string, f map[string]any)   { c.emit(c.log.Error(), msg, f) }
+func (c *clientLog) Debug(msg string, f map[string]any)   { c.emit(zerolog.DebugLevel, msg, f) }
+func (c *clientLog) Info(msg string, f map[string]any)    { c.emit(zerolog.InfoLevel, msg, f) }
+func (c *clientLog) Warning(msg string, f map[string]any) { c.emit(zerolog.WarnLevel, msg, f) }
+func (c *clientLog) Error(msg string, f map[string]any)   { c.emit(zerolog.ErrorLevel, msg, f) }
+func (c *clientLog) Fatal(msg string, f map[string]any)   { c.emit(zerolog.ErrorLevel, msg, f) }
+
+// eventAt starts an event at level on l: nil when l's level drops it.
+func eventAt(l *zerolog.Logger, level zerolog.Level) *zerolog.Event {
+	switch level {
+	case zerolog.DebugLevel:
+		return l.Debug()
+	case zerolog.InfoLevel:
+		return l.Info()
+	case zerolog.WarnLevel:
+		return l.Warn()
+	default:
+		return l.Error()
+	}
+}
 
 // Level is the client's way to change its level; the level given to RouteClientLog wins.
 func (c *clientLog) Level(string) {}
