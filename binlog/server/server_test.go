@@ -507,3 +507,24 @@ func TestPurgedSeveralServersInADomain(t *testing.T) {
 		t.Errorf("Purged = %q from Gtid_list %s, want the server's position at the oldest binlog's start %q", purged.String(), list, serverPos)
 	}
 }
+
+// With lower_case_table_names=1 the server finds app.Outbox for app.outbox, but the binlog names
+// the table as stored (lower case) and outboxd matches names exactly, so a config that spells it
+// otherwise would read no row: check must say so (run refuses on it), not pass.
+func TestCheckTableNameCase(t *testing.T) {
+	s, root := setup(t, mariadb.Options{ExtraArgs: []string{"--lower-case-table-names=1"}})
+	db := openAs(t, s, root, "ob",
+		"GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO %s",
+		"GRANT SELECT ON app.outbox TO %s")
+	ps, err := Check(t.Context(), db, gtid.MariaDB, []string{"app.outbox"})
+	if err != nil || len(ps) != 0 {
+		t.Fatalf("as stored: %v, %v", ps, err)
+	}
+	ps, err = Check(t.Context(), db, gtid.MariaDB, []string{"App.Outbox"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 1 || ps[0].Warning || ps[0].Check != CheckTableExists || !strings.Contains(ps[0].Fix, "app.outbox") {
+		t.Errorf("App.Outbox: %+v", ps)
+	}
+}
