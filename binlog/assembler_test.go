@@ -34,6 +34,10 @@ func TestDDLMentionsTable(t *testing.T) {
 		{"GRANT SELECT ON shop.outbox_event TO u", false},
 		{"ALTERX outbox_event", false},
 		{"/* unterminated", false},
+		// The binlog keeps a statement's leading comments as the client sent them.
+		{"-- migration 42\nALTER TABLE outbox_event MODIFY biz_key VARCHAR(64) AFTER id", true},
+		{"--\tnote\r\n# second\n/* third */ ALTER TABLE outbox_event ADD COLUMN x INT", true},
+		{"-- ALTER TABLE outbox_event\nSELECT 1", false},
 	}
 	for _, c := range cases {
 		if got := ddlMentionsTable(c.q, "shop", "outbox_event"); got != c.want {

@@ -111,6 +111,9 @@ func executeLoadQuery(raw []byte) (db, q string, ok bool) {
 func dmlTargets(q string) (verb string, targets []statementTarget) {
 	lx := lexer{s: q}
 	first := lx.next()
+	if first.isWord("SET") {
+		first = lx.skipSetStatement() // MariaDB: SET STATEMENT var=value [, ...] FOR INSERT ...
+	}
 	if first.kind == tokWord && strings.EqualFold(first.text, "WITH") {
 		first = lx.skipWith() // MySQL 8: WITH cte AS (...) UPDATE/DELETE ...
 	}
@@ -185,7 +188,7 @@ func (lx *lexer) next() token {
 		switch {
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
 			lx.i++
-		case c == '#' || (c == '-' && strings.HasPrefix(lx.s[lx.i:], "-- ")):
+		case c == '#' || isDashComment(lx.s[lx.i:]):
 			if end := strings.IndexByte(lx.s[lx.i:], '\n'); end >= 0 {
 				lx.i += end + 1
 			} else {
@@ -326,4 +329,25 @@ func (lx *lexer) skipWith() token {
 			}
 		}
 	}
+}
+
+// isDashComment reports whether s starts a "-- " comment: two dashes and then a blank or a
+// control character (the server's lexer takes "--\t" and "--\n" as comments too), or the end.
+func isDashComment(s string) bool {
+	return strings.HasPrefix(s, "--") && (len(s) == 2 || s[2] <= ' ' || s[2] == 0x7f)
+}
+
+// skipSetStatement is called after a leading SET: for MariaDB's "SET STATEMENT var=value [, ...]
+// FOR stmt", which the binlog keeps as written, it returns stmt's first token; for any other SET
+// it returns EOF (no targets).
+func (lx *lexer) skipSetStatement() token {
+	if !lx.next().isWord("STATEMENT") {
+		return token{kind: tokEOF}
+	}
+	for t := lx.next(); t.kind != tokEOF; t = lx.next() {
+		if lx.depth == 0 && t.isWord("FOR") {
+			return lx.next()
+		}
+	}
+	return token{kind: tokEOF}
 }

@@ -42,6 +42,20 @@ func TestDMLTargets(t *testing.T) {
 		{"", ""},
 		{"# comment only\n", ""},
 		{"-- c\nINSERT INTO outbox_event VALUES (1)", "INSERT [.outbox_event]"},
+		// The server takes "--" and any blank or control character as a comment, and the
+		// binlog keeps it (MariaDB 10.11: "use `shop`; --\tc2\nINSERT INTO outbox_event ...").
+		{"--\tc\nINSERT INTO outbox_event VALUES (1)", "INSERT [.outbox_event]"},
+		{"--\nINSERT INTO outbox_event VALUES (1)", "INSERT [.outbox_event]"},
+		{"INSERT INTO orders (note) VALUES (5--1)", "INSERT [.orders]"},
+		// MariaDB's per-statement variables, logged as written.
+		{"SET STATEMENT sql_mode='' FOR INSERT INTO outbox_event (event_id) VALUES ('a')", "INSERT [.outbox_event]"},
+		{"set statement max_statement_time=1, sql_mode=(SELECT 'FOR') for replace into shop.outbox_event values (1)", "REPLACE [shop.outbox_event]"},
+		{"SET STATEMENT sql_mode='' FOR DELETE FROM outbox_event", "DELETE [.FROM .outbox_event]"},
+		{"SET @x = 'FOR INSERT INTO outbox_event'", ""},
+		{"SET STATEMENT sql_mode=''", ""},
+		{"SAVEPOINT outbox_event", ""},
+		{"XA COMMIT 'outbox_event'", ""},
+		{"/* INSERT INTO outbox_event */ SELECT 1", ""},
 	}
 	for _, c := range cases {
 		verb, targets := dmlTargets(c.q)

@@ -315,3 +315,14 @@ func TestReadOnlyCommandsNeedNoPassword(t *testing.T) {
 		t.Errorf("status without --config or --addr exited %d:\n%s", code, out)
 	}
 }
+
+// lower_case_table_names=1: the server finds the outbox table under any spelling, but the binlog
+// names it as stored, in lower case. A config that spells it otherwise would match no row and
+// checkpoint past them all; run refuses with the spelling to use.
+func TestRunRefusesTableNameCase(t *testing.T) {
+	srv := mariadb.StartT(t, mariadb.Options{ExtraArgs: []string{"--lower-case-table-names=1"}})
+	w := newWorld(t, srv)
+	o := simpleCfg(t, w, kafkaCluster(t, "t"), "")
+	o.Tables = []string{w.schema + ".Outbox_Event"}
+	wantRefusal(t, writeCfg(t, o), []string{"exactly as the server names them: " + w.schema + ".outbox_event"})
+}

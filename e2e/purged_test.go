@@ -214,3 +214,71 @@ func TestDuplicateServerIDStops(t *testing.T) {
 		t.Fatalf("restarted outboxd exited %d:\n%s", code, p2.output())
 	}
 }
+
+// After a failover or a server_id change, every later binlog's Gtid_list names one GTID per
+// server of a domain ("[0-2-9,0-1-10]"). Once the older binlogs are purged, outboxd reads the
+// oldest one's list to check its start: it must still start from its checkpoint, and from
+// start: earliest, and deliver what follows.
+func TestStartAfterServerIDChange(t *testing.T) {
+	srv := mariadb.StartT(t, mariadb.Options{}) // its own server: it purges
+	w := newWorld(t, srv)
+	kc := kafkaCluster(t, "t")
+	o := simpleCfg(t, w, kc, w.position())
+	c := newConsumer(t, kc, "t")
+	r := startRelay(t, o, daemon.Options{})
+	conn, err := w.db.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, q := range []string{"SET SESSION server_id = 2",
+		"INSERT INTO " + w.schema + ".outbox_event (event_id, biz_key, topic, payload) VALUES ('srv2', 'k', 't', 'x')"} {
+		if _, err := conn.ExecContext(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	g := w.commit(row{EventID: "srv1", Key: "k", Topic: "t", Payload: []byte("y")})
+	c.waitForEvent("srv1", 20*time.Second)
+	waitCheckpoint(t, o.Dir, g, 10*time.Second)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	w.purgeAllButNewest()
+	var list string
+	rows, err := w.db.Query("SHOW BINLOG EVENTS LIMIT 3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var log, typ, info string
+		var pos, sid, end any
+		if err := rows.Scan(&log, &pos, &typ, &sid, &end, &info); err != nil {
+			t.Fatal(err)
+		}
+		if typ == "Gtid_list" {
+			list = info
+		}
+	}
+	rows.Close()
+	if !strings.Contains(list, "0-2-") || !strings.Contains(list, "0-1-") {
+		t.Fatalf("the oldest binlog's Gtid_list is %q, want both servers of domain 0", list)
+	}
+
+	after := w.commit(row{EventID: "after", Key: "k", Topic: "t", Payload: []byte("z")})
+	t.Run("from the checkpoint", func(t *testing.T) {
+		r := startRelay(t, o, daemon.Options{})
+		c.waitForEvent("after", 20*time.Second)
+		waitCheckpoint(t, o.Dir, after, 10*time.Second)
+		if err := r.stop(t); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("earliest", func(t *testing.T) {
+		o2 := simpleCfg(t, w, kc, "earliest")
+		r := startRelay(t, o2, daemon.Options{})
+		waitCheckpoint(t, o2.Dir, after, 20*time.Second)
+		if err := r.stop(t); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -29,6 +29,14 @@ func TestUnreadableOutboxRowStopsOutboxd(t *testing.T) {
 		{"statement", "SET SESSION binlog_format = 'STATEMENT'",
 			"INSERT INTO outbox_event (event_id, biz_key, topic, payload) VALUES ('bad', 'k', 't', 'p')",
 			[]string{"statement-logged INSERT", "binlog_format=ROW", "SET SESSION binlog_format"}},
+		// The binlog keeps the text as sent: a "--<tab>" comment before it and MariaDB's
+		// per-statement variables must not hide the INSERT.
+		{"statement after a tab comment", "SET SESSION binlog_format = 'STATEMENT'",
+			"--\tfrom the app\nINSERT INTO outbox_event (event_id, biz_key, topic, payload) VALUES ('bad', 'k', 't', 'p')",
+			[]string{"statement-logged INSERT", "binlog_format=ROW"}},
+		{"set statement for", "SET SESSION binlog_format = 'STATEMENT'",
+			"SET STATEMENT sql_mode = '' FOR INSERT INTO outbox_event (event_id, biz_key, topic, payload) VALUES ('bad', 'k', 't', 'p')",
+			[]string{"statement-logged INSERT", "binlog_format=ROW"}},
 		// MariaDB's default: a deterministic INSERT is logged as a statement.
 		{"mixed", "SET SESSION binlog_format = 'MIXED'",
 			"INSERT INTO outbox_event (event_id, biz_key, topic, payload) VALUES ('bad', 'k', 't', 'p')",

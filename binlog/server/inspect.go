@@ -245,6 +245,9 @@ func checkTable(ctx context.Context, db *sql.DB, user, schema, table string, t T
 	rows, err := db.QueryContext(ctx, "SELECT * FROM "+q+" LIMIT 0")
 	if err == nil {
 		rows.Close()
+		if p, err := checkTableNameCase(ctx, db, schema, table, nameField); p != nil || err != nil {
+			return p, err
+		}
 		return checkColumns(ctx, db, schema, table, t)
 	}
 	var me *mysql.MySQLError
@@ -282,6 +285,27 @@ func checkTable(ctx context.Context, db *sql.DB, user, schema, table string, t T
 		}}, nil
 	}
 	return nil, fmt.Errorf("check outbox table %s.%s: %w", schema, table, err)
+}
+
+// checkTableNameCase reports a table the server names in another letter case than the config.
+// With lower_case_table_names=1 (or 2) the server finds `Shop`.`Outbox` for shop.outbox, but
+// the binlog's TABLE_MAP carries the name as the server stores it, which outboxd matches
+// exactly: every row would be ignored and the checkpoint would move past it.
+func checkTableNameCase(ctx context.Context, db *sql.DB, schema, table, nameField string) ([]Problem, error) {
+	var storedSchema, storedTable string
+	err := db.QueryRowContext(ctx, "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+		schema, table).Scan(&storedSchema, &storedTable)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && storedSchema == schema && storedTable == table {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("check the name of outbox table %s.%s: %w", schema, table, err)
+	}
+	return []Problem{{
+		Setting: "table " + schema + "." + table, Check: CheckTableExists,
+		Found: "named " + quoteIdent(storedSchema) + "." + quoteIdent(storedTable) + " on the server (lower_case_table_names), and the binlog carries that name, so outboxd would match none of its rows",
+		Fix:   "write the schema and table in the outboxd config (" + nameField + ") exactly as the server names them: " + storedSchema + "." + storedTable,
+	}}, nil
 }
 
 // visibleTables lists up to 20 tables of schema the account can see, sorted.

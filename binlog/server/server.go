@@ -133,6 +133,18 @@ func Purged(ctx context.Context, db *sql.DB, f gtid.Flavor) (gtid.Set, error) {
 		if len(list) == len(info) {
 			return gtid.Set{}, fmt.Errorf("binlog %s: unexpected Gtid_list info %q, want [d-s-n,...]", oldest, info)
 		}
+		if repeatsDomain(list) {
+			// Only the server knows which GTID of a domain is its position there.
+			var pos sql.NullString
+			if err := db.QueryRowContext(ctx, "SELECT BINLOG_GTID_POS(?, 4)", oldest).Scan(&pos); err != nil {
+				return gtid.Set{}, fmt.Errorf("binlog %s: Gtid_list %q names a domain more than once; BINLOG_GTID_POS for its position: %w", oldest, info, err)
+			}
+			if !pos.Valid {
+				return gtid.Set{}, fmt.Errorf("binlog %s: Gtid_list %q names a domain more than once and BINLOG_GTID_POS(%s, 4) is NULL (purged meanwhile?)",
+					oldest, info, quoteString(oldest))
+			}
+			list = pos.String
+		}
 		s, err := gtid.Parse(f, strings.ReplaceAll(list, " ", ""))
 		if err != nil {
 			return gtid.Set{}, fmt.Errorf("binlog %s: Gtid_list %q: %w", oldest, info, err)
@@ -141,6 +153,22 @@ func Purged(ctx context.Context, db *sql.DB, f gtid.Flavor) (gtid.Set, error) {
 	}
 	// Every MariaDB 10+ binlog starts with a Gtid_list; a file without one predates GTIDs.
 	return gtid.Empty(f), nil
+}
+
+// repeatsDomain reports whether a Gtid_list's text names a domain more than once. The list holds
+// the last GTID of every (domain, server_id) pair the binlog has seen, so it does after any
+// failover or server_id change ("0-3-2,0-2-5,0-1-6"), in an order that does not tell which of
+// them was logged last (MariaDB 10.11 listed 0-3-2, the last one, first).
+func repeatsDomain(list string) bool {
+	seen := map[string]bool{}
+	for _, g := range strings.Split(list, ",") {
+		d, _, _ := strings.Cut(strings.TrimSpace(g), "-")
+		if seen[d] {
+			return true
+		}
+		seen[d] = true
+	}
+	return false
 }
 
 // BinaryLogs lists the server's binlog files, oldest first (SHOW BINARY LOGS). It needs

@@ -425,3 +425,106 @@ func TestColumnReader(t *testing.T) {
 		t.Error("missing table: no error")
 	}
 }
+
+// After a failover or a server_id change a domain has GTIDs of several servers, and every later
+// binlog's Gtid_list names each of them ("[0-2-3,0-1-4]"); with gtid_strict_mode off the last
+// one logged may carry a lower sequence number. Purged must read the domain's position (the
+// last logged), not refuse the list, or every start with a checkpoint fails on such a server.
+func TestPurgedSeveralServersInADomain(t *testing.T) {
+	s, root := setup(t, mariadb.Options{})
+	ctx := t.Context()
+	conn, err := root.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, q := range []string{
+		"INSERT INTO app.other VALUES (1)",
+		"SET SESSION server_id = 2", "INSERT INTO app.other VALUES (2)",
+		"SET SESSION server_id = 1", "INSERT INTO app.other VALUES (3)",
+		// A promoted server that continued with lower numbers (gtid_strict_mode off).
+		"SET GLOBAL gtid_strict_mode = 0",
+		"SET SESSION server_id = 3", "SET SESSION gtid_seq_no = 2", "INSERT INTO app.other VALUES (4)",
+	} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	var raw string
+	if err := root.QueryRow("SELECT @@gtid_binlog_pos").Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	if raw != "0-3-2" {
+		t.Fatalf("@@gtid_binlog_pos = %q, want 0-3-2", raw)
+	}
+	exec(t, root, "FLUSH BINARY LOGS")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		files, err := BinaryLogs(ctx, root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(files) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("PURGE BINARY LOGS kept %v", files)
+		}
+		exec(t, root, "PURGE BINARY LOGS TO '"+files[len(files)-1]+"'")
+		time.Sleep(100 * time.Millisecond)
+	}
+	files, err := BinaryLogs(ctx, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list, serverPos string
+	if err := root.QueryRow("SELECT BINLOG_GTID_POS(?, 4)", files[0]).Scan(&serverPos); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := root.Query("SHOW BINLOG EVENTS IN '" + files[0] + "' LIMIT 3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := scanAll(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if r["Event_type"] == "Gtid_list" {
+			list = r["Info"]
+		}
+	}
+	if strings.Count(list, "0-") != 3 {
+		t.Fatalf("Gtid_list of %s = %q, want three servers in domain 0", files[0], list)
+	}
+	// As the user outboxd runs as.
+	db := openAs(t, s, root, "ob", "GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO %s")
+	purged, err := Purged(ctx, db, gtid.MariaDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if purged.String() != serverPos {
+		t.Errorf("Purged = %q from Gtid_list %s, want the server's position at the oldest binlog's start %q", purged.String(), list, serverPos)
+	}
+}
+
+// With lower_case_table_names=1 the server finds app.Outbox for app.outbox, but the binlog names
+// the table as stored (lower case) and outboxd matches names exactly, so a config that spells it
+// otherwise would read no row: check must say so (run refuses on it), not pass.
+func TestCheckTableNameCase(t *testing.T) {
+	s, root := setup(t, mariadb.Options{ExtraArgs: []string{"--lower-case-table-names=1"}})
+	db := openAs(t, s, root, "ob",
+		"GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO %s",
+		"GRANT SELECT ON app.outbox TO %s")
+	ps, err := Check(t.Context(), db, gtid.MariaDB, []string{"app.outbox"})
+	if err != nil || len(ps) != 0 {
+		t.Fatalf("as stored: %v, %v", ps, err)
+	}
+	ps, err = Check(t.Context(), db, gtid.MariaDB, []string{"App.Outbox"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 1 || ps[0].Warning || ps[0].Check != CheckTableExists || !strings.Contains(ps[0].Fix, "app.outbox") {
+		t.Errorf("App.Outbox: %+v", ps)
+	}
+}
