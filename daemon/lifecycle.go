@@ -21,7 +21,9 @@ import (
 // checkpoint that reached the disk, which /status reports, apart from what is acknowledged but
 // not yet saved. Safe for concurrent use.
 type savedStore struct {
-	store *checkpoint.Store
+	store checkpoint.Storage
+	// fault ends the session on a mysql store failure that pausing cannot fix (store.go).
+	fault storeFault
 
 	mu           sync.Mutex
 	last         checkpoint.Checkpoint // on disk; zero Flavor before the first save or load
@@ -33,6 +35,9 @@ type savedStore struct {
 // blocks on file I/O.
 func (s *savedStore) Save(c checkpoint.Checkpoint) error {
 	err := s.store.Save(c)
+	if err != nil {
+		s.fault.report(err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
@@ -110,7 +115,7 @@ func startupStopped(ctx context.Context, err error, log zerolog.Logger) error {
 // prepareCheckpoint records the checkpoint found at start (for /status and the metrics) and
 // persists a start position that did not come from it. Every later save goes through the
 // returned store.
-func prepareCheckpoint(store *checkpoint.Store, m *metrics.Metrics, start gtid.Set, origin string, log zerolog.Logger) (*savedStore, error) {
+func prepareCheckpoint(store checkpoint.Storage, m *metrics.Metrics, start gtid.Set, origin string, log zerolog.Logger) (*savedStore, error) {
 	saver := &savedStore{store: store}
 	if cp, err := store.Load(); err == nil && cp != nil {
 		m.CheckpointLoaded(cp.SavedAt, cp.CommitTime)
