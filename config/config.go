@@ -222,7 +222,7 @@ type Retry struct {
 
 // Checkpoint says where and how often the acknowledged GTID position is saved.
 type Checkpoint struct {
-	// Store is CheckpointStoreFile (default: Path) or CheckpointStoreMySQL (one row of Table,
+	// Store is CheckpointStoreFile ("" too, the default: Path) or CheckpointStoreMySQL (one row of Table,
 	// keyed by Name, on the writable primary at WriterAddr).
 	Store string `yaml:"store"`
 	// Path is the checkpoint file (file store only).
@@ -455,7 +455,6 @@ func (c *Config) ApplyDefaults() {
 	setDefaultDur(&c.Retry.Initial, DefaultRetryInitial)
 	setDefaultDur(&c.Retry.Max, DefaultRetryMax)
 	setDefaultDur(&c.Retry.MissingTopicTimeout, DefaultMissingTopicTimeout)
-	setDefault(&c.Checkpoint.Store, CheckpointStoreFile)
 	if c.Checkpoint.MySQL() {
 		setDefault(&c.Checkpoint.Table, DefaultCheckpointTable)
 		setDefault(&c.Checkpoint.WriterAddr, c.Source.Addr)
