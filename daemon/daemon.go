@@ -244,6 +244,10 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 			}
 			return err
 		}
+		if err := resumeSaved(ctx, saver, start, log); err != nil || ctx.Err() != nil {
+			saver.logStopped(log, start)
+			return err
+		}
 		m.SourceReconnect() // counted once the next session is about to start, not for a stop
 	}
 }

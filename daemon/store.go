@@ -16,6 +16,8 @@ import (
 	"github.com/outboxd/outboxd/binlog/server"
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/pipeline"
 )
 
 // OpenStore opens the configured checkpoint store: the file (locked until Close) or the row of
@@ -135,4 +137,32 @@ func pingWriter(ctx context.Context, store checkpoint.Storage, log zerolog.Logge
 		}
 		backoff = min(2*backoff, reconnectMax)
 	}
+}
+
+// resumeSaved writes the acknowledged position before the next session when the last save did
+// not reach the store (the writer went away during the session's final save): a new session
+// saves only on new progress, so an idle server would otherwise keep the older row until the
+// next transaction. It waits for the writer with the reconnect backoff while it is away and
+// returns nil when ctx ends; any other failure is returned (the daemon stops with it).
+func resumeSaved(ctx context.Context, saver *savedStore, start gtid.Set, log zerolog.Logger) error {
+	if _, mysql := saver.store.(*checkpoint.MySQLStore); !mysql || saver.state().last.GTIDSet == start.String() {
+		return nil // the file store's failed saves end the run (pipeline's SaveFailureLimit)
+	}
+	backoff := reconnectInitial
+	for ctx.Err() == nil {
+		err := saver.Save(checkpoint.Checkpoint{Flavor: start.Flavor(), GTIDSet: start.String(), SavedAt: time.Now().UTC()})
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, checkpoint.ErrUnreachable) {
+			return fmt.Errorf("save the acknowledged position %s before reconnecting: %w: %w", start, pipeline.ErrCheckpointSave, err)
+		}
+		log.Warn().Err(err).Stringer("retry_in", backoff).Msg("checkpoint writer not reachable, waiting")
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, reconnectMax)
+	}
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/daemon"
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/testenv/faultproxy"
 	"github.com/outboxd/outboxd/testenv/mariadb"
 )
 
@@ -38,16 +39,21 @@ func storeRow(t *testing.T, db *sql.DB, table, name string) (set, savedAt string
 	return set, savedAt
 }
 
+// waitStoreRow waits until the row covers want (it may cover outboxd's own saves beyond it).
 func waitStoreRow(t *testing.T, db *sql.DB, table, name, want string, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
+	ws, err := gtid.Parse(gtid.MariaDB, want)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for {
 		got, _ := storeRow(t, db, table, name)
-		if got == want {
+		if gs, err := gtid.Parse(gtid.MariaDB, got); err == nil && got != "" && gs.Contains(ws) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("checkpoint row is %q, want %q within %s", got, want, timeout)
+			t.Fatalf("checkpoint row is %q, want it to cover %q within %s", got, want, timeout)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -95,10 +101,10 @@ func TestMySQLStoreDeliversAndStaysQuietWhenIdle(t *testing.T) {
 	if pos := w.position(); pos != pos0 {
 		t.Fatalf("idle server: the binlog moved from %s to %s (outboxd saving its own saves?)", pos0, pos)
 	}
-	// The save after the rows was itself a transaction, read back and not saved for: the row
-	// names the last outbox transaction, the server is one transaction (that save) further.
-	if set0 != last || gtidSeq(t, pos0) != gtidSeq(t, last)+1 {
-		t.Fatalf("idle: row %s, server %s; want the row at %s and the server one save further", set0, pos0, last)
+	// The last save was itself a transaction, read back and not saved for: the server is
+	// exactly one transaction (that save) past the row.
+	if gtidSeq(t, pos0) != gtidSeq(t, set0)+1 || gtidSeq(t, set0) < gtidSeq(t, last) {
+		t.Fatalf("idle: row %s, server %s; want the row at %s or later and the server one save further", set0, pos0, last)
 	}
 
 	// A business transaction without outbox rows is progress: it is saved.
@@ -298,5 +304,65 @@ func TestMySQLStoreCheckAndCommands(t *testing.T) {
 	}
 	if got, _ := storeRow(t, w.db, table, "relay-c"); got != next {
 		t.Fatalf("row after set %q, want %q", got, next)
+	}
+}
+
+// The writer (checkpoint.writer_addr, here a proxy in front of the same server) goes away while
+// the binlog source stays up: the failed save ends the session as a lost stream does, outboxd
+// waits for the writer and goes on; it does not exit, and nothing is lost.
+func TestMySQLStoreWriterOutageReconnects(t *testing.T) {
+	w := newWorld(t, sharedServer(t))
+	kc := kafkaCluster(t, "t")
+	o := simpleCfg(t, w, kc, w.position())
+	table := useMySQLStore(w, &o, "relay-w")
+	px, err := faultproxy.New(w.srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	o.Checkpoint += ", writer_addr: " + px.Addr()
+	r := startRelay(t, o, daemon.Options{})
+	c := newConsumer(t, kc, "t")
+
+	first := w.commit(row{EventID: "a0", Key: "k", Topic: "t", Payload: []byte("x")})
+	waitStoreRow(t, w.db, table, "relay-w", first, 10*time.Second)
+
+	px.SetMode(faultproxy.DropNew)
+	px.ResetAll()
+	var last string
+	for i := 1; i <= 5; i++ {
+		last = w.commit(row{EventID: fmt.Sprintf("a%d", i), Key: "k", Topic: "t", Payload: []byte("x")})
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(r.logs.String(), "checkpoint writer not reachable") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no wait for the writer logged:\n%s", r.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	select {
+	case err := <-r.done:
+		t.Fatalf("outboxd stopped while the writer was away: %v", err)
+	default:
+	}
+	if got, _ := storeRow(t, w.db, table, "relay-w"); gtidSeq(t, got) >= gtidSeq(t, last) {
+		t.Fatalf("row moved to %q while the writer was away", got)
+	}
+	px.SetMode(faultproxy.Pass)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, l := range strings.Split(r.logs.String(), "\n") {
+				if !strings.Contains(l, `"level":"debug"`) {
+					t.Log(l)
+				}
+			}
+		}
+	})
+	waitStoreRow(t, w.db, table, "relay-w", last, 20*time.Second)
+	c.waitForEvent("a5", 10*time.Second)
+	rs := c.settle(300 * time.Millisecond)
+	checkPerKeyOrder(t, rs, []string{"a0", "a1", "a2", "a3", "a4", "a5"})
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
 	}
 }
