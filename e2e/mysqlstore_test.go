@@ -305,6 +305,27 @@ func TestMySQLStoreCheckAndCommands(t *testing.T) {
 	if got, _ := storeRow(t, w.db, table, "relay-c"); got != next {
 		t.Fatalf("row after set %q, want %q", got, next)
 	}
+
+	// (e) UPDATE revoked under a running outboxd: the next save stops it at once (not after
+	// the 30 s a file store's failing saves get), saying which GRANT to run.
+	r := startRelay(t, o, daemon.Options{})
+	g := w.commit(row{EventID: "s2", Key: "k", Topic: "t", Payload: []byte("x")})
+	waitStoreRow(t, w.db, table, "relay-c", g, 10*time.Second)
+	w.exec("REVOKE UPDATE ON " + table + " FROM '" + user + "'@'%'")
+	began := time.Now()
+	w.commit(row{EventID: "s3", Key: "k", Topic: "t", Payload: []byte("x")})
+	select {
+	case err := <-r.done:
+		close(r.done)
+		if err == nil || !errors.Is(err, checkpoint.ErrStoreMisconfigured) || !strings.Contains(err.Error(), "GRANT SELECT, INSERT, UPDATE ON "+quoted) {
+			t.Fatalf("run stopped with %v", err)
+		}
+		if d := time.Since(began); d > 10*time.Second {
+			t.Fatalf("stopped after %s", d)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("outboxd still runs with UPDATE revoked:\n%s", r.logs.String())
+	}
 }
 
 // The writer (checkpoint.writer_addr, here a proxy in front of the same server) goes away while

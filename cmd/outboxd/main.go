@@ -51,7 +51,8 @@ signal exits 3 at once). Nothing is reloaded while it runs (SIGHUP is ignored): 
 apply a config change. Exits 2 on a bad config or flag, 1 on any other error.`},
 	"check": {"outboxd check [--config F] [--json]",
 		`Verifies the source server's settings, the account's privileges, every outbox table and its
-columns, every sink and each destination topic without placeholders, and prints one line per
+columns, the mysql checkpoint store's table and grants (checkpoint.store: mysql), every sink
+and each destination topic without placeholders, and prints one line per
 check: OK, WARN or FAIL with what to change. --json prints the same as one JSON object
 {"ok", "problems", "warnings", "verified"} (see the README). Exits 0 when nothing failed, 1 when
 something did, 2 on a bad config or flag.`},
