@@ -281,7 +281,7 @@ func (s *MySQLStore) wrap(op string, err error) error {
 	case erNoSuchTable, erBadDB, erBadField:
 		fix = "create the table: " + oneLine(CreateTableSQL(s.cfg.Table))
 	case erTableAccessDenied, erColumnAccess, erDBAccessDenied:
-		fix = "grant the store's privileges: " + GrantSQL(s.cfg.Table, "<source.user>")+" (your source.user account)"
+		fix = "grant the store's privileges: " + GrantSQL(s.cfg.Table, "<source.user>") + " (your source.user account)"
 	case erReadOnly, erReadOnlyTxn:
 		fix = "point checkpoint.writer_addr at the writable primary (this server is read-only)"
 	}
