@@ -89,8 +89,12 @@ func persistStart(saver pipeline.Saver, m *metrics.Metrics, start gtid.Set, orig
 	c := checkpoint.Checkpoint{Flavor: start.Flavor(), GTIDSet: start.String(), SavedAt: time.Now().UTC()}
 	if err := saver.Save(c); err != nil {
 		m.CheckpointSaveFailed()
-		return fmt.Errorf("save the start position %s (%s) as the checkpoint before streaming: %w: %w; make the checkpoint's directory writable",
-			c.GTIDSet, origin, pipeline.ErrCheckpointSave, err)
+		fix := "; make the checkpoint's directory writable"
+		if errors.Is(err, checkpoint.ErrStoreMisconfigured) || errors.Is(err, checkpoint.ErrUnreachable) || errors.Is(err, checkpoint.ErrSuperseded) {
+			fix = "" // the mysql store's error says what to change
+		}
+		return fmt.Errorf("save the start position %s (%s) as the checkpoint before streaming: %w: %w%s",
+			c.GTIDSet, origin, pipeline.ErrCheckpointSave, err, fix)
 	}
 	m.CheckpointSaved(c.SavedAt, time.Time{})
 	log.Info().Str("gtid_set", c.GTIDSet).Str("from", origin).Msg("start position saved as the checkpoint")
