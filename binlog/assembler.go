@@ -89,8 +89,14 @@ type AssemblerConfig struct {
 	// PieceEvents makes a transaction with more outbox rows than this come out in pieces of
 	// about this many events (see Txn.Partial); 0 means DefaultPieceEvents, negative never.
 	PieceEvents int
-	Logger      zerolog.Logger
+	// CheckpointTable is outboxd's own checkpoint table (the mysql store), whose transactions
+	// are marked Txn.OnlyCheckpoint; zero when the checkpoint is a file.
+	CheckpointTable TableRef
+	Logger          zerolog.Logger
 }
+
+// TableRef names one table.
+type TableRef struct{ Schema, Table string }
 
 // DefaultPieceEvents is the piece size of large transactions.
 const DefaultPieceEvents = 512
@@ -134,6 +140,9 @@ type Assembler struct {
 	// headers carry positions inside the compressed blob, not file positions.
 	inPayload bool
 	xa        xaGroup // see xa.go
+	// ckTable and ownRows mark outboxd's own checkpoint writes (own.go).
+	ckTable tableKey
+	ownRows ownRows
 }
 
 // NewAssembler returns an Assembler for the configured outbox tables. It does not block.
@@ -145,6 +154,7 @@ func NewAssembler(cfg AssemblerConfig) *Assembler {
 		resolver: cfg.Columns,
 		log:      cfg.Logger,
 		piece:    cfg.PieceEvents,
+		ckTable:  tableKey{cfg.CheckpointTable.Schema, cfg.CheckpointTable.Table},
 	}
 	if a.piece == 0 {
 		a.piece = DefaultPieceEvents
@@ -291,6 +301,7 @@ func (a *Assembler) begin(gt string, at time.Time, st txnState) {
 	}
 	a.cur = &Txn{GTID: gt, CommitTime: at}
 	a.emitted = false
+	a.ownRows = ownRows{}
 	a.state = st
 	a.xa = xaGroup{}
 }
@@ -298,6 +309,7 @@ func (a *Assembler) begin(gt string, at time.Time, st txnState) {
 func (a *Assembler) complete() *Txn {
 	t := a.cur
 	t.File, t.Pos = a.file, a.pos
+	t.OnlyCheckpoint = a.ownRows.only() && len(t.Events) == 0 && !a.emitted
 	if a.xa.open {
 		// An XA group that ends in a COMMIT rather than an XA_PREPARE_LOG_EVENT committed in one
 		// phase: pieces sent ahead as XAPending are committed with it.
@@ -358,6 +370,7 @@ func (a *Assembler) ddl(q string) {
 
 // handleRows turns the INSERTed rows of outbox tables into Events of the current transaction.
 func (a *Assembler) handleRows(ctx context.Context, ev *replication.BinlogEvent, e *replication.RowsEvent) error {
+	a.ownRows.note(a.ckTable, e)
 	if e.Type() != replication.EnumRowsEventTypeInsert || e.Table == nil {
 		return nil // UPDATE, DELETE, partial JSON update: outbox rows are insert-only
 	}

@@ -34,6 +34,9 @@ type Config struct {
 	Tables  []TableSpec
 	Columns ColumnResolver // optional; needed when the server writes binlog_row_metadata=MINIMAL
 	Logger  zerolog.Logger
+	// CheckpointTable is the mysql store's table, whose transactions are marked
+	// Txn.OnlyCheckpoint and not counted as transactions read by the lag gauges.
+	CheckpointTable TableRef
 
 	// HeartbeatPeriod is how often an idle source sends a heartbeat. Default 5s.
 	HeartbeatPeriod time.Duration
@@ -163,6 +166,7 @@ func (r *Reader) run(ctx context.Context, start, dump gtid.Set, out chan<- *Txn)
 	}
 	asm := NewAssembler(AssemblerConfig{
 		Flavor: r.cfg.Flavor, Tables: r.cfg.Tables, Columns: r.cfg.Columns, Logger: r.cfg.Logger,
+		CheckpointTable: r.cfg.CheckpointTable,
 	})
 	syncer := replication.NewBinlogSyncer(r.syncerConfig(asm.Filter()))
 	defer syncer.Close()
@@ -231,7 +235,7 @@ func (r *Reader) run(ctx context.Context, start, dump gtid.Set, out chan<- *Txn)
 			continue
 		}
 		reportSkipped()
-		if !txn.Partial {
+		if !txn.Partial && !txn.OnlyCheckpoint { // outboxd's own save: not a source transaction to lag behind
 			m.TxnRead(txn.CommitTime)
 		}
 		select {

@@ -30,6 +30,10 @@ type Txn struct {
 	// group. Nil for every other transaction, including a one-phase XA that MariaDB writes as
 	// an ordinary group.
 	XA *XAStep
+	// OnlyCheckpoint is set on a transaction whose rows were all in outboxd's own checkpoint
+	// table (AssemblerConfig.CheckpointTable): a save of the mysql store read back. It is no
+	// outbox progress (own.go).
+	OnlyCheckpoint bool
 	// Events are the INSERTs into configured outbox tables, in binlog order. Empty for
 	// transactions that touch no outbox table: those still move the position.
 	Events []Event

@@ -222,8 +222,39 @@ type Retry struct {
 
 // Checkpoint says where and how often the acknowledged GTID position is saved.
 type Checkpoint struct {
+	// Store is CheckpointStoreFile ("" too, the default: Path) or CheckpointStoreMySQL (one row of Table,
+	// keyed by Name, on the writable primary at WriterAddr).
+	Store string `yaml:"store"`
+	// Path is the checkpoint file (file store only).
 	Path     string        `yaml:"path"`
 	Interval time.Duration `yaml:"interval"`
+	// Table is the MySQL store's "schema.table" (mysql store only; default outboxd.checkpoint).
+	Table string `yaml:"table"`
+	// Name keys this pipeline's row in Table (mysql store only; required).
+	Name string `yaml:"name"`
+	// WriterAddr is host:port of the writable primary the row is written on, with source's
+	// user, password and TLS (mysql store only; default source.addr). It exists for a binlog
+	// source that is a replica: the checkpoint must live where the data is written.
+	WriterAddr string `yaml:"writer_addr"`
+}
+
+// Checkpoint stores.
+const (
+	CheckpointStoreFile  = "file"
+	CheckpointStoreMySQL = "mysql"
+	// DefaultCheckpointTable is the MySQL store's default table.
+	DefaultCheckpointTable = "outboxd.checkpoint"
+)
+
+// MySQL reports whether the checkpoint lives in a MySQL table. Pure.
+func (c Checkpoint) MySQL() bool { return c.Store == CheckpointStoreMySQL }
+
+// Where names the checkpoint for messages: the file's path, or table[name] at the writer. Pure.
+func (c Checkpoint) Where() string {
+	if c.MySQL() {
+		return fmt.Sprintf("%s row name=%q on %s", c.Table, c.Name, c.WriterAddr)
+	}
+	return c.Path
 }
 
 // Pipeline bounds what is read from the binlog but not yet acknowledged by the brokers: the
@@ -424,7 +455,12 @@ func (c *Config) ApplyDefaults() {
 	setDefaultDur(&c.Retry.Initial, DefaultRetryInitial)
 	setDefaultDur(&c.Retry.Max, DefaultRetryMax)
 	setDefaultDur(&c.Retry.MissingTopicTimeout, DefaultMissingTopicTimeout)
-	setDefault(&c.Checkpoint.Path, DefaultCheckpointPath)
+	if c.Checkpoint.MySQL() {
+		setDefault(&c.Checkpoint.Table, DefaultCheckpointTable)
+		setDefault(&c.Checkpoint.WriterAddr, c.Source.Addr)
+	} else {
+		setDefault(&c.Checkpoint.Path, DefaultCheckpointPath)
+	}
 	setDefaultDur(&c.Checkpoint.Interval, DefaultCheckpointInterval)
 	setDefault(&c.Log.Level, DefaultLogLevel)
 	setDefault(&c.Log.Format, DefaultLogFormat)

@@ -47,9 +47,7 @@ func (c *Config) Validate() error {
 		p.add("retry.missing_topic_timeout", "must be positive, such as %s (how long a row waits for its topic to be created); got %s",
 			DefaultMissingTopicTimeout, c.Retry.MissingTopicTimeout)
 	}
-	if c.Checkpoint.Path == "" {
-		p.add("checkpoint.path", "is required; set the checkpoint file, such as %s", DefaultCheckpointPath)
-	}
+	c.validateCheckpoint(p)
 	if c.Pipeline.MaxInflightEvents < 0 {
 		p.add("pipeline.max_inflight_events", "must be positive (default %d); got %d", DefaultMaxInflightEvents, c.Pipeline.MaxInflightEvents)
 	}

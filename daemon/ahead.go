@@ -42,7 +42,7 @@ func ValidateStart(ctx context.Context, db *sql.DB, cfg *config.Config, start gt
 	if err := checkAhead(ctx, db, start, serverPos, origin); err != nil {
 		return err
 	}
-	return checkPurged(ctx, db, flavor, start, origin, cfg.Checkpoint.Path)
+	return checkPurged(ctx, db, flavor, start, origin, cfg.Checkpoint.Where())
 }
 
 // checkAhead returns an ErrStartAhead error when start names transactions the server has not

@@ -70,6 +70,7 @@ type CheckReport struct {
 func Check(ctx context.Context, cfg *config.Config, log zerolog.Logger) CheckReport {
 	var r CheckReport
 	checkSource(ctx, cfg, &r)
+	checkStore(ctx, cfg, &r)
 	checkSinks(ctx, cfg, log, &r)
 	r.OK = len(r.Problems) == 0
 	for _, s := range []*[]CheckItem{&r.Problems, &r.Warnings, &r.Verified} {

@@ -80,7 +80,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 	if err != nil {
 		return err
 	}
-	store, err := checkpoint.Open(cfg.Checkpoint.Path)
+	store, err := OpenStore(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -140,6 +140,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 		HeartbeatPeriod: sourceHeartbeatPeriod,
 		ReadTimeout:     cfg.Source.ReadTimeout,
 		Metrics:         m,
+		CheckpointTable: checkpointTable(cfg),
 	})
 	if err != nil {
 		return err
@@ -186,7 +187,11 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 		}
 		ops.setPipeline(pl)
 		began := time.Now()
-		err = runSession(ctx, reader, pl, start)
+		sessCtx, endSession := saver.fault.session(ctx)
+		err = runSession(sessCtx, reader, pl, start)
+		if serr := endSession(); serr != nil {
+			err = serr // the store ended the session (mysql store: writer away, or misconfigured)
+		}
 		start = pl.Acked()
 		if err == nil || ctx.Err() != nil {
 			saver.logStopped(log, start)
@@ -194,7 +199,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 		}
 		if errors.Is(err, binlog.ErrGTIDNotOnServer) {
 			// Purged while we were away (or streaming): name what is gone, as at start.
-			if perr := checkPurged(ctx, db, cfg.Source.Flavor, start, "the acknowledged position", cfg.Checkpoint.Path); errors.Is(perr, ErrStartPurged) {
+			if perr := checkPurged(ctx, db, cfg.Source.Flavor, start, "the acknowledged position", cfg.Checkpoint.Where()); errors.Is(perr, ErrStartPurged) {
 				err = fmt.Errorf("%w (the stream stopped with: %w)", perr, err)
 			}
 		}
@@ -229,6 +234,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, reconnectMax)
+		pingWriter(ctx, store, log)
 		if err := reverify(ctx, db, cfg, log); err != nil || ctx.Err() != nil {
 			// A server that came back with settings outboxd cannot read stops it; a shutdown
 			// during the re-check is no error.
@@ -236,6 +242,10 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 			if ctx.Err() != nil {
 				return nil
 			}
+			return err
+		}
+		if err := resumeSaved(ctx, saver, start, log); err != nil || ctx.Err() != nil {
+			saver.logStopped(log, start)
 			return err
 		}
 		m.SourceReconnect() // counted once the next session is about to start, not for a stop
@@ -279,7 +289,7 @@ func runSession(ctx context.Context, reader *binlog.Reader, pl *pipeline.Pipelin
 // beginning, so it is refused unless force. A start (from any origin but latest) that needs
 // binlogs the server has purged is refused with ErrStartPurged, force or not: going on means
 // losing events, which takes an explicit new position from the operator.
-func ResolveStart(ctx context.Context, db *sql.DB, cfg *config.Config, store *checkpoint.Store, fromGTID string, force bool) (gtid.Set, string, error) {
+func ResolveStart(ctx context.Context, db *sql.DB, cfg *config.Config, store checkpoint.Storage, fromGTID string, force bool) (gtid.Set, string, error) {
 	flavor := cfg.Source.Flavor
 	serverPos, err := readServerPosition(ctx, db, flavor)
 	if err != nil {
@@ -300,18 +310,18 @@ func ResolveStart(ctx context.Context, db *sql.DB, cfg *config.Config, store *ch
 		}
 		if cp != nil {
 			if cp.Flavor != flavor {
-				return gtid.Set{}, "", fmt.Errorf("checkpoint %s is for flavor %s but source.flavor is %s: point checkpoint.path elsewhere or fix source.flavor",
-					cfg.Checkpoint.Path, cp.Flavor, flavor)
+				return gtid.Set{}, "", fmt.Errorf("checkpoint %s is for flavor %s but source.flavor is %s: point checkpoint.path (or checkpoint.name) elsewhere or fix source.flavor",
+					cfg.Checkpoint.Where(), cp.Flavor, flavor)
 			}
 			if start, err = cp.Set(); err != nil {
-				return gtid.Set{}, "", fmt.Errorf("checkpoint %s: %w", cfg.Checkpoint.Path, err)
+				return gtid.Set{}, "", fmt.Errorf("checkpoint %s: %w", cfg.Checkpoint.Where(), err)
 			}
 			// Missing sources were checked when the set was first chosen; purges happen since,
 			// and a server restored from a backup or reset is behind its replicas' checkpoints.
 			if err := checkAhead(ctx, db, start, serverPos, "checkpoint"); err != nil {
 				return gtid.Set{}, "", err
 			}
-			if err := checkPurged(ctx, db, flavor, start, "checkpoint", cfg.Checkpoint.Path); err != nil {
+			if err := checkPurged(ctx, db, flavor, start, "checkpoint", cfg.Checkpoint.Where()); err != nil {
 				return gtid.Set{}, "", err
 			}
 			return start, originCheckpoint, nil
@@ -547,9 +557,14 @@ func deadLetterOverride(cfg *config.Config, ids []string, log zerolog.Logger) (m
 // a network that is briefly away is waited for with the reconnect backoff, as a lost stream
 // is; a refused login is a configuration error and ends the run at once.
 func openSource(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*sql.DB, error) {
+	return openWithBackoff(ctx, sourceConn(cfg), "source", log)
+}
+
+// openWithBackoff is openSource for any server; what names it in the log.
+func openWithBackoff(ctx context.Context, conn server.Conn, what string, log zerolog.Logger) (*sql.DB, error) {
 	backoff := reconnectInitial
 	for {
-		db, err := server.Open(ctx, sourceConn(cfg))
+		db, err := server.Open(ctx, conn)
 		if err == nil {
 			return db, nil
 		}
@@ -557,7 +572,7 @@ func openSource(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*s
 		if errors.As(err, &me) || ctx.Err() != nil {
 			return nil, err // the server answered (access denied, unknown database …)
 		}
-		log.Warn().Err(err).Stringer("backoff", backoff).Msg("source not reachable at start, retrying")
+		log.Warn().Err(err).Stringer("backoff", backoff).Msg(what + " not reachable at start, retrying")
 		select {
 		case <-ctx.Done():
 			return nil, err

@@ -21,7 +21,9 @@ import (
 // checkpoint that reached the disk, which /status reports, apart from what is acknowledged but
 // not yet saved. Safe for concurrent use.
 type savedStore struct {
-	store *checkpoint.Store
+	store checkpoint.Storage
+	// fault ends the session on a mysql store failure that pausing cannot fix (store.go).
+	fault storeFault
 
 	mu           sync.Mutex
 	last         checkpoint.Checkpoint // on disk; zero Flavor before the first save or load
@@ -33,6 +35,9 @@ type savedStore struct {
 // blocks on file I/O.
 func (s *savedStore) Save(c checkpoint.Checkpoint) error {
 	err := s.store.Save(c)
+	if err != nil {
+		s.fault.report(err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
@@ -84,8 +89,12 @@ func persistStart(saver pipeline.Saver, m *metrics.Metrics, start gtid.Set, orig
 	c := checkpoint.Checkpoint{Flavor: start.Flavor(), GTIDSet: start.String(), SavedAt: time.Now().UTC()}
 	if err := saver.Save(c); err != nil {
 		m.CheckpointSaveFailed()
-		return fmt.Errorf("save the start position %s (%s) as the checkpoint before streaming: %w: %w; make the checkpoint's directory writable",
-			c.GTIDSet, origin, pipeline.ErrCheckpointSave, err)
+		fix := "; make the checkpoint's directory writable"
+		if errors.Is(err, checkpoint.ErrStoreMisconfigured) || errors.Is(err, checkpoint.ErrUnreachable) || errors.Is(err, checkpoint.ErrSuperseded) {
+			fix = "" // the mysql store's error says what to change
+		}
+		return fmt.Errorf("save the start position %s (%s) as the checkpoint before streaming: %w: %w%s",
+			c.GTIDSet, origin, pipeline.ErrCheckpointSave, err, fix)
 	}
 	m.CheckpointSaved(c.SavedAt, time.Time{})
 	log.Info().Str("gtid_set", c.GTIDSet).Str("from", origin).Msg("start position saved as the checkpoint")
@@ -110,7 +119,7 @@ func startupStopped(ctx context.Context, err error, log zerolog.Logger) error {
 // prepareCheckpoint records the checkpoint found at start (for /status and the metrics) and
 // persists a start position that did not come from it. Every later save goes through the
 // returned store.
-func prepareCheckpoint(store *checkpoint.Store, m *metrics.Metrics, start gtid.Set, origin string, log zerolog.Logger) (*savedStore, error) {
+func prepareCheckpoint(store checkpoint.Storage, m *metrics.Metrics, start gtid.Set, origin string, log zerolog.Logger) (*savedStore, error) {
 	saver := &savedStore{store: store}
 	if cp, err := store.Load(); err == nil && cp != nil {
 		m.CheckpointLoaded(cp.SavedAt, cp.CommitTime)

@@ -221,6 +221,8 @@ type cfgOpts struct {
 	Addr       string // the source address, when not Srv.Addr (a proxy in front of it)
 	// MissingTopicTimeout is retry.missing_topic_timeout, when not the default.
 	MissingTopicTimeout string
+	// Checkpoint replaces the checkpoint map's path entry (such as "store: mysql, name: x").
+	Checkpoint string
 }
 
 var serverIDs atomic.Int64
@@ -267,8 +269,12 @@ func (o cfgOpts) yaml() string {
 	if o.MissingTopicTimeout != "" {
 		missingTopic = ", missing_topic_timeout: " + o.MissingTopicTimeout
 	}
-	fmt.Fprintf(&b, "retry: {initial: 20ms, max: 200ms%s}\ncheckpoint: {path: %q, interval: %s}\nlog: {level: debug, format: json}\n",
-		missingTopic, filepath.Join(o.Dir, "checkpoint.json"), interval)
+	ck := fmt.Sprintf("path: %q", filepath.Join(o.Dir, "checkpoint.json"))
+	if o.Checkpoint != "" {
+		ck = o.Checkpoint
+	}
+	fmt.Fprintf(&b, "retry: {initial: 20ms, max: 200ms%s}\ncheckpoint: {%s, interval: %s}\nlog: {level: debug, format: json}\n",
+		missingTopic, ck, interval)
 	return b.String()
 }
 

@@ -312,6 +312,9 @@ func (p *Pipeline) dispatch(ctx context.Context, in <-chan *binlog.Txn) error {
 		p.tracker.extend(open, items)
 		p.hand(items, open)
 		if !t.Partial {
+			if t.OnlyCheckpoint {
+				p.tracker.markOwn(open)
+			}
 			p.tracker.finish(open, t.File, t.Pos)
 			open = nil
 		}

@@ -39,6 +39,8 @@ type entry struct {
 	// means nothing of it was sent (no outbox rows, or a rolled-back XA): nothing to observe.
 	precise bool
 	acks    int
+	// own marks outboxd's own checkpoint save read back (own.go): folding it is no reason to save.
+	own bool
 }
 
 // firstItem names the event /status reports: the row and its message, as the items have them.
@@ -72,7 +74,7 @@ type tracker struct {
 	ackedFile string
 	ackedPos  uint32
 	ackedTime time.Time
-	version   uint64 // bumped whenever acked moves
+	version   uint64 // bumped whenever acked moves over more than outboxd's own checkpoint saves
 	ackedTxns uint64 // transactions folded into acked
 	err       error  // a GTID the set could not take; ends the run
 
@@ -199,10 +201,13 @@ func (t *tracker) ack(items []item) {
 // advance folds every leading transaction that is complete and fully acknowledged into the
 // acknowledged set. Holding mu.
 func (t *tracker) advance() {
-	n := 0
+	n, own := 0, 0
 	for _, e := range t.queue {
 		if !e.final || e.pending > 0 {
 			break
+		}
+		if e.own {
+			own++
 		}
 		if err := addEntry(&t.acked, e); err != nil && t.err == nil {
 			t.err = err
@@ -219,7 +224,9 @@ func (t *tracker) advance() {
 	if n > 0 {
 		clear(t.queue[:n])
 		t.queue = t.queue[n:]
-		t.version++
+		if n > own {
+			t.version++ // progress worth a save: more than outboxd's own checkpoint writes
+		}
 		t.ackedTxns += uint64(n)
 	}
 	if len(t.queue) >= t.compactAt {
@@ -379,6 +386,7 @@ func (t *tracker) compact() {
 		}
 		last.gtid, last.commitTime, last.pos = e.gtid, e.commitTime, e.pos
 		last.folded += 1 + e.folded
+		last.own = last.own && e.own
 		if e.file != "" {
 			last.file = e.file
 		}

@@ -290,7 +290,10 @@ func (gs grants) hasGlobal(privs ...string) bool {
 // Name comparison is exact for tables and case-sensitive, like a server with
 // lower_case_table_names=0; on case-insensitive servers a mismatch yields a false problem report
 // rather than a silent pass.
-func (gs grants) canSelect(schema, table string) bool {
+func (gs grants) canSelect(schema, table string) bool { return gs.can("SELECT", schema, table) }
+
+// can is canSelect for any table privilege priv.
+func (gs grants) can(priv, schema, table string) bool {
 	ok := false
 	for _, g := range gs {
 		if g.Revoke {
@@ -298,11 +301,11 @@ func (gs grants) canSelect(schema, table string) bool {
 		}
 		switch g.Level {
 		case levelGlobal:
-			ok = ok || g.hasPriv("SELECT")
+			ok = ok || g.hasPriv(priv)
 		case levelDB:
-			ok = ok || (g.hasPriv("SELECT") && likeMatch(g.DB, schema))
+			ok = ok || (g.hasPriv(priv) && likeMatch(g.DB, schema))
 		case levelTable:
-			ok = ok || (g.hasPriv("SELECT") && g.DB == schema && g.Table == table)
+			ok = ok || (g.hasPriv(priv) && g.DB == schema && g.Table == table)
 		}
 	}
 	if !ok {
@@ -310,7 +313,7 @@ func (gs grants) canSelect(schema, table string) bool {
 	}
 	// MySQL partial_revokes: "REVOKE SELECT ON `db`.* FROM u" removes a global grant for db.
 	for _, g := range gs {
-		if g.Revoke && g.Level == levelDB && g.hasPriv("SELECT") && g.DB == schema {
+		if g.Revoke && g.Level == levelDB && g.hasPriv(priv) && g.DB == schema {
 			return false
 		}
 	}

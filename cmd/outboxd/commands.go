@@ -14,7 +14,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outboxd/outboxd/admin"
-	"github.com/outboxd/outboxd/binlog/server"
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/daemon"
@@ -165,18 +164,27 @@ func printCheck(w io.Writer, r daemon.CheckReport) {
 	}
 }
 
-func cmdCheckpointShow(args []string, stdout, stderr io.Writer) error {
+func cmdCheckpointShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newConfigFlags("checkpoint show", stdout, stderr)
 	cfg, err := fs.loadReadOnly(args)
 	if err != nil {
 		return err
 	}
-	cp, err := checkpoint.Read(cfg.Checkpoint.Path)
+	var cp *checkpoint.Checkpoint
+	if cfg.Checkpoint.MySQL() {
+		// The row is on the writer: this needs source.password, so load the secrets after all.
+		if cfg, err = loadConfig(fs.configPath()); err != nil {
+			return err
+		}
+		cp, err = readStore(ctx, cfg)
+	} else {
+		cp, err = checkpoint.Read(cfg.Checkpoint.Path)
+	}
 	if err != nil {
 		return err
 	}
 	if cp == nil {
-		return &exitError{code: 1, err: fmt.Errorf("no checkpoint at %s yet: outboxd run saves one after the first acknowledged transaction", cfg.Checkpoint.Path)}
+		return &exitError{code: 1, err: fmt.Errorf("no checkpoint at %s yet: outboxd run saves one after the first acknowledged transaction", cfg.Checkpoint.Where())}
 	}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
@@ -198,19 +206,15 @@ func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("--gtid: %w", err)}
 	}
-	// The lock makes this fail while outboxd runs on the same checkpoint.
-	store, err := checkpoint.Open(cfg.Checkpoint.Path)
+	// The file's lock makes this fail while outboxd runs on the same checkpoint (the mysql
+	// store's guard is the leader lock of the HA issue).
+	store, err := openCLIStore(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 	if !*force {
-		db, err := server.Open(ctx, daemon.SourceConn(cfg))
-		if err != nil {
-			return fmt.Errorf("connect to source to validate --gtid (pass --force to skip): %w", err)
-		}
-		defer db.Close()
-		if err := daemon.ValidateStart(ctx, db, cfg, parsed, daemon.OriginCheckpointSet, false); err != nil {
+		if err := validateAgainstSource(ctx, cfg, parsed); err != nil {
 			return err
 		}
 	}
@@ -226,7 +230,7 @@ func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writ
 	if old != nil {
 		prev = old.GTIDSet
 	}
-	fmt.Fprintf(stdout, "checkpoint %s: %s -> %s\n", cfg.Checkpoint.Path, prev, cp.GTIDSet)
+	fmt.Fprintf(stdout, "checkpoint %s: %s -> %s\n", cfg.Checkpoint.Where(), prev, cp.GTIDSet)
 	return nil
 }
 

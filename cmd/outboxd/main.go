@@ -31,6 +31,8 @@ Usage:
   outboxd checkpoint show [--config F]    print the saved checkpoint as JSON
   outboxd checkpoint set [--config F] --gtid SET [--force]
                                           replace the saved checkpoint
+  outboxd checkpoint migrate [--config F] --from-file PATH
+                                          copy a checkpoint file into the mysql store
   outboxd health [--addr HOST:PORT] [--ready] [--timeout D]
                                           exit 0 if a running outboxd's admin server answers 200
   outboxd version                         print the version
@@ -49,24 +51,33 @@ signal exits 3 at once). Nothing is reloaded while it runs (SIGHUP is ignored): 
 apply a config change. Exits 2 on a bad config or flag, 1 on any other error.`},
 	"check": {"outboxd check [--config F] [--json]",
 		`Verifies the source server's settings, the account's privileges, every outbox table and its
-columns, every sink and each destination topic without placeholders, and prints one line per
+columns, the mysql checkpoint store's table and grants (checkpoint.store: mysql), every sink
+and each destination topic without placeholders, and prints one line per
 check: OK, WARN or FAIL with what to change. --json prints the same as one JSON object
 {"ok", "problems", "warnings", "verified"} (see the README). Exits 0 when nothing failed, 1 when
 something did, 2 on a bad config or flag.`},
 	"status": {"outboxd status [--config F | --addr HOST:PORT] [--json]",
 		`Prints a running outboxd's state from its admin server: admin.listen from the config, or
 --addr. --addr wins over $OUTBOXD_CONFIG, not over an explicit --config (give one of them).`},
-	"checkpoint": {"outboxd checkpoint show [--config F]\n       outboxd checkpoint set [--config F] --gtid SET [--force]",
-		`show prints the saved checkpoint as JSON; set replaces it (while no outboxd runs on it).
-"outboxd checkpoint show --help" and "outboxd checkpoint set --help" list their flags;
+	"checkpoint": {"outboxd checkpoint show [--config F]\n       outboxd checkpoint set [--config F] --gtid SET [--force]\n       outboxd checkpoint migrate [--config F] --from-file PATH",
+		`show prints the saved checkpoint as JSON; set replaces it (while no outboxd runs on it);
+migrate copies a checkpoint file into the mysql store (checkpoint.store: mysql).
+"outboxd checkpoint show --help" (and set, migrate) list their flags;
 --config defaults to $OUTBOXD_CONFIG.`},
 	"checkpoint show": {"outboxd checkpoint show [--config F]",
-		`Prints the saved checkpoint (checkpoint.path in the config) as JSON. It reads no secrets and
-connects to nothing. Exits 1 when there is no checkpoint yet.`},
+		`Prints the saved checkpoint as JSON: checkpoint.path (it then reads no secrets and connects
+to nothing) or, with checkpoint.store: mysql, the row of checkpoint.name read from
+checkpoint.writer_addr. Exits 1 when there is no checkpoint yet.`},
 	"checkpoint set": {"outboxd checkpoint set [--config F] --gtid SET [--force]",
 		`Replaces the saved checkpoint with the executed GTID set SET, after checking it against the
 source (the server must still have every transaction after it; --force skips that). It fails
-while an outboxd runs on the same checkpoint file.`},
+while an outboxd runs on the same checkpoint file. With checkpoint.store: mysql it writes the
+row of checkpoint.name; stop outboxd first.`},
+	"checkpoint migrate": {"outboxd checkpoint migrate [--config F] --from-file PATH",
+		`Copies the checkpoint file PATH (the old checkpoint.path) into the mysql store of the config
+(checkpoint.store: mysql), after checking it against the source as set does (--force skips
+that). It refuses when the row already exists unless --overwrite. Stop the outboxd that used
+the file first (its lock is taken while copying), then start it with the new config.`},
 	"version": {"outboxd version", `Prints the version, the Go version and the platform.`},
 }
 
@@ -131,19 +142,21 @@ func dispatchCommand(ctx context.Context, sig *signals, args []string, stdout, s
 	case "checkpoint":
 		if len(args) < 2 {
 			printUsage(stderr, "checkpoint", nil)
-			return &exitError{code: 2, err: errors.New("checkpoint needs a subcommand: show or set")}
+			return &exitError{code: 2, err: errors.New("checkpoint needs a subcommand: show, set or migrate")}
 		}
 		switch args[1] {
 		case "show":
-			return cmdCheckpointShow(args[2:], stdout, stderr)
+			return cmdCheckpointShow(ctx, args[2:], stdout, stderr)
 		case "set":
 			return cmdCheckpointSet(ctx, args[2:], stdout, stderr)
+		case "migrate":
+			return cmdCheckpointMigrate(ctx, args[2:], stdout, stderr)
 		case "-h", "-help", "--help", "help":
 			printUsage(stdout, "checkpoint", nil)
 			return nil
 		}
 		printUsage(stderr, "checkpoint", nil)
-		return &exitError{code: 2, err: fmt.Errorf("unknown checkpoint subcommand %q: want show or set", args[1])}
+		return &exitError{code: 2, err: fmt.Errorf("unknown checkpoint subcommand %q: want show, set or migrate", args[1])}
 	case "version", "--version", "-version":
 		fs := newFlags("version", stdout, stderr)
 		if err := fs.parse(args[1:]); err != nil {

@@ -1,0 +1,119 @@
+package server
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/outboxd/outboxd/gtid"
+)
+
+// Stable names of the mysql checkpoint store's checks (run on checkpoint.writer_addr).
+const (
+	// CheckCheckpointTable: the checkpoint table exists with every column the store writes.
+	CheckCheckpointTable = "checkpoint_table"
+	// CheckCheckpointGrants: the account may SELECT, INSERT and UPDATE the checkpoint table.
+	CheckCheckpointGrants = "checkpoint_grants"
+)
+
+// CheckpointTable is what InspectCheckpoint verifies.
+type CheckpointTable struct {
+	Flavor gtid.Flavor
+	// Name is "schema.table"; Columns are the columns the store reads and writes.
+	Name    string
+	Columns []string
+	// CreateTable is the DDL that fixes a missing table; Grant returns the GRANT that fixes a
+	// missing privilege for an account ('user'@'host').
+	CreateTable string
+	Grant       func(account string) string
+	// Skip names checks whose problems are reported with Skipped set (source.skip_checks).
+	Skip []string
+}
+
+// storePrivs are the privileges the store needs, and no more, on its table.
+var storePrivs = []string{"SELECT", "INSERT", "UPDATE"}
+
+// InspectCheckpoint verifies the checkpoint table on the writer: that it exists with its
+// columns, and that the account holds SELECT, INSERT and UPDATE on it. Each problem's Fix is the
+// CREATE TABLE or GRANT to run. It blocks on a few queries; an error means the server could not
+// be inspected, not that a check failed. Safe for concurrent use.
+func InspectCheckpoint(ctx context.Context, db *sql.DB, t CheckpointTable) ([]Problem, error) {
+	schema, table, ok := strings.Cut(t.Name, ".")
+	if !ok || schema == "" || table == "" {
+		return nil, fmt.Errorf("checkpoint table %q: want schema.table", t.Name)
+	}
+	user, err := currentUser(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	gs, err := readGrants(ctx, db, t.Flavor)
+	if err != nil {
+		return nil, err
+	}
+	var ps []Problem
+	var missing []string
+	for _, p := range storePrivs {
+		if !gs.can(p, schema, table) {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) > 0 {
+		ps = append(ps, Problem{
+			Setting: strings.Join(missing, ", ") + " ON " + t.Name, Check: CheckCheckpointGrants, Table: t.Name,
+			Found: "not granted to " + user + " (the checkpoint store reads and writes one row of the table)",
+			Fix:   t.Grant(user) + ";",
+		})
+	}
+	rows, err := db.QueryContext(ctx, "SELECT * FROM "+quoteIdent(schema)+"."+quoteIdent(table)+" LIMIT 0")
+	if err == nil {
+		rows.Close()
+		have, err := (&ColumnReader{DB: db}).Columns(ctx, schema, table)
+		if err != nil {
+			return nil, err
+		}
+		var lack []string
+		for _, c := range t.Columns {
+			if !slices.ContainsFunc(have, func(h string) bool { return strings.EqualFold(h, c) }) {
+				lack = append(lack, c)
+			}
+		}
+		if len(lack) > 0 {
+			ps = append(ps, Problem{
+				Setting: "table " + t.Name, Check: CheckCheckpointTable, Table: t.Name,
+				Found: "lacks the columns " + strings.Join(lack, ", "),
+				Fix:   "create the table as outboxd writes it (rename the old one first): " + t.CreateTable + ";",
+			})
+		}
+	} else {
+		var me *mysql.MySQLError
+		if !errors.As(err, &me) {
+			return nil, fmt.Errorf("check checkpoint table %s: %w", t.Name, err)
+		}
+		switch me.Number {
+		case erNoSuchTable, erBadDB:
+			ps = append(ps, Problem{
+				Setting: "table " + t.Name, Check: CheckCheckpointTable, Table: t.Name,
+				Found: "missing (" + me.Message + ")",
+				Fix:   "create it (CREATE DATABASE IF NOT EXISTS " + quoteIdent(schema) + "; first if needed): " + t.CreateTable + "; then " + t.Grant(user) + ";",
+			})
+		case erTableAccessDenied, erColumnAccessDenied:
+			if len(missing) == 0 {
+				return nil, fmt.Errorf("check checkpoint table %s: %w", t.Name, err)
+			}
+			// The grant problem above says what to run; a table that does not exist makes that
+			// GRANT fail, so name the DDL too.
+			ps[len(ps)-1].Fix += " (if the table does not exist yet, a table GRANT fails: first " + t.CreateTable + ";)"
+		default:
+			return nil, fmt.Errorf("check checkpoint table %s: %w", t.Name, err)
+		}
+	}
+	for i := range ps {
+		ps[i].Skipped = slices.Contains(t.Skip, ps[i].Check)
+	}
+	return ps, nil
+}

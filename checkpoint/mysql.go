@@ -1,0 +1,291 @@
+package checkpoint
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	mysqldriver "github.com/go-sql-driver/mysql"
+
+	"github.com/outboxd/outboxd/gtid"
+)
+
+// ErrUnreachable is wrapped by MySQLStore errors when the server could not be reached or the
+// connection broke: the caller reconnects (as for a lost binlog stream) rather than giving up.
+var ErrUnreachable = errors.New("checkpoint store unreachable")
+
+// ErrStoreMisconfigured is wrapped by MySQLStore errors that retrying cannot fix (the table or a
+// column is missing, a privilege is denied, the writer is read-only): the message says what to
+// change.
+var ErrStoreMisconfigured = errors.New("checkpoint store misconfigured")
+
+// ErrSuperseded is wrapped when the row's fencing token (epoch, holder) is not this store's: a
+// newer holder owns the checkpoint, so this process must not move it.
+var ErrSuperseded = errors.New("checkpoint row belongs to another holder (superseded)")
+
+// MySQLTimeout bounds one Load or Save of the MySQL store.
+const MySQLTimeout = 10 * time.Second
+
+// MySQLConfig configures a MySQLStore.
+type MySQLConfig struct {
+	// DB is a pool to the writable primary; the store closes it on Close.
+	DB *sql.DB
+	// Table is "schema.table"; Name keys this pipeline's row.
+	Table, Name string
+	// Addr names the server in messages.
+	Addr string
+	// Epoch and Holder are the fencing token every write is conditional on. Zero values are the
+	// token of a deployment without leader election.
+	Epoch  uint64
+	Holder string
+}
+
+// MySQLStore keeps the checkpoint as one row of a table on the writable primary. Safe for
+// concurrent use.
+type MySQLStore struct {
+	cfg   MySQLConfig
+	quote string // `schema`.`table`
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// OpenMySQL returns the store over cfg.DB. It does not block and does not check the table (Load,
+// Save and `outboxd check` do).
+func OpenMySQL(cfg MySQLConfig) (*MySQLStore, error) {
+	schema, table, ok := strings.Cut(cfg.Table, ".")
+	if !ok || schema == "" || table == "" || cfg.Name == "" || cfg.DB == nil {
+		return nil, fmt.Errorf("checkpoint: mysql store needs a pool, a schema.table and a name (got table %q, name %q)", cfg.Table, cfg.Name)
+	}
+	return &MySQLStore{cfg: cfg, quote: QuoteIdent(schema) + "." + QuoteIdent(table)}, nil
+}
+
+// QuoteIdent quotes a MySQL identifier. Pure.
+func QuoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
+
+// MySQLColumns are the table's columns, in DDL order; `outboxd check` verifies them.
+var MySQLColumns = []string{"name", "flavor", "gtid_set", "binlog_file", "binlog_pos", "commit_time", "saved_at", "epoch", "holder"}
+
+// CreateTableSQL is the DDL of the checkpoint table. Pure.
+func CreateTableSQL(table string) string {
+	schema, name, _ := strings.Cut(table, ".")
+	return "CREATE TABLE " + QuoteIdent(schema) + "." + QuoteIdent(name) + ` (
+  name        VARCHAR(64)     NOT NULL PRIMARY KEY,
+  flavor      VARCHAR(16)     NOT NULL,
+  gtid_set    TEXT            NOT NULL,
+  binlog_file VARCHAR(255)    NOT NULL DEFAULT '',
+  binlog_pos  BIGINT UNSIGNED NOT NULL DEFAULT 0,
+  commit_time DATETIME(6)     NULL,
+  saved_at    DATETIME(6)     NOT NULL,
+  epoch       BIGINT UNSIGNED NOT NULL DEFAULT 0,
+  holder      VARCHAR(128)    NOT NULL DEFAULT ''
+) ENGINE=InnoDB`
+}
+
+// GrantSQL is the GRANT the store needs on table and nothing more, to account (as CURRENT_USER()
+// prints it, such as 'outboxd'@'%'). Pure.
+func GrantSQL(table, account string) string {
+	schema, name, _ := strings.Cut(table, ".")
+	return fmt.Sprintf("GRANT SELECT, INSERT, UPDATE ON %s.%s TO %s", QuoteIdent(schema), QuoteIdent(name), account)
+}
+
+const timeLayout = "2006-01-02 15:04:05.999999"
+
+// Load reads this name's row; nil, nil when there is none. It blocks on one query (at most
+// MySQLTimeout). A row that is not a valid checkpoint is an error: outboxd must not start from
+// a guessed position.
+func (s *MySQLStore) Load() (*Checkpoint, error) {
+	if err := s.open(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), MySQLTimeout)
+	defer cancel()
+	var c Checkpoint
+	var flavor string
+	var commit sql.NullString
+	var saved string
+	err := s.cfg.DB.QueryRowContext(ctx, "SELECT flavor, gtid_set, binlog_file, binlog_pos, commit_time, saved_at FROM "+s.quote+" WHERE name = ?", s.cfg.Name).
+		Scan(&flavor, &c.GTIDSet, &c.File, &c.Pos, &commit, &saved)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, s.wrap("load", err)
+	}
+	c.Flavor = gtid.Flavor(flavor)
+	if commit.Valid {
+		if c.CommitTime, err = time.Parse(timeLayout, commit.String); err != nil {
+			return nil, fmt.Errorf("%s: corrupt row: commit_time %q: %w", s.where(), commit.String, err)
+		}
+	}
+	if c.SavedAt, err = time.Parse(timeLayout, saved); err != nil {
+		return nil, fmt.Errorf("%s: corrupt row: saved_at %q: %w", s.where(), saved, err)
+	}
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("%s: corrupt row: %w; write a position with `outboxd checkpoint set`", s.where(), err)
+	}
+	return &c, nil
+}
+
+// Save writes c to this name's row, conditional on the store's fencing token. It blocks on at
+// most three statements (bounded by MySQLTimeout). Errors wrap ErrUnreachable (reconnect),
+// ErrStoreMisconfigured (fix the server), ErrSuperseded (another holder's row) or are transient
+// SQL errors (lock wait, deadlock) worth a retry; on error the row holds the previous checkpoint.
+func (s *MySQLStore) Save(c Checkpoint) error {
+	if err := c.validate(); err != nil {
+		return fmt.Errorf("%s: refuse to save: %w", s.where(), err)
+	}
+	if c.SavedAt.IsZero() {
+		c.SavedAt = time.Now().UTC()
+	}
+	if err := s.open(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), MySQLTimeout)
+	defer cancel()
+	var commit any // NULL when unknown
+	if !c.CommitTime.IsZero() {
+		commit = c.CommitTime.UTC().Format(timeLayout)
+	}
+	saved := c.SavedAt.UTC().Format(timeLayout)
+	// The row is written on the writable primary, in a transaction of its own (one autocommit
+	// statement), so it is replicated in the same binlog as the data it names: a replica that
+	// is promoted holds a checkpoint that never names a transaction it lacks, because the row
+	// reached it after every transaction the row's gtid_set covers (they were committed on
+	// the primary before outboxd read, sent and saved them).
+	res, err := s.cfg.DB.ExecContext(ctx, "UPDATE "+s.quote+
+		" SET flavor = ?, gtid_set = ?, binlog_file = ?, binlog_pos = ?, commit_time = ?, saved_at = ?"+
+		" WHERE name = ? AND epoch = ? AND holder = ?",
+		string(c.Flavor), c.GTIDSet, c.File, c.Pos, commit, saved, s.cfg.Name, s.cfg.Epoch, s.cfg.Holder)
+	if err != nil {
+		return s.wrap("save", err)
+	}
+	if n, err := res.RowsAffected(); err == nil && n > 0 {
+		return nil
+	}
+	// No row changed: the first save of this name, another holder's row, or (without
+	// CLIENT_FOUND_ROWS) a row that already held exactly these values.
+	_, err = s.cfg.DB.ExecContext(ctx, "INSERT INTO "+s.quote+
+		" (name, flavor, gtid_set, binlog_file, binlog_pos, commit_time, saved_at, epoch, holder) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+		s.cfg.Name, string(c.Flavor), c.GTIDSet, c.File, c.Pos, commit, saved, s.cfg.Epoch, s.cfg.Holder)
+	var me *mysqldriver.MySQLError
+	if errors.As(err, &me) && me.Number == erDupEntry {
+		var epoch uint64
+		var holder string
+		if err := s.cfg.DB.QueryRowContext(ctx, "SELECT epoch, holder FROM "+s.quote+" WHERE name = ?", s.cfg.Name).Scan(&epoch, &holder); err != nil {
+			return s.wrap("save", err)
+		}
+		if epoch == s.cfg.Epoch && holder == s.cfg.Holder {
+			return nil // the row already held these values
+		}
+		return fmt.Errorf("%s: the row is held by %q at epoch %d, this process writes as %q at epoch %d: %w",
+			s.where(), holder, epoch, s.cfg.Holder, s.cfg.Epoch, ErrSuperseded)
+	}
+	if err != nil {
+		return s.wrap("save", err)
+	}
+	return nil
+}
+
+// Close closes the pool. Later Load and Save calls fail. Closing twice is a no-op.
+func (s *MySQLStore) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	return s.cfg.DB.Close()
+}
+
+// Ping reports whether the writer answers, as a Save's error would (ErrUnreachable when it
+// does not). It blocks on one round trip, bounded by ctx and MySQLTimeout.
+func (s *MySQLStore) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, MySQLTimeout)
+	defer cancel()
+	if err := s.cfg.DB.PingContext(ctx); err != nil {
+		return s.wrap("ping", err)
+	}
+	return nil
+}
+
+func (s *MySQLStore) open() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("%s: used after Close", s.where())
+	}
+	return nil
+}
+
+func (s *MySQLStore) where() string {
+	return fmt.Sprintf("checkpoint %s row name=%q on %s", s.cfg.Table, s.cfg.Name, s.cfg.Addr)
+}
+
+// Server error numbers the store branches on.
+const (
+	erDupEntry          = 1062
+	erConCount          = 1040 // too many connections
+	erServerShutdown    = 1053
+	erLockWaitTimeout   = 1205
+	erLockDeadlock      = 1213
+	erConnectionKilled  = 1927
+	erNoSuchTable       = 1146
+	erBadField          = 1054
+	erTableAccessDenied = 1142
+	erColumnAccess      = 1143
+	erDBAccessDenied    = 1044
+	erAccessDenied      = 1045
+	erBadDB             = 1049
+	erReadOnly          = 1290 // --read-only / super_read_only
+	erReadOnlyTxn       = 1792
+)
+
+// classify decides, in one place, what a failed statement means: a server that is away
+// (ErrUnreachable), one that is set up wrong (ErrStoreMisconfigured, with the fix), or a
+// transient SQL error (nil: retry).
+func classify(err error) error {
+	var me *mysqldriver.MySQLError
+	if !errors.As(err, &me) {
+		if errors.Is(err, context.Canceled) {
+			return nil
+		}
+		return ErrUnreachable // a dial, read or write that failed, or the driver's ErrInvalidConn
+	}
+	switch me.Number {
+	case erConCount, erServerShutdown, erConnectionKilled:
+		return ErrUnreachable
+	case erLockWaitTimeout, erLockDeadlock:
+		return nil
+	}
+	return ErrStoreMisconfigured
+}
+
+// wrap adds the store's name, the error's class and, for a misconfigured server, the fix.
+func (s *MySQLStore) wrap(op string, err error) error {
+	class := classify(err)
+	switch {
+	case class == nil:
+		return fmt.Errorf("%s: %s: %w", s.where(), op, err)
+	case errors.Is(class, ErrUnreachable):
+		return fmt.Errorf("%s: %s: %w: %w", s.where(), op, ErrUnreachable, err)
+	}
+	var me *mysqldriver.MySQLError
+	errors.As(err, &me)
+	fix := "run `outboxd check` for the table and grants the store needs"
+	switch me.Number {
+	case erNoSuchTable, erBadDB, erBadField:
+		fix = "create the table: " + oneLine(CreateTableSQL(s.cfg.Table))
+	case erTableAccessDenied, erColumnAccess, erDBAccessDenied:
+		fix = "grant the store's privileges: " + GrantSQL(s.cfg.Table, "<source.user>") + " (your source.user account)"
+	case erReadOnly, erReadOnlyTxn:
+		fix = "point checkpoint.writer_addr at the writable primary (this server is read-only)"
+	}
+	return fmt.Errorf("%s: %s: %w: %w; %s", s.where(), op, ErrStoreMisconfigured, err, fix)
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/checkpoint"
+	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/daemon"
+	"github.com/outboxd/outboxd/gtid"
+)
+
+// openCLIStore opens the configured checkpoint store once, without the daemon's wait for a
+// writer that is away: a command reports that at once.
+func openCLIStore(ctx context.Context, cfg *config.Config) (checkpoint.Storage, error) {
+	if !cfg.Checkpoint.MySQL() {
+		return checkpoint.Open(cfg.Checkpoint.Path)
+	}
+	conn := daemon.WriterConn(cfg)
+	db, err := server.Open(ctx, conn)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint.writer_addr: %w", err)
+	}
+	st, err := checkpoint.OpenMySQL(checkpoint.MySQLConfig{DB: db, Table: cfg.Checkpoint.Table, Name: cfg.Checkpoint.Name, Addr: conn.Addr})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return st, nil
+}
+
+// readStore loads the mysql store's row for checkpoint show.
+func readStore(ctx context.Context, cfg *config.Config) (*checkpoint.Checkpoint, error) {
+	st, err := openCLIStore(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	return st.Load()
+}
+
+// cmdCheckpointMigrate copies a checkpoint file into the mysql store: the one step of moving a
+// deployment from checkpoint.path to checkpoint.store: mysql.
+func cmdCheckpointMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newConfigFlags("checkpoint migrate", stdout, stderr)
+	from := fs.String("from-file", "", "the checkpoint file to copy (the old checkpoint.path; required)")
+	overwrite := fs.Bool("overwrite", false, "replace a row that already exists for checkpoint.name")
+	force := fs.Bool("force", false, "accept a set that lacks a source the server has")
+	cfg, err := fs.load(args)
+	if err != nil {
+		return err
+	}
+	if *from == "" {
+		return &exitError{code: 2, err: errors.New("--from-file is required: the checkpoint file to copy")}
+	}
+	if !cfg.Checkpoint.MySQL() {
+		return &exitError{code: 2, err: errors.New("checkpoint.store is not mysql in this config: migrate copies a file into the mysql store; set checkpoint.store: mysql, checkpoint.table and checkpoint.name")}
+	}
+	// Holding the file's lock keeps an outboxd that still runs on it from moving it meanwhile.
+	file, err := checkpoint.Open(*from)
+	if err != nil {
+		return err
+	}
+	defer file.Close()
+	cp, err := file.Load()
+	if err != nil {
+		return err
+	}
+	if cp == nil {
+		return &exitError{code: 1, err: fmt.Errorf("no checkpoint at %s: nothing to migrate", *from)}
+	}
+	if cp.Flavor != cfg.Source.Flavor {
+		return fmt.Errorf("checkpoint %s is for flavor %s but source.flavor is %s", *from, cp.Flavor, cfg.Source.Flavor)
+	}
+	set, err := cp.Set()
+	if err != nil {
+		return err
+	}
+	store, err := openCLIStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if !*force {
+		if err := validateAgainstSource(ctx, cfg, set); err != nil {
+			return err
+		}
+	}
+	old, err := store.Load()
+	if err != nil {
+		return err
+	}
+	if old != nil && !*overwrite {
+		return fmt.Errorf("checkpoint %s already holds %s: pass --overwrite to replace it with %s from %s",
+			cfg.Checkpoint.Where(), old.GTIDSet, cp.GTIDSet, *from)
+	}
+	if err := store.Save(*cp); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "checkpoint %s -> %s: %s\n", *from, cfg.Checkpoint.Where(), cp.GTIDSet)
+	return nil
+}
+
+// validateAgainstSource checks a set as checkpoint set does before it is written.
+func validateAgainstSource(ctx context.Context, cfg *config.Config, set gtid.Set) error {
+	db, err := server.Open(ctx, daemon.SourceConn(cfg))
+	if err != nil {
+		return fmt.Errorf("connect to source to validate the checkpoint (pass --force to skip): %w", err)
+	}
+	defer db.Close()
+	return daemon.ValidateStart(ctx, db, cfg, set, daemon.OriginCheckpointSet, false)
+}

@@ -1,0 +1,168 @@
+package daemon
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/outboxd/outboxd/binlog"
+	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/checkpoint"
+	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/pipeline"
+)
+
+// OpenStore opens the configured checkpoint store: the file (locked until Close) or the row of
+// checkpoint.table on checkpoint.writer_addr, reached with source's user, password and TLS. A
+// writer that is not reachable yet is waited for with the reconnect backoff, as the source is
+// at start; a refused login ends it at once. It blocks until then or ctx ends.
+func OpenStore(ctx context.Context, cfg *config.Config, log zerolog.Logger) (checkpoint.Storage, error) {
+	if !cfg.Checkpoint.MySQL() {
+		return checkpoint.Open(cfg.Checkpoint.Path)
+	}
+	conn := WriterConn(cfg)
+	db, err := openWithBackoff(ctx, conn, "checkpoint writer", log)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint.writer_addr %s: %w", conn.Addr, err)
+	}
+	st, err := checkpoint.OpenMySQL(checkpoint.MySQLConfig{DB: db, Table: cfg.Checkpoint.Table, Name: cfg.Checkpoint.Name, Addr: conn.Addr})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return st, nil
+}
+
+// WriterConn is how the mysql store reaches the writable primary: source's credentials and TLS
+// at checkpoint.writer_addr. Pure.
+func WriterConn(cfg *config.Config) server.Conn {
+	c := SourceConn(cfg)
+	if a := cfg.Checkpoint.WriterAddr; a != "" && a != c.Addr {
+		c.Addr = a
+		host, _, err := net.SplitHostPort(a)
+		if err != nil {
+			host = a
+		}
+		// Verified by its own name, not the source's.
+		t, err := cfg.Source.TLS.ClientConfig(host)
+		if err != nil {
+			t = &tls.Config{VerifyConnection: func(tls.ConnectionState) error { return err }}
+		}
+		c.TLS = t
+	}
+	return c
+}
+
+// checkpointTable is the table the reader marks as outboxd's own (zero for the file store).
+func checkpointTable(cfg *config.Config) binlog.TableRef {
+	if !cfg.Checkpoint.MySQL() {
+		return binlog.TableRef{}
+	}
+	schema, table, _ := strings.Cut(cfg.Checkpoint.Table, ".")
+	return binlog.TableRef{Schema: schema, Table: table}
+}
+
+// storeFault ends a session when a save of the mysql store fails in a way that waiting with
+// reading paused cannot fix: a writer that is away takes the reconnect path (as a lost stream
+// does), a misconfigured table or grant or a superseded row stops the daemon with the fix. The
+// file store's failures never land here: they keep pipeline's pause-and-retry for
+// SaveFailureLimit (30 s). Safe for concurrent use.
+type storeFault struct {
+	mu     sync.Mutex
+	cancel context.CancelCauseFunc // of the running session; nil between sessions
+}
+
+// report is called with every failed save.
+func (f *storeFault) report(err error) {
+	if !errors.Is(err, checkpoint.ErrUnreachable) && !errors.Is(err, checkpoint.ErrStoreMisconfigured) &&
+		!errors.Is(err, checkpoint.ErrSuperseded) {
+		return // transient (a lock wait): the pipeline retries
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cancel != nil {
+		f.cancel(err)
+	}
+}
+
+// session returns a context for one session that a fatal store failure cancels, and a function
+// that ends the session and tells the cause: the store's error, turned into a disconnect when
+// the writer was unreachable; nil when the store did not end it.
+func (f *storeFault) session(ctx context.Context) (context.Context, func() error) {
+	sctx, cancel := context.WithCancelCause(ctx)
+	f.mu.Lock()
+	f.cancel = cancel
+	f.mu.Unlock()
+	return sctx, func() error {
+		f.mu.Lock()
+		f.cancel = nil
+		f.mu.Unlock()
+		cause := context.Cause(sctx)
+		cancel(nil)
+		if ctx.Err() != nil || cause == nil || errors.Is(cause, context.Canceled) {
+			return nil
+		}
+		if errors.Is(cause, checkpoint.ErrUnreachable) {
+			return fmt.Errorf("%w: checkpoint writer: %w", binlog.ErrDisconnected, cause)
+		}
+		return cause
+	}
+}
+
+// pingWriter waits, with the reconnect backoff, until the mysql store's writer answers again
+// before the next session (a no-op for the file store). It returns nil when ctx ends.
+func pingWriter(ctx context.Context, store checkpoint.Storage, log zerolog.Logger) {
+	ms, ok := store.(*checkpoint.MySQLStore)
+	if !ok {
+		return
+	}
+	backoff := reconnectInitial
+	for ctx.Err() == nil {
+		err := ms.Ping(ctx)
+		if err == nil {
+			return
+		}
+		log.Warn().Err(err).Stringer("retry_in", backoff).Msg("checkpoint writer not reachable, waiting")
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, reconnectMax)
+	}
+}
+
+// resumeSaved writes the acknowledged position before the next session when the last save did
+// not reach the store (the writer went away during the session's final save): a new session
+// saves only on new progress, so an idle server would otherwise keep the older row until the
+// next transaction. It waits for the writer with the reconnect backoff while it is away and
+// returns nil when ctx ends; any other failure is returned (the daemon stops with it).
+func resumeSaved(ctx context.Context, saver *savedStore, start gtid.Set, log zerolog.Logger) error {
+	if _, mysql := saver.store.(*checkpoint.MySQLStore); !mysql || saver.state().last.GTIDSet == start.String() {
+		return nil // the file store's failed saves end the run (pipeline's SaveFailureLimit)
+	}
+	backoff := reconnectInitial
+	for ctx.Err() == nil {
+		err := saver.Save(checkpoint.Checkpoint{Flavor: start.Flavor(), GTIDSet: start.String(), SavedAt: time.Now().UTC()})
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, checkpoint.ErrUnreachable) {
+			return fmt.Errorf("save the acknowledged position %s before reconnecting: %w: %w", start, pipeline.ErrCheckpointSave, err)
+		}
+		log.Warn().Err(err).Stringer("retry_in", backoff).Msg("checkpoint writer not reachable, waiting")
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, reconnectMax)
+	}
+	return nil
+}

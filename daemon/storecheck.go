@@ -1,0 +1,74 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/checkpoint"
+	"github.com/outboxd/outboxd/config"
+)
+
+// checkpointTableRequest is what check verifies of the mysql store's table.
+func checkpointTableRequest(cfg *config.Config) server.CheckpointTable {
+	table := cfg.Checkpoint.Table
+	return server.CheckpointTable{
+		Flavor: cfg.Source.Flavor, Name: table, Columns: checkpoint.MySQLColumns,
+		CreateTable: checkpoint.CreateTableSQL(table),
+		Grant:       func(account string) string { return checkpoint.GrantSQL(table, account) },
+		Skip:        cfg.Source.SkipChecks,
+	}
+}
+
+// checkStore verifies the mysql checkpoint store on checkpoint.writer_addr: the table, its
+// columns and the account's SELECT, INSERT and UPDATE on it. A no-op for the file store.
+func checkStore(ctx context.Context, cfg *config.Config, r *CheckReport) {
+	if !cfg.Checkpoint.MySQL() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	conn := WriterConn(cfg)
+	subject := "checkpoint writer " + conn.Addr
+	fail := func(what string, err error) {
+		msg := fmt.Sprintf("%s: %v", what, err)
+		r.Problems = append(r.Problems, CheckItem{
+			Check: server.CheckCheckpointTable, Subject: subject, Message: msg,
+			Fix:  "check checkpoint.writer_addr (default source.addr), source.user and source.password, and that the writable primary is up",
+			line: fmt.Sprintf("%s: %s", subject, msg),
+		})
+	}
+	db, err := server.Open(ctx, conn)
+	if err != nil {
+		fail("cannot connect", err)
+		return
+	}
+	defer db.Close()
+	req := checkpointTableRequest(cfg)
+	found, err := server.InspectCheckpoint(ctx, db, req)
+	if err != nil {
+		fail("cannot inspect", err)
+		return
+	}
+	for _, p := range found {
+		it := CheckItem{Check: p.Check, Subject: p.Setting, Message: p.Found, Fix: p.Fix, Skipped: p.Skipped, line: sourceLine(conn.Addr, p)}
+		if p.Skipped {
+			r.Warnings = append(r.Warnings, it)
+		} else {
+			r.Problems = append(r.Problems, it)
+		}
+	}
+	flagged := func(check string) bool {
+		return slices.ContainsFunc(found, func(p server.Problem) bool { return p.Check == check })
+	}
+	for _, v := range []CheckItem{
+		{Check: server.CheckCheckpointTable, Subject: "table " + req.Name, Message: "exists with the checkpoint store's columns"},
+		{Check: server.CheckCheckpointGrants, Subject: "table " + req.Name, Message: "SELECT, INSERT and UPDATE are granted"},
+	} {
+		if !flagged(v.Check) {
+			v.line = fmt.Sprintf("%s: %s %s [check %s]", subject, v.Subject, v.Message, v.Check)
+			r.Verified = append(r.Verified, v)
+		}
+	}
+}
