@@ -39,6 +39,11 @@ type entry struct {
 	// means nothing of it was sent (no outbox rows, or a rolled-back XA): nothing to observe.
 	precise bool
 	acks    int
+
+	// opens counts the XA PREPAREs this entry stands for whose XA COMMIT comes later in the
+	// queue, closes the XA COMMITs of earlier XA PREPAREs (pair): the checkpoint must never
+	// hold a prepare without its commit.
+	opens, closes int
 }
 
 // firstItem names the event /status reports: the row and its message, as the items have them.
@@ -75,6 +80,13 @@ type tracker struct {
 	version   uint64 // bumped whenever acked moves
 	ackedTxns uint64 // transactions folded into acked
 	err       error  // a GTID the set could not take; ends the run
+
+	// xaOpen counts the XA PREPAREs folded whose XA COMMIT is not folded yet. While it is not 0,
+	// folded transactions go to ahead instead of acked: a checkpoint between an XA PREPARE and
+	// its XA COMMIT would make the next start read the commit without the prepare's rows
+	// (XAUnknownError), so acked takes them all at once when the commit is folded too.
+	xaOpen int
+	ahead  *aheadSet
 
 	// observe, when set, is called (holding mu) once per transaction whose last event was
 	// acknowledged (latency.go).
@@ -196,6 +208,24 @@ func (t *tracker) ack(items []item) {
 	t.mu.Unlock()
 }
 
+// aheadSet collects the transactions folded while an XA PREPARE's XA COMMIT is not (xaOpen).
+type aheadSet struct {
+	set  gtid.Set
+	file string
+	pos  uint32
+	time time.Time
+	txns uint64
+}
+
+// pair records that end is the XA COMMIT of the XA PREPARE prepare, before either can be
+// folded: the checkpoint then never holds one without the other.
+func (t *tracker) pair(prepare, end *entry) {
+	t.mu.Lock()
+	prepare.opens++
+	end.closes++
+	t.mu.Unlock()
+}
+
 // advance folds every leading transaction that is complete and fully acknowledged into the
 // acknowledged set. Holding mu.
 func (t *tracker) advance() {
@@ -204,27 +234,60 @@ func (t *tracker) advance() {
 		if !e.final || e.pending > 0 {
 			break
 		}
-		if err := addEntry(&t.acked, e); err != nil && t.err == nil {
-			t.err = err
-		}
-		if e.file != "" {
-			t.ackedFile = e.file
-		}
-		t.ackedPos = e.pos
-		t.ackedTime = e.commitTime
-		t.ackedTxns += uint64(e.folded)
+		t.fold(e)
 		e.done = true
 		n++
 	}
 	if n > 0 {
 		clear(t.queue[:n])
 		t.queue = t.queue[n:]
-		t.version++
-		t.ackedTxns += uint64(n)
 	}
 	if len(t.queue) >= t.compactAt {
 		t.compact()
 	}
+}
+
+// fold adds the complete head e to acked, or to ahead while an XA PREPARE folded before waits
+// for its XA COMMIT. Holding mu.
+func (t *tracker) fold(e *entry) {
+	if t.xaOpen == 0 && e.opens == 0 {
+		if err := addEntry(&t.acked, e); err != nil && t.err == nil {
+			t.err = err
+		}
+		if e.file != "" {
+			t.ackedFile = e.file
+		}
+		t.ackedPos, t.ackedTime = e.pos, e.commitTime
+		t.ackedTxns += 1 + uint64(e.folded)
+		t.version++
+		return
+	}
+	if t.ahead == nil {
+		t.ahead = &aheadSet{set: gtid.Empty(t.acked.Flavor())}
+	}
+	a := t.ahead
+	if err := addEntry(&a.set, e); err != nil && t.err == nil {
+		t.err = err
+	}
+	if e.file != "" {
+		a.file = e.file
+	}
+	a.pos, a.time = e.pos, e.commitTime
+	a.txns += 1 + uint64(e.folded)
+	t.xaOpen += e.opens - e.closes
+	if t.xaOpen > 0 {
+		return
+	}
+	if err := t.acked.AddSet(a.set); err != nil && t.err == nil {
+		t.err = fmt.Errorf("record acknowledged transactions up to %s: %w", e.gtid, err)
+	}
+	if a.file != "" {
+		t.ackedFile = a.file
+	}
+	t.ackedPos, t.ackedTime = a.pos, a.time
+	t.ackedTxns += a.txns
+	t.version++
+	t.ahead = nil
 }
 
 // close wakes and fails every admit waiting for capacity.
@@ -314,6 +377,9 @@ func (t *tracker) readSet() gtid.Set {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.acked.Clone()
+	if t.ahead != nil {
+		_ = s.AddSet(t.ahead.set)
+	}
 	for _, e := range t.queue {
 		_ = addEntry(&s, e) // a GTID the set cannot take already failed the run in advance
 	}
@@ -379,6 +445,8 @@ func (t *tracker) compact() {
 		}
 		last.gtid, last.commitTime, last.pos = e.gtid, e.commitTime, e.pos
 		last.folded += 1 + e.folded
+		last.opens += e.opens
+		last.closes += e.closes
 		if e.file != "" {
 			last.file = e.file
 		}
