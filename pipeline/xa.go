@@ -252,6 +252,9 @@ func (t *tracker) unhold(n, size int) {
 func (t *tracker) discard(e *entry, n, size int) {
 	t.mu.Lock()
 	e.pending -= n
+	if e.pending == 0 {
+		e.first = firstItem{} // as ack does: an entry with nothing pending keeps no row alive
+	}
 	t.events -= n
 	t.bytes -= size
 	t.heldEvents -= n
