@@ -236,7 +236,8 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 			return rejected, nil
 		}
 		var se *sink.SendError
-		if !errors.As(err, &se) {
+		if !errors.As(err, &se) || se == nil || len(se.Failures) == 0 {
+			// An error that names no failed message proves nothing was acknowledged.
 			se = sink.AllFailed(len(items), err)
 		}
 		for i, f := range se.Failures {
