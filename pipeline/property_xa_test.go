@@ -113,6 +113,17 @@ func genXAWorkload(r *rand.Rand, nKeys, piece int, topics []string) *xaWorkload 
 			prepared = append(prepared, open{seq: seq, xid: xid, events: ids})
 			end.XA = &binlog.XAStep{Op: binlog.XAPrepare, XID: binlog.XID{FormatID: 1, Gtrid: xid}}
 			emit(g, evs, end)
+		case c == 4 && r.IntN(30) == 0:
+			// A burst of transactions without outbox rows, most likely behind a prepared XA:
+			// enough to make the tracker compact its queue (minCompact).
+			for range minCompact + r.IntN(minCompact) {
+				emit(g, nil, end)
+				seq++
+				w.last = seq
+				g = fmt.Sprintf("0-1-%d", seq)
+				end = &binlog.Txn{File: "f", Pos: uint32(seq)}
+			}
+			emit(g, nil, end)
 		default:
 			size := r.IntN(6)
 			if r.IntN(20) == 0 {
