@@ -191,7 +191,8 @@ type rejection struct {
 // later event of a key never overtakes an earlier one. A message whose topic does not exist is
 // retried the same way, but only for MissingTopicWait (see waitForTopic). It returns the
 // messages the broker rejected permanently or whose topic never appeared, for the caller's
-// poison policy, or an error when ctx ends first or a dead letter itself is rejected (or its
+// poison policy (under on_poison: stop, the later messages of such a message's key are then
+// left unsent and unacknowledged: the run ends on it), or an error when ctx ends first or a dead letter itself is rejected (or its
 // topic never appeared).
 func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink, items []item, acked func([]item)) ([]rejection, error) {
 	var rejected []rejection
@@ -201,6 +202,19 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 	attempt := 0
 	var lastLog time.Time
 	msgs := make([]*sink.Message, 0, len(items))
+	// stopKeys are the keys of rejections that will end the run (on_poison: stop, see
+	// stopsRun): their later messages are not resent, or a fix and a restart would deliver the
+	// rejected row after them.
+	var stopKeys map[string]bool
+	reject := func(r rejection) {
+		rejected = append(rejected, r)
+		if r.msg.Key != nil && acked != nil && p.stopsRun(r) {
+			if stopKeys == nil {
+				stopKeys = map[string]bool{}
+			}
+			stopKeys[string(r.msg.Key)] = true
+		}
+	}
 	for len(items) > 0 {
 		msgs = msgs[:0]
 		for i := range items {
@@ -222,7 +236,8 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 			return rejected, nil
 		}
 		var se *sink.SendError
-		if !errors.As(err, &se) {
+		if !errors.As(err, &se) || se == nil || len(se.Failures) == 0 {
+			// An error that names no failed message proves nothing was acknowledged.
 			se = sink.AllFailed(len(items), err)
 		}
 		for i, f := range se.Failures {
@@ -260,6 +275,9 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 		others := 0 // other transient failures, not held back behind a waiting message
 		for _, f := range se.Failures {
 			it := items[f.Index]
+			if it.msg.Key != nil && stopKeys[string(it.msg.Key)] {
+				continue // held back behind a row the run stops on; resent by the next start
+			}
 			kind := metrics.KindTransient
 			switch {
 			case sink.IsPermanent(f.Err):
@@ -274,7 +292,7 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 					return nil, err
 				}
 				if r != nil {
-					rejected = append(rejected, *r)
+					reject(*r)
 					continue
 				}
 				retry = append(retry, it)
@@ -299,7 +317,7 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 					}
 					return nil, &PoisonError{Err: fmt.Errorf("dead letter for %s rejected by sink %s: %w", describe(it), name, f.Err)}
 				}
-				rejected = append(rejected, rejection{item: it, err: fmt.Errorf("%s rejected by sink %s topic %s: %w",
+				reject(rejection{item: it, err: fmt.Errorf("%s rejected by sink %s topic %s: %w",
 					describe(it), name, it.msg.Topic, f.Err)})
 				continue
 			}
@@ -328,6 +346,11 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 		backoff = min(backoff*2, p.cfg.RetryMax)
 	}
 	return rejected, nil
+}
+
+// stopsRun reports whether poison will end the run for r instead of dead-lettering it.
+func (p *Pipeline) stopsRun(r rejection) bool {
+	return p.cfg.OnPoison != PoisonDeadLetter && !r.dead && !p.cfg.DeadLetterEvents[string(r.ev.EventID.Bytes)]
 }
 
 // ackedItems returns the items of one Send that are not among failures (sorted by index).

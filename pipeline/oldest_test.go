@@ -108,3 +108,26 @@ func TestPipelineOldestEventWhileTheBrokerHangs(t *testing.T) {
 		t.Fatalf("everything acknowledged, OldestEvent = %+v", got)
 	}
 }
+
+// A rolled-back XA's held rows are dropped by discard: its entry, which may wait behind the
+// head for long, keeps no row alive, as an acknowledged one does not.
+func TestTrackerDiscardKeepsNoRow(t *testing.T) {
+	tr := newTracker(gtid.Empty(gtid.MariaDB), 100, 1<<20)
+	t0 := time.Unix(1700000000, 0)
+	head := tr.begin("0-1-1", t0, t0)
+	tr.extend(head, []item{oldestItem(head, "1", "orders")})
+	x := tr.begin("0-1-2", t0, t0)
+	held := []item{oldestItem(x, "2", "orders"), oldestItem(x, "3", "orders")}
+	if err := tr.admitHeld(context.Background(), "0-1-2", len(held), 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	tr.extend(x, held)
+	tr.discard(x, len(held), 2)
+	tr.finish(x, "bin.1", 20)
+	if x.first != (firstItem{}) {
+		t.Fatalf("a rolled-back XA's entry still holds %+v", x.first)
+	}
+	if got, _ := tr.oldestEvent(); got.EventID != "e1" {
+		t.Fatalf("oldestEvent = %+v, want e1 of the head", got)
+	}
+}

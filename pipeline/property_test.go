@@ -27,7 +27,10 @@ type chaosSink struct {
 	rng      *lockedRand
 	failRate float64
 	maxDelay time.Duration
-	p        atomic.Pointer[Pipeline]
+	// missing, when set, says whether a topic does not exist (yet): its messages fail with a
+	// topic-missing error.
+	missing func(topic string) bool
+	p       atomic.Pointer[Pipeline]
 
 	mu          sync.Mutex
 	stored      []*sink.Message
@@ -35,6 +38,7 @@ type chaosSink struct {
 	maxInFlight int
 	sends       int
 	failures    int
+	missed      int // failures for a missing topic
 }
 
 type lockedRand struct {
@@ -74,6 +78,13 @@ func (c *chaosSink) Send(ctx context.Context, msgs []*sink.Message) error {
 	var se sink.SendError
 	failed := map[string]bool{}
 	for i, m := range msgs {
+		if !failed[string(m.Key)] && c.missing != nil && c.missing(m.Topic) {
+			failed[string(m.Key)] = true
+			se.Failures = append(se.Failures, sink.Failure{Index: i, Err: sink.TopicMissing(errors.New("injected: topic " + m.Topic + " does not exist"))})
+			c.failures++
+			c.missed++
+			continue
+		}
 		if failed[string(m.Key)] || c.rng.float() < c.failRate {
 			failed[string(m.Key)] = true
 			se.Failures = append(se.Failures, sink.Failure{Index: i, Err: errors.New("injected transient failure")})

@@ -173,11 +173,13 @@ func (p *Pipeline) stallEnd(sinkName, topic string) {
 	if last && !st.expired {
 		delete(p.stalls.m, k)
 	}
+	// Read under the lock: an expired entry stays shared with other lanes.
+	since, expired := st.since, st.expired
 	p.stalls.mu.Unlock()
 	if last {
 		p.m.TopicMissing(sinkName, topic, false)
-		p.cfg.Logger.Info().Str("sink", sinkName).Str("topic", topic).Stringer("waited", p.cfg.Now().Sub(st.since)).
-			Bool("timed_out", st.expired).Msg("no message waits for the missing topic any more")
+		p.cfg.Logger.Info().Str("sink", sinkName).Str("topic", topic).Stringer("waited", p.cfg.Now().Sub(since)).
+			Bool("timed_out", expired).Msg("no message waits for the missing topic any more")
 	}
 }
 

@@ -41,6 +41,11 @@ type entry struct {
 	acks    int
 	// own marks outboxd's own checkpoint save read back (own.go): folding it is no reason to save.
 	own bool
+
+	// opens counts the XA PREPAREs this entry stands for whose XA COMMIT comes later in the
+	// queue, closes the XA COMMITs of earlier XA PREPAREs (pair): the checkpoint must never
+	// hold a prepare without its commit.
+	opens, closes int
 }
 
 // firstItem names the event /status reports: the row and its message, as the items have them.
@@ -77,6 +82,13 @@ type tracker struct {
 	version   uint64 // bumped whenever acked moves over more than outboxd's own checkpoint saves
 	ackedTxns uint64 // transactions folded into acked
 	err       error  // a GTID the set could not take; ends the run
+
+	// xaOpen counts the XA PREPAREs folded whose XA COMMIT is not folded yet. While it is not 0,
+	// folded transactions go to ahead instead of acked: a checkpoint between an XA PREPARE and
+	// its XA COMMIT would make the next start read the commit without the prepare's rows
+	// (XAUnknownError), so acked takes them all at once when the commit is folded too.
+	xaOpen int
+	ahead  *aheadSet
 
 	// observe, when set, is called (holding mu) once per transaction whose last event was
 	// acknowledged (latency.go).
@@ -198,40 +210,94 @@ func (t *tracker) ack(items []item) {
 	t.mu.Unlock()
 }
 
+// aheadSet collects the transactions folded while an XA PREPARE's XA COMMIT is not (xaOpen).
+type aheadSet struct {
+	set  gtid.Set
+	file string
+	pos  uint32
+	time time.Time
+	txns uint64
+	// foreign: it holds more than outboxd's own checkpoint saves (own.go), so folding it is
+	// worth a save.
+	foreign bool
+}
+
+// pair records that end is the XA COMMIT of the XA PREPARE prepare, before either can be
+// folded: the checkpoint then never holds one without the other.
+func (t *tracker) pair(prepare, end *entry) {
+	t.mu.Lock()
+	prepare.opens++
+	end.closes++
+	t.mu.Unlock()
+}
+
 // advance folds every leading transaction that is complete and fully acknowledged into the
 // acknowledged set. Holding mu.
 func (t *tracker) advance() {
-	n, own := 0, 0
+	n := 0
 	for _, e := range t.queue {
 		if !e.final || e.pending > 0 {
 			break
 		}
-		if e.own {
-			own++
-		}
-		if err := addEntry(&t.acked, e); err != nil && t.err == nil {
-			t.err = err
-		}
-		if e.file != "" {
-			t.ackedFile = e.file
-		}
-		t.ackedPos = e.pos
-		t.ackedTime = e.commitTime
-		t.ackedTxns += uint64(e.folded)
+		t.fold(e)
 		e.done = true
 		n++
 	}
 	if n > 0 {
 		clear(t.queue[:n])
 		t.queue = t.queue[n:]
-		if n > own {
-			t.version++ // progress worth a save: more than outboxd's own checkpoint writes
-		}
-		t.ackedTxns += uint64(n)
 	}
 	if len(t.queue) >= t.compactAt {
 		t.compact()
 	}
+}
+
+// fold adds the complete head e to acked, or to ahead while an XA PREPARE folded before waits
+// for its XA COMMIT. Holding mu.
+func (t *tracker) fold(e *entry) {
+	if t.xaOpen == 0 && e.opens == 0 {
+		if err := addEntry(&t.acked, e); err != nil && t.err == nil {
+			t.err = err
+		}
+		if e.file != "" {
+			t.ackedFile = e.file
+		}
+		t.ackedPos, t.ackedTime = e.pos, e.commitTime
+		t.ackedTxns += 1 + uint64(e.folded)
+		if !e.own {
+			t.version++ // progress worth a save: more than outboxd's own checkpoint writes
+		}
+		return
+	}
+	if t.ahead == nil {
+		t.ahead = &aheadSet{set: gtid.Empty(t.acked.Flavor())}
+	}
+	a := t.ahead
+	if err := addEntry(&a.set, e); err != nil && t.err == nil {
+		t.err = err
+	}
+	if e.file != "" {
+		a.file = e.file
+	}
+	a.pos, a.time = e.pos, e.commitTime
+	a.txns += 1 + uint64(e.folded)
+	a.foreign = a.foreign || !e.own
+	t.xaOpen += e.opens - e.closes
+	if t.xaOpen > 0 {
+		return
+	}
+	if err := t.acked.AddSet(a.set); err != nil && t.err == nil {
+		t.err = fmt.Errorf("record acknowledged transactions up to %s: %w", e.gtid, err)
+	}
+	if a.file != "" {
+		t.ackedFile = a.file
+	}
+	t.ackedPos, t.ackedTime = a.pos, a.time
+	t.ackedTxns += a.txns
+	if a.foreign {
+		t.version++
+	}
+	t.ahead = nil
 }
 
 // close wakes and fails every admit waiting for capacity.
@@ -321,6 +387,9 @@ func (t *tracker) readSet() gtid.Set {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.acked.Clone()
+	if t.ahead != nil {
+		_ = s.AddSet(t.ahead.set)
+	}
 	for _, e := range t.queue {
 		_ = addEntry(&s, e) // a GTID the set cannot take already failed the run in advance
 	}
@@ -387,6 +456,8 @@ func (t *tracker) compact() {
 		last.gtid, last.commitTime, last.pos = e.gtid, e.commitTime, e.pos
 		last.folded += 1 + e.folded
 		last.own = last.own && e.own
+		last.opens += e.opens
+		last.closes += e.closes
 		if e.file != "" {
 			last.file = e.file
 		}

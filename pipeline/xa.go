@@ -21,8 +21,9 @@ import (
 // in commit order. XA ROLLBACK discards them.
 //
 // The prepared group stays in the tracker as an entry with unacknowledged events, so the
-// checkpoint stays at the transaction before the prepare until the committed rows are
-// acknowledged: a restart re-reads the prepare, and its XA COMMIT still finds the rows. (A
+// checkpoint stays at the transaction before the prepare until the committed rows, and every
+// transaction up to the XA COMMIT, are acknowledged (tracker.pair): a restart re-reads the
+// prepare, and its XA COMMIT still finds the rows; a checkpoint between the two would not. (A
 // MariaDB position cannot skip a transaction, so nothing better is possible there; transactions
 // acknowledged after the prepare are resent after such a restart.)
 //
@@ -191,6 +192,9 @@ func (p *Pipeline) xaEnd(ctx context.Context, t *binlog.Txn, items []item, size 
 	}
 	c := p.tracker.begin(t.GTID, t.CommitTime, p.cfg.Now())
 	p.tracker.extend(c, items)
+	if h != nil && t.XA.Op == binlog.XACommit {
+		p.tracker.pair(h.entry, c) // before either can be folded
+	}
 	if h != nil {
 		p.xa.mu.Lock()
 		delete(p.xa.prepared, xid)
@@ -248,6 +252,9 @@ func (t *tracker) unhold(n, size int) {
 func (t *tracker) discard(e *entry, n, size int) {
 	t.mu.Lock()
 	e.pending -= n
+	if e.pending == 0 {
+		e.first = firstItem{} // as ack does: an entry with nothing pending keeps no row alive
+	}
 	t.events -= n
 	t.bytes -= size
 	t.heldEvents -= n
