@@ -50,17 +50,59 @@ type statementTarget struct{ schema, table string }
 // and are dismissed on their first word.
 func (a *Assembler) checkStatement(db, q string) error {
 	verb, targets := dmlTargets(q)
-	for _, t := range targets {
-		if t.schema == "" {
-			t.schema = db
+	for i := range targets {
+		if targets[i].schema == "" {
+			targets[i].schema = db
 		}
 		for k, st := range a.tables {
-			if strings.EqualFold(t.schema, k.schema) && strings.EqualFold(t.table, k.table) {
+			if strings.EqualFold(targets[i].schema, k.schema) && strings.EqualFold(targets[i].table, k.table) {
 				return a.unreadableStatement(st.spec, verb)
 			}
 		}
 	}
+	// No target is an outbox table, but a trigger on a table of an outbox table's schema, a
+	// view over the outbox or a stored function may have written outbox rows, and the binlog
+	// then holds only the outer statement: outboxd cannot tell, so it stops rather than risk
+	// skipping them. A logged SELECT or DO is there only because a function it called wrote data.
+	for _, t := range targets {
+		for k, st := range a.tables {
+			if strings.EqualFold(t.schema, k.schema) {
+				return a.hiddenWrites(st.spec, fmt.Sprintf("statement-logged %s into %s.%s", verb, t.schema, t.table))
+			}
+		}
+	}
+	if v := sideEffectVerb(q); v != "" {
+		for k, st := range a.tables {
+			if strings.EqualFold(db, k.schema) || strings.Contains(strings.ToLower(q), strings.ToLower(k.schema)+".") ||
+				strings.Contains(strings.ToLower(q), "`"+strings.ToLower(k.schema)+"`.") {
+				return a.hiddenWrites(st.spec, "statement-logged "+v+" calling a stored function")
+			}
+		}
+	}
 	return nil
+}
+
+// sideEffectVerb returns "SELECT" or "DO" for a statement of that kind (after comments), "" for
+// any other. Under row-based logging neither is ever in the binlog.
+func sideEffectVerb(q string) string {
+	lx := lexer{s: q}
+	first := lx.next()
+	for _, v := range []string{"SELECT", "DO"} {
+		if first.isWord(v) {
+			return v
+		}
+	}
+	return ""
+}
+
+// hiddenWrites is the error for a statement-logged write in an outbox table's schema whose
+// triggers, views or functions may have written outbox rows that the binlog holds only as SQL.
+func (a *Assembler) hiddenWrites(spec TableSpec, what string) error {
+	return fmt.Errorf("outbox table %s.%s: %s has a %s in the outbox table's schema; a trigger, a view or a stored function may have written outbox rows "+
+		"that the binlog then holds only as that SQL text, which outboxd cannot read or rule out, so it stopped before that transaction and did not checkpoint it. "+
+		"Set binlog_format=ROW on the server and make sure no session runs SET SESSION binlog_format=STATEMENT or MIXED. "+
+		"If that transaction wrote no outbox rows, start past it with --from-gtid; if it did, write them again from a row-logged session first",
+		spec.Schema, spec.Table, a.txnName(), what)
 }
 
 func (a *Assembler) unreadableStatement(spec TableSpec, verb string) error {

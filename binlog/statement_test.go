@@ -97,8 +97,17 @@ func TestAssemblerStatementLoggedDML(t *testing.T) {
 			query("shop", "DELETE FROM outbox_event WHERE id < 10"), xid}, "statement-logged DELETE"},
 		{"same name in another schema", []*replication.BinlogEvent{mariaGTID(7),
 			query("other", "INSERT INTO outbox_event VALUES (1)"), xid}, ""},
-		{"business table", []*replication.BinlogEvent{mariaGTID(7),
-			query("shop", "INSERT INTO orders (note) VALUES ('outbox_event')"), xid}, ""},
+		// A table beside the outbox may have a trigger that writes it (or be a view over it):
+		// the binlog would hold only this statement.
+		{"business table in the outbox schema", []*replication.BinlogEvent{mariaGTID(7),
+			query("shop", "INSERT INTO orders (note) VALUES ('outbox_event')"), xid}, "statement-logged INSERT into shop.orders in the outbox table's schema"},
+		{"business table in another schema", []*replication.BinlogEvent{mariaGTID(7),
+			query("other", "INSERT INTO orders (note) VALUES ('outbox_event')"), xid}, ""},
+		// A SELECT is logged only when a stored function it called wrote data.
+		{"stored function", []*replication.BinlogEvent{mariaGTID(7),
+			query("other", "SELECT `shop`.`f`()"), xid}, "statement-logged SELECT calling a stored function"},
+		{"stored function in another schema", []*replication.BinlogEvent{mariaGTID(7),
+			query("other", "SELECT `billing`.`f`()"), xid}, ""},
 		{"DDL", []*replication.BinlogEvent{ev(replication.MARIADB_GTID_EVENT, 0, &replication.MariadbGTIDEvent{
 			GTID: mysql.MariadbGTID{SequenceNumber: 7}, Flags: replication.BINLOG_MARIADB_FL_STANDALONE}),
 			query("shop", "ALTER TABLE outbox_event ADD COLUMN x INT")}, ""},

@@ -18,39 +18,51 @@ import (
 func TestUnreadableOutboxRowStopsOutboxd(t *testing.T) {
 	cases := []struct {
 		name    string
+		setup   []string // run first, as root; {schema} is the test's schema
 		session string
 		insert  string // into outbox_event, some columns left to their defaults; {csv} is a CSV's path
 		want    []string
 	}{
 		// LOAD DATA is logged as its own event (EXECUTE_LOAD_QUERY), not as a QUERY.
-		{"load data", "SET SESSION binlog_format = 'STATEMENT'",
+		{"load data", nil, "SET SESSION binlog_format = 'STATEMENT'",
 			"LOAD DATA INFILE '{csv}' INTO TABLE outbox_event FIELDS TERMINATED BY ',' (event_id, biz_key, topic, payload)",
 			[]string{"statement-logged LOAD DATA", "binlog_format=ROW"}},
-		{"statement", "SET SESSION binlog_format = 'STATEMENT'",
+		{"statement", nil, "SET SESSION binlog_format = 'STATEMENT'",
 			"INSERT INTO outbox_event (event_id, biz_key, topic, payload) VALUES ('bad', 'k', 't', 'p')",
 			[]string{"statement-logged INSERT", "binlog_format=ROW", "SET SESSION binlog_format"}},
 		// The binlog keeps the text as sent: a "--<tab>" comment before it and MariaDB's
 		// per-statement variables must not hide the INSERT.
-		{"statement after a tab comment", "SET SESSION binlog_format = 'STATEMENT'",
+		{"statement after a tab comment", nil, "SET SESSION binlog_format = 'STATEMENT'",
 			"--\tfrom the app\nINSERT INTO outbox_event (event_id, biz_key, topic, payload) VALUES ('bad', 'k', 't', 'p')",
 			[]string{"statement-logged INSERT", "binlog_format=ROW"}},
-		{"set statement for", "SET SESSION binlog_format = 'STATEMENT'",
+		{"set statement for", nil, "SET SESSION binlog_format = 'STATEMENT'",
 			"SET STATEMENT sql_mode = '' FOR INSERT INTO outbox_event (event_id, biz_key, topic, payload) VALUES ('bad', 'k', 't', 'p')",
 			[]string{"statement-logged INSERT", "binlog_format=ROW"}},
 		// MariaDB's default: a deterministic INSERT is logged as a statement.
-		{"mixed", "SET SESSION binlog_format = 'MIXED'",
+		{"mixed", nil, "SET SESSION binlog_format = 'MIXED'",
 			"INSERT INTO outbox_event (event_id, biz_key, topic, payload) VALUES ('bad', 'k', 't', 'p')",
 			[]string{"statement-logged INSERT", "binlog_format=ROW"}},
-		{"minimal row image", "SET SESSION binlog_row_image = 'MINIMAL'",
+		// A trigger writes the outbox: the binlog holds only the INSERT into invoices.
+		{"trigger", []string{
+			"CREATE TABLE {schema}.invoices (id INT AUTO_INCREMENT PRIMARY KEY, note VARCHAR(20))",
+			"CREATE TRIGGER {schema}.invoices_outbox AFTER INSERT ON {schema}.invoices FOR EACH ROW " +
+				"INSERT INTO {schema}.outbox_event (event_id, biz_key, topic, payload) VALUES ('bad', 'k', 't', 'p')",
+		}, "SET SESSION binlog_format = 'STATEMENT'",
+			"INSERT INTO invoices (note) VALUES ('x')",
+			[]string{"statement-logged INSERT into", ".invoices in the outbox table's schema", "a trigger", "binlog_format=ROW"}},
+		{"minimal row image", nil, "SET SESSION binlog_row_image = 'MINIMAL'",
 			"INSERT INTO outbox_event (event_id, biz_key, topic, payload) VALUES ('bad', 'k', 't', 'p')",
 			[]string{"lacks column(s) event_type, headers", "binlog_row_image=FULL", "SET SESSION binlog_row_image"}},
-		{"noblob row image", "SET SESSION binlog_row_image = 'NOBLOB'",
+		{"noblob row image", nil, "SET SESSION binlog_row_image = 'NOBLOB'",
 			"INSERT INTO outbox_event (event_id, biz_key, topic, event_type) VALUES ('bad', 'k', 't', 'x')",
 			[]string{"lacks column(s) payload, headers", "binlog_row_image=FULL"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			w := newWorld(t, sharedServer(t))
+			for _, q := range c.setup {
+				w.exec(strings.ReplaceAll(q, "{schema}", w.schema))
+			}
 			r := startRelayed(t, w, "before")
 			o, cfgPath, p, cons, before := r.o, r.cfgPath, r.p, r.cons, r.gtid
 
