@@ -168,9 +168,7 @@ func TestTwoServersAtOnce(t *testing.T) {
 }
 
 func TestCloseRemovesOwnDirKeepsGivenDir(t *testing.T) {
-	if _, err := Binary(); err != nil {
-		t.Skip(err)
-	}
+	RequireT(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	s, err := Start(ctx, Options{})
@@ -221,9 +219,7 @@ func TestCloseRemovesOwnDirKeepsGivenDir(t *testing.T) {
 }
 
 func TestStartFailsWithLog(t *testing.T) {
-	if _, err := Binary(); err != nil {
-		t.Skip(err)
-	}
+	RequireT(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	_, err := Start(ctx, Options{ExtraArgs: []string{"--no-such-option-here=1"}})
