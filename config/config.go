@@ -357,7 +357,7 @@ func parseWith(data []byte, lookup func(string) (string, bool), readFile func(st
 	// Secrets from files first, so Validate sees the values (access_key and secret_key come as
 	// a pair whichever way each is given).
 	if noSecrets {
-		readFile = withoutSecretFiles(readFile)
+		readFile = readNoSecretFile
 	}
 	fileErrs := c.resolveFiles(readFile, noSecrets)
 	err := c.Validate()

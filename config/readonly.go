@@ -43,8 +43,6 @@ func isSecretField(path string) bool {
 	return false
 }
 
-// withoutSecretFiles makes resolveFiles read no secret file: each yields the placeholder (CA
-// files are skipped by resolveFiles itself).
-func withoutSecretFiles(func(string) ([]byte, error)) func(string) ([]byte, error) {
-	return func(string) ([]byte, error) { return []byte(secretPlaceholder), nil }
-}
+// readNoSecretFile is resolveFiles' readFile for LoadWithoutSecrets: no secret file is read,
+// each yields the placeholder (CA files are skipped by resolveFiles itself).
+func readNoSecretFile(string) ([]byte, error) { return []byte(secretPlaceholder), nil }

@@ -19,7 +19,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/outboxd/outboxd/daemon"
 	"github.com/outboxd/outboxd/testenv/mariadb"
@@ -106,12 +105,7 @@ func admWaitReady(t *testing.T, addr string, wantCode int, timeout time.Duration
 // the broker; /status has its fields.
 func TestAdminLagReadinessAndStatus(t *testing.T) {
 	w := newWorld(t, sharedServer(t))
-	dataDir := t.TempDir()
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "t"), kfake.DataDir(dataDir), kfake.SyncWrites())
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := kc.ListenAddrs()[0]
+	kc, port, dataDir := restartableKafka(t, "t")
 	admin := admFreeAddr(t)
 	o := simpleCfg(t, w, kc, w.position())
 	o.Extra = fmt.Sprintf("admin: {listen: %q}\n", admin)

@@ -93,12 +93,7 @@ func TestCrashAndRestartLosesNothing(t *testing.T) {
 // in per-key order.
 func TestBrokerOutage(t *testing.T) {
 	w := newWorld(t, sharedServer(t))
-	dataDir := t.TempDir()
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "t"), kfake.DataDir(dataDir), kfake.SyncWrites())
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := kc.ListenAddrs()[0]
+	kc, port, dataDir := restartableKafka(t, "t")
 	o := simpleCfg(t, w, kc, w.position())
 	startRelay(t, o, daemon.Options{})
 
@@ -147,6 +142,19 @@ func portNum(t *testing.T, addr string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// restartableKafka starts a one-broker kfake cluster with topics that stores its data in a
+// temporary directory, and returns it with its address and that directory for restartKafka.
+// The test closes it (the broker going down).
+func restartableKafka(t *testing.T, topics ...string) (kc *kfake.Cluster, addr, dataDir string) {
+	t.Helper()
+	dataDir = t.TempDir()
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topics...), kfake.DataDir(dataDir), kfake.SyncWrites())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kc, kc.ListenAddrs()[0], dataDir
 }
 
 // restartKafka brings a kfake broker back on the port it had, with the data it stored

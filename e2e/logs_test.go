@@ -13,7 +13,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/internal/logging/logcheck"
-	"github.com/outboxd/outboxd/testenv/faultproxy"
 	"github.com/outboxd/outboxd/testenv/kafkafault"
 	"github.com/outboxd/outboxd/testenv/mariadb"
 	"github.com/outboxd/outboxd/testenv/rocketmq"
@@ -33,11 +32,7 @@ var noise = regexp.MustCompile(`(?i)unknown thread id|io\.ReadFull\(header\) fai
 func TestLogStreamIsCleanJSON(t *testing.T) {
 	srv := mariadb.StartT(t, mariadb.Options{}) // its own: the test restarts it
 	w := newWorld(t, srv)
-	proxy, err := faultproxy.New(w.srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
+	proxy := proxyTo(t, w.srv.Addr)
 	kc := kafkaCluster(t, "t")
 	o := simpleCfg(t, w, kc, w.position())
 	o.Addr = proxy.Addr()

@@ -336,11 +336,7 @@ func TestMySQLStoreWriterOutageReconnects(t *testing.T) {
 	kc := kafkaCluster(t, "t")
 	o := simpleCfg(t, w, kc, w.position())
 	table := useMySQLStore(w, &o, "relay-w")
-	px, err := faultproxy.New(w.srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { px.Close() })
+	px := proxyTo(t, w.srv.Addr)
 	o.Checkpoint += ", writer_addr: " + px.Addr()
 	r := startRelay(t, o, daemon.Options{})
 	c := newConsumer(t, kc, "t")

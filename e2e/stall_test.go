@@ -14,11 +14,7 @@ import (
 // delivers what was committed meanwhile.
 func TestStalledSourceIsDetected(t *testing.T) {
 	w := newWorld(t, sharedServer(t))
-	proxy, err := faultproxy.New(w.srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
+	proxy := proxyTo(t, w.srv.Addr)
 	kc := kafkaCluster(t, "t")
 	o := simpleCfg(t, w, kc, w.position())
 	o.Addr = proxy.Addr()
@@ -43,4 +39,15 @@ func TestStalledSourceIsDetected(t *testing.T) {
 	w.commit(row{EventID: "after-stall", Key: "k", Topic: "t", Payload: []byte("3")})
 	rs := c.waitForEvent("after-stall", 40*time.Second)
 	checkPerKeyOrder(t, rs, []string{"before-stall", "during-stall", "after-stall"})
+}
+
+// proxyTo starts a faultproxy in front of addr, closed at the test's end.
+func proxyTo(t *testing.T, addr string) *faultproxy.Proxy {
+	t.Helper()
+	p, err := faultproxy.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
 }

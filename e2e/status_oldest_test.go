@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
-
 	"github.com/outboxd/outboxd/admin"
 	"github.com/outboxd/outboxd/daemon"
 )
@@ -19,12 +17,7 @@ import (
 // the broker is back and the event is acknowledged /status names none.
 func TestStatusNamesTheOldestUnacknowledgedEvent(t *testing.T) {
 	w := newWorld(t, sharedServer(t))
-	dataDir := t.TempDir()
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "t"), kfake.DataDir(dataDir), kfake.SyncWrites())
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := kc.ListenAddrs()[0]
+	kc, port, dataDir := restartableKafka(t, "t")
 	addr := admFreeAddr(t)
 	o := simpleCfg(t, w, kc, w.position())
 	o.Extra = fmt.Sprintf("admin: {listen: %q}\n", addr)

@@ -79,20 +79,11 @@ func cmdCheckpointMigrate(ctx context.Context, args []string, stdout, stderr io.
 	if err != nil {
 		return err
 	}
-	store, err := openCLIStore(ctx, cfg)
+	store, old, err := openStoreToReplace(ctx, cfg, set, *force)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	if !*force {
-		if err := validateAgainstSource(ctx, cfg, set); err != nil {
-			return err
-		}
-	}
-	old, err := store.Load()
-	if err != nil {
-		return err
-	}
 	if old != nil && !*overwrite {
 		return fmt.Errorf("checkpoint %s already holds %s: pass --overwrite to replace it with %s from %s",
 			cfg.Checkpoint.Where(), old.GTIDSet, cp.GTIDSet, *from)
@@ -102,6 +93,28 @@ func cmdCheckpointMigrate(ctx context.Context, args []string, stdout, stderr io.
 	}
 	fmt.Fprintf(stdout, "checkpoint %s -> %s: %s\n", *from, cfg.Checkpoint.Where(), cp.GTIDSet)
 	return nil
+}
+
+// openStoreToReplace opens the configured store for checkpoint set and migrate, checks set
+// against the source unless force, and returns the store with the checkpoint it holds now
+// (nil when none). The caller closes the store.
+func openStoreToReplace(ctx context.Context, cfg *config.Config, set gtid.Set, force bool) (checkpoint.Storage, *checkpoint.Checkpoint, error) {
+	store, err := openCLIStore(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !force {
+		if err := validateAgainstSource(ctx, cfg, set); err != nil {
+			store.Close()
+			return nil, nil, err
+		}
+	}
+	old, err := store.Load()
+	if err != nil {
+		store.Close()
+		return nil, nil, err
+	}
+	return store, old, nil
 }
 
 // validateAgainstSource checks a set as checkpoint set does before it is written.

@@ -55,7 +55,7 @@ func (f configFlags) load(args []string) (*config.Config, error) {
 	if err := f.parse(args); err != nil {
 		return nil, err
 	}
-	return loadConfig(f.configPath())
+	return readConfig(f.configPath(), config.Load)
 }
 
 // loadReadOnly parses args and loads the config they name without its secrets, for commands
@@ -64,24 +64,18 @@ func (f configFlags) loadReadOnly(args []string) (*config.Config, error) {
 	if err := f.parse(args); err != nil {
 		return nil, err
 	}
-	path := f.configPath()
-	if path == "" {
-		return nil, errNoConfig
-	}
-	cfg, err := config.LoadWithoutSecrets(path)
-	if err != nil {
-		return nil, &exitError{code: 2, err: err}
-	}
-	return cfg, nil
+	return readConfig(f.configPath(), config.LoadWithoutSecrets)
 }
 
 var errNoConfig = &exitError{code: 2, err: errors.New("--config is required (or set " + configEnv + ")")}
 
-func loadConfig(path string) (*config.Config, error) {
+// readConfig loads the config at path with load (config.Load or config.LoadWithoutSecrets); a
+// missing path or a bad config is a usage error (exit 2).
+func readConfig(path string, load func(string) (*config.Config, error)) (*config.Config, error) {
 	if path == "" {
 		return nil, errNoConfig
 	}
-	cfg, err := config.Load(path)
+	cfg, err := load(path)
 	if err != nil {
 		return nil, &exitError{code: 2, err: err}
 	}
@@ -173,7 +167,7 @@ func cmdCheckpointShow(ctx context.Context, args []string, stdout, stderr io.Wri
 	var cp *checkpoint.Checkpoint
 	if cfg.Checkpoint.MySQL() {
 		// The row is on the writer: this needs source.password, so load the secrets after all.
-		if cfg, err = loadConfig(fs.configPath()); err != nil {
+		if cfg, err = readConfig(fs.configPath(), config.Load); err != nil {
 			return err
 		}
 		cp, err = readStore(ctx, cfg)
@@ -208,20 +202,11 @@ func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	// The file's lock makes this fail while outboxd runs on the same checkpoint (the mysql
 	// store's guard is the leader lock of the HA issue).
-	store, err := openCLIStore(ctx, cfg)
+	store, old, err := openStoreToReplace(ctx, cfg, parsed, *force)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	if !*force {
-		if err := validateAgainstSource(ctx, cfg, parsed); err != nil {
-			return err
-		}
-	}
-	old, err := store.Load()
-	if err != nil {
-		return err
-	}
 	cp := checkpoint.Checkpoint{Flavor: cfg.Source.Flavor, GTIDSet: parsed.String(), SavedAt: timeNow()}
 	if err := store.Save(cp); err != nil {
 		return err
@@ -252,9 +237,9 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if path == "" {
 			return &exitError{code: 2, err: errors.New("--config or --addr is required (or set " + configEnv + ")")}
 		}
-		cfg, err := config.LoadWithoutSecrets(path)
+		cfg, err := readConfig(path, config.LoadWithoutSecrets)
 		if err != nil {
-			return &exitError{code: 2, err: err}
+			return err
 		}
 		if *addr = cfg.Admin.Addr(); *addr == "" {
 			return &exitError{code: 2, err: errors.New("admin.listen is off in this config: outboxd serves no status; set admin.listen, such as " + config.DefaultAdminListen)}

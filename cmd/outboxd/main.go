@@ -78,6 +78,10 @@ row of checkpoint.name; stop outboxd first.`},
 (checkpoint.store: mysql), after checking it against the source as set does (--force skips
 that). It refuses when the row already exists unless --overwrite. Stop the outboxd that used
 the file first (its lock is taken while copying), then start it with the new config.`},
+	"health": {"outboxd health [--addr HOST:PORT] [--ready] [--timeout D]",
+		`Probes a running outboxd's admin server (admin.listen) and exits 0 when it answers 200, 1
+otherwise (not listening, timeout, any other status); 2 on a bad flag. For container
+healthchecks: the image is distroless, with no shell or curl.`},
 	"version": {"outboxd version", `Prints the version, the Go version and the platform.`},
 }
 

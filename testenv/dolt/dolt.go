@@ -289,9 +289,6 @@ func (s *Server) Stop() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.proc
-	if p == nil {
-		return nil
-	}
 	s.proc = nil
 	if err := p.Stop(stopTimeout); err != nil {
 		return fmt.Errorf("dolt %s: %w", s.Addr, err)

@@ -496,9 +496,6 @@ func (s *Server) Stop() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.proc
-	if p == nil {
-		return nil
-	}
 	s.proc = nil
 	if err := p.Stop(stopTimeout); err != nil {
 		return fmt.Errorf("mariadb %s: %w", s.Addr, err)

@@ -61,9 +61,10 @@ func (p *Process) Kill() {
 }
 
 // Stop sends SIGTERM and blocks until the process has exited, sending SIGKILL after timeout
-// (then the error says so). A process that already exited is no error.
+// (then the error says so). A process that already exited, or a nil one (a server stopped
+// before), is no error.
 func (p *Process) Stop(timeout time.Duration) error {
-	if !p.Running() {
+	if p == nil || !p.Running() {
 		return nil
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
