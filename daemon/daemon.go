@@ -347,7 +347,7 @@ func ResolveStart(ctx context.Context, db *sql.DB, cfg *config.Config, store che
 			origin = "source.start"
 		}
 	}
-	if err := ValidateStart(ctx, db, cfg, start, origin, force); err != nil {
+	if err := validateStart(ctx, db, cfg, start, serverPos, origin, force); err != nil {
 		return gtid.Set{}, "", err
 	}
 	return start, origin, nil
