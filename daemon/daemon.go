@@ -227,13 +227,10 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 		}
 		log.Warn().Err(err).Stringer("retry_in", backoff).Str("gtid_set", start.String()).
 			Msg("source connection lost; in-flight sends drained, reconnecting from the acknowledged position")
-		select {
-		case <-ctx.Done():
+		if !waitBackoff(ctx, &backoff) {
 			saver.logStopped(log, start)
 			return nil
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, reconnectMax)
 		pingWriter(ctx, store, log)
 		if err := reverify(ctx, db, cfg, log); err != nil || ctx.Err() != nil {
 			// A server that came back with settings outboxd cannot read stops it; a shutdown
@@ -573,11 +570,20 @@ func openWithBackoff(ctx context.Context, conn server.Conn, what string, log zer
 			return nil, err // the server answered (access denied, unknown database …)
 		}
 		log.Warn().Err(err).Stringer("backoff", backoff).Msg(what + " not reachable at start, retrying")
-		select {
-		case <-ctx.Done():
+		if !waitBackoff(ctx, &backoff) {
 			return nil, err
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, reconnectMax)
 	}
+}
+
+// waitBackoff sleeps for *backoff, then doubles it up to reconnectMax. It returns false, at
+// once, when ctx ends first.
+func waitBackoff(ctx context.Context, backoff *time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(*backoff):
+	}
+	*backoff = min(2**backoff, reconnectMax)
+	return true
 }
