@@ -26,11 +26,16 @@ const OriginCheckpointSet = "checkpoint set --gtid"
 // must not be ahead of the server, and must not need purged binlogs. It blocks on a few
 // queries; the error says what to change, in terms of the command that gave the set.
 func ValidateStart(ctx context.Context, db *sql.DB, cfg *config.Config, start gtid.Set, origin string, force bool) error {
-	flavor := cfg.Source.Flavor
-	serverPos, err := readServerPosition(ctx, db, flavor)
+	serverPos, err := readServerPosition(ctx, db, cfg.Source.Flavor)
 	if err != nil {
 		return err
 	}
+	return validateStart(ctx, db, cfg, start, serverPos, origin, force)
+}
+
+// validateStart is ValidateStart against serverPos, the server's position as already read.
+func validateStart(ctx context.Context, db *sql.DB, cfg *config.Config, start, serverPos gtid.Set, origin string, force bool) error {
+	flavor := cfg.Source.Flavor
 	if missing := start.MissingSources(serverPos); len(missing) > 0 && !force {
 		what := "server UUIDs"
 		if flavor == gtid.MariaDB {

@@ -109,17 +109,23 @@ func checkSource(ctx context.Context, cfg *config.Config, r *CheckReport) {
 		Check: CheckSource, Subject: subject, Message: "connected as " + cfg.Source.User,
 		line: fmt.Sprintf("%s: connected as %s", subject, cfg.Source.User),
 	})
-	for _, p := range rep.found {
+	r.addFindings(addr, rep.found)
+	for _, v := range verifiedSource(inspectRequest(cfg), rep.found) {
+		v.line = fmt.Sprintf("%s: %s %s [check %s]", subject, v.Subject, v.Message, v.Check)
+		r.Verified = append(r.Verified, v)
+	}
+}
+
+// addFindings adds the findings of an inspection of the server at addr: warnings and skipped
+// ones as warnings, the rest as problems.
+func (r *CheckReport) addFindings(addr string, found []server.Problem) {
+	for _, p := range found {
 		it := CheckItem{Check: p.Check, Subject: p.Setting, Message: p.Found, Fix: p.Fix, Skipped: p.Skipped, line: sourceLine(addr, p)}
 		if p.Warning || p.Skipped {
 			r.Warnings = append(r.Warnings, it)
 		} else {
 			r.Problems = append(r.Problems, it)
 		}
-	}
-	for _, v := range verifiedSource(inspectRequest(cfg), rep.found) {
-		v.line = fmt.Sprintf("%s: %s %s [check %s]", subject, v.Subject, v.Message, v.Check)
-		r.Verified = append(r.Verified, v)
 	}
 }
 

@@ -123,25 +123,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 		return err
 	}
 	declareSinks(m, cfg)
-	dumpTLS, err := binlogTLS(ctx, cfg, db)
-	if err != nil {
-		return err
-	}
-	reader, err := binlog.NewReader(binlog.Config{
-		Flavor:          cfg.Source.Flavor,
-		Addr:            cfg.Source.Addr,
-		User:            cfg.Source.User,
-		Password:        cfg.Source.Password,
-		TLS:             dumpTLS,
-		ServerID:        cfg.Source.ServerID,
-		Tables:          TableSpecs(cfg),
-		Columns:         &server.ColumnReader{DB: db},
-		Logger:          log.With().Str("component", "binlog").Logger(),
-		HeartbeatPeriod: sourceHeartbeatPeriod,
-		ReadTimeout:     cfg.Source.ReadTimeout,
-		Metrics:         m,
-		CheckpointTable: checkpointTable(cfg),
-	})
+	reader, err := newReader(ctx, cfg, db, m, log)
 	if err != nil {
 		return err
 	}
@@ -162,7 +144,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 
 	streaming = true
 	backoff := reconnectInitial
-	var sameIDDrops []time.Time // recent drops for another connection with our server_id
+	var sameIDDrops serverIDDrops
 	for {
 		pl, err := pipeline.New(pipeline.Config{
 			Router:             rt,
@@ -208,18 +190,9 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 			return err
 		}
 		if errors.Is(err, binlog.ErrServerIDInUse) {
-			// One drop is what a restart after our own crash does to the stale dump thread
-			// (that one gets the error, not us) or what a short overlap does; streams that
-			// keep cutting each other off are two replicas with one server_id.
-			now := time.Now()
-			sameIDDrops = slices.DeleteFunc(sameIDDrops, func(t time.Time) bool { return now.Sub(t) > sameIDWindow })
-			sameIDDrops = append(sameIDDrops, now)
-			if len(sameIDDrops) >= sameIDDropLimit {
+			if ferr := sameIDDrops.add(cfg, err); ferr != nil {
 				saver.logStopped(log, start)
-				return fmt.Errorf("source %s: server_id %d is used by another replica: the server dropped this binlog stream %d times within %s for another connection with the same server_id, "+
-					"so the two keep cutting each other off; give every outboxd and every replica of this server its own source.server_id "+
-					"(the other may be a second outboxd started with this config): %w",
-					cfg.Source.Addr, cfg.Source.ServerID, len(sameIDDrops), sameIDWindow, err)
+				return ferr
 			}
 		}
 		if time.Since(began) >= reconnectReset {
@@ -227,13 +200,10 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 		}
 		log.Warn().Err(err).Stringer("retry_in", backoff).Str("gtid_set", start.String()).
 			Msg("source connection lost; in-flight sends drained, reconnecting from the acknowledged position")
-		select {
-		case <-ctx.Done():
+		if !waitBackoff(ctx, &backoff) {
 			saver.logStopped(log, start)
 			return nil
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, reconnectMax)
 		pingWriter(ctx, store, log)
 		if err := reverify(ctx, db, cfg, log); err != nil || ctx.Err() != nil {
 			// A server that came back with settings outboxd cannot read stops it; a shutdown
@@ -250,6 +220,49 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 		}
 		m.SourceReconnect() // counted once the next session is about to start, not for a stop
 	}
+}
+
+// newReader is the binlog reader of the source, with db for the table columns.
+func newReader(ctx context.Context, cfg *config.Config, db *sql.DB, m *metrics.Metrics, log zerolog.Logger) (*binlog.Reader, error) {
+	dumpTLS, err := binlogTLS(ctx, cfg, db)
+	if err != nil {
+		return nil, err
+	}
+	return binlog.NewReader(binlog.Config{
+		Flavor:          cfg.Source.Flavor,
+		Addr:            cfg.Source.Addr,
+		User:            cfg.Source.User,
+		Password:        cfg.Source.Password,
+		TLS:             dumpTLS,
+		ServerID:        cfg.Source.ServerID,
+		Tables:          TableSpecs(cfg),
+		Columns:         &server.ColumnReader{DB: db},
+		Logger:          log.With().Str("component", "binlog").Logger(),
+		HeartbeatPeriod: sourceHeartbeatPeriod,
+		ReadTimeout:     cfg.Source.ReadTimeout,
+		Metrics:         m,
+		CheckpointTable: checkpointTable(cfg),
+	})
+}
+
+// serverIDDrops are the recent drops of the stream for another connection with our server_id.
+type serverIDDrops []time.Time
+
+// add records a drop (err, a binlog.ErrServerIDInUse) now, and returns the fatal error once
+// there were sameIDDropLimit within sameIDWindow. One drop is what a restart after our own
+// crash does to the stale dump thread (that one gets the error, not us) or what a short
+// overlap does; streams that keep cutting each other off are two replicas with one server_id.
+func (d *serverIDDrops) add(cfg *config.Config, err error) error {
+	now := time.Now()
+	*d = slices.DeleteFunc(*d, func(t time.Time) bool { return now.Sub(t) > sameIDWindow })
+	*d = append(*d, now)
+	if len(*d) < sameIDDropLimit {
+		return nil
+	}
+	return fmt.Errorf("source %s: server_id %d is used by another replica: the server dropped this binlog stream %d times within %s for another connection with the same server_id, "+
+		"so the two keep cutting each other off; give every outboxd and every replica of this server its own source.server_id "+
+		"(the other may be a second outboxd started with this config): %w",
+		cfg.Source.Addr, cfg.Source.ServerID, len(*d), sameIDWindow, err)
 }
 
 // Source heartbeats: an idle server sends one every period, which keeps the lag gauge at 0
@@ -347,7 +360,7 @@ func ResolveStart(ctx context.Context, db *sql.DB, cfg *config.Config, store che
 			origin = "source.start"
 		}
 	}
-	if err := ValidateStart(ctx, db, cfg, start, origin, force); err != nil {
+	if err := validateStart(ctx, db, cfg, start, serverPos, origin, force); err != nil {
 		return gtid.Set{}, "", err
 	}
 	return start, origin, nil
@@ -573,11 +586,20 @@ func openWithBackoff(ctx context.Context, conn server.Conn, what string, log zer
 			return nil, err // the server answered (access denied, unknown database …)
 		}
 		log.Warn().Err(err).Stringer("backoff", backoff).Msg(what + " not reachable at start, retrying")
-		select {
-		case <-ctx.Done():
+		if !waitBackoff(ctx, &backoff) {
 			return nil, err
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, reconnectMax)
 	}
+}
+
+// waitBackoff sleeps for *backoff, then doubles it up to reconnectMax. It returns false, at
+// once, when ctx ends first.
+func waitBackoff(ctx context.Context, backoff *time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(*backoff):
+	}
+	*backoff = min(2**backoff, reconnectMax)
+	return true
 }

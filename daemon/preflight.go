@@ -144,11 +144,8 @@ func reverify(ctx context.Context, db *sql.DB, cfg *config.Config, log zerolog.L
 			return err
 		}
 		log.Warn().Err(err).Stringer("retry_in", backoff).Msg("source not inspectable before reconnecting, retrying")
-		select {
-		case <-ctx.Done():
+		if !waitBackoff(ctx, &backoff) {
 			return nil
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, reconnectMax)
 	}
 }

@@ -131,11 +131,7 @@ func pingWriter(ctx context.Context, store checkpoint.Storage, log zerolog.Logge
 			return
 		}
 		log.Warn().Err(err).Stringer("retry_in", backoff).Msg("checkpoint writer not reachable, waiting")
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, reconnectMax)
+		waitBackoff(ctx, &backoff)
 	}
 }
 
@@ -158,11 +154,7 @@ func resumeSaved(ctx context.Context, saver *savedStore, start gtid.Set, log zer
 			return fmt.Errorf("save the acknowledged position %s before reconnecting: %w: %w", start, pipeline.ErrCheckpointSave, err)
 		}
 		log.Warn().Err(err).Stringer("retry_in", backoff).Msg("checkpoint writer not reachable, waiting")
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, reconnectMax)
+		waitBackoff(ctx, &backoff)
 	}
 	return nil
 }

@@ -51,14 +51,7 @@ func checkStore(ctx context.Context, cfg *config.Config, r *CheckReport) {
 		fail("cannot inspect", err)
 		return
 	}
-	for _, p := range found {
-		it := CheckItem{Check: p.Check, Subject: p.Setting, Message: p.Found, Fix: p.Fix, Skipped: p.Skipped, line: sourceLine(conn.Addr, p)}
-		if p.Skipped {
-			r.Warnings = append(r.Warnings, it)
-		} else {
-			r.Problems = append(r.Problems, it)
-		}
-	}
+	r.addFindings(conn.Addr, found) // InspectCheckpoint reports no warnings
 	flagged := func(check string) bool {
 		return slices.ContainsFunc(found, func(p server.Problem) bool { return p.Check == check })
 	}

@@ -99,13 +99,6 @@ func Inspect(ctx context.Context, db *sql.DB, req Request) ([]Problem, error) {
 		}
 		names = append(names, tableName{schema, table, t})
 	}
-	skip := func(ps []Problem) []Problem {
-		for i := range ps {
-			ps[i].Skipped = slices.Contains(req.Skip, ps[i].Check)
-		}
-		return ps
-	}
-
 	fp, err := checkServerFlavor(ctx, db, f)
 	if err != nil {
 		return nil, err
@@ -163,20 +156,23 @@ func Inspect(ctx context.Context, db *sql.DB, req Request) ([]Problem, error) {
 		}
 		ps = append(ps, tps...)
 	}
-	ps = skip(ps)
+	markSkipped(ps, req.Skip)
 	// Hard problems first: an operator fixes those before anything else.
 	out := make([]Problem, 0, len(ps))
-	for _, p := range ps {
-		if !p.Warning && !p.Skipped {
-			out = append(out, p)
-		}
-	}
+	out = append(out, Fatal(ps)...)
 	for _, p := range ps {
 		if p.Warning || p.Skipped {
 			out = append(out, p)
 		}
 	}
 	return out, nil
+}
+
+// markSkipped sets Skipped on each problem whose check skip names.
+func markSkipped(ps []Problem, skip []string) {
+	for i := range ps {
+		ps[i].Skipped = slices.Contains(skip, ps[i].Check)
+	}
 }
 
 // Fatal returns the problems that keep outboxd from running: neither warnings nor skipped. Pure.

@@ -112,8 +112,6 @@ func InspectCheckpoint(ctx context.Context, db *sql.DB, t CheckpointTable) ([]Pr
 			return nil, fmt.Errorf("check checkpoint table %s: %w", t.Name, err)
 		}
 	}
-	for i := range ps {
-		ps[i].Skipped = slices.Contains(t.Skip, ps[i].Check)
-	}
+	markSkipped(ps, t.Skip)
 	return ps, nil
 }
