@@ -72,9 +72,10 @@ func (a *Assembler) checkStatement(db, q string) error {
 		}
 	}
 	if v := sideEffectVerb(q); v != "" {
+		lq := strings.ToLower(q)
 		for k, st := range a.tables {
-			if strings.EqualFold(db, k.schema) || strings.Contains(strings.ToLower(q), strings.ToLower(k.schema)+".") ||
-				strings.Contains(strings.ToLower(q), "`"+strings.ToLower(k.schema)+"`.") {
+			ls := strings.ToLower(k.schema)
+			if strings.EqualFold(db, k.schema) || strings.Contains(lq, ls+".") || strings.Contains(lq, "`"+ls+"`.") {
 				return a.hiddenWrites(st.spec, "statement-logged "+v+" calling a stored function")
 			}
 		}
