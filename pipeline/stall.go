@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/metrics"
-	"github.com/outboxd/outboxd/sink"
 )
 
 // DefaultMissingTopicTimeout is how long a message waits for its topic to be created before
@@ -183,22 +182,15 @@ func (p *Pipeline) stallEnd(sinkName, topic string) {
 	}
 }
 
-// topicAcked clears the expired mark of the topics of the items of one Send that were
-// acknowledged (not among failures, sorted by index): the topic exists now.
-func (p *Pipeline) topicAcked(sinkName string, items []item, failures []sink.Failure) {
+// topicAcked clears the expired mark of the topics of items, the acknowledged messages of one
+// Send (see ackedItems): the topic exists now.
+func (p *Pipeline) topicAcked(sinkName string, items []item) {
 	if p.stalls.expired.Load() == 0 {
 		return // the common case: no topic ever timed out
 	}
 	p.stalls.mu.Lock()
 	defer p.stalls.mu.Unlock()
-	fi := 0
 	for i := range items {
-		for fi < len(failures) && failures[fi].Index < i {
-			fi++
-		}
-		if fi < len(failures) && failures[fi].Index == i {
-			continue
-		}
 		k := stallKey{sinkName, items[i].msg.Topic}
 		if st, ok := p.stalls.m[k]; ok && st.expired {
 			st.expired = false
