@@ -123,6 +123,27 @@ func (s *checkingSaver) Save(c checkpoint.Checkpoint) error {
 	return nil
 }
 
+// checkFirstDeliveryOrder checks that, per key, the first delivery of each event in stored
+// follows order, the events' places in commit order. It returns how many distinct events
+// were stored.
+func checkFirstDeliveryOrder(t *testing.T, stored []*sink.Message, order map[string]int) int {
+	t.Helper()
+	seen := map[string]bool{}
+	last := map[string]int{}
+	for _, m := range stored {
+		if seen[m.EventID] {
+			continue
+		}
+		seen[m.EventID] = true
+		k, at := string(m.Key), order[m.EventID]
+		if l, ok := last[k]; ok && l > at {
+			t.Fatalf("key %s: %s (commit #%d) first delivered after commit #%d", k, m.EventID, at, l)
+		}
+		last[k] = at
+	}
+	return len(seen)
+}
+
 // checkCovered checks checkpoint c of a workload whose GTIDs are 0-1-<seq> against last, the
 // sequence number of the checkpoint before it: c must not go back, and every transaction it
 // newly covers must have had all its events, needs[q], stored by cs. It returns c's sequence
@@ -240,21 +261,8 @@ func runProperty(t *testing.T, seed uint64) {
 	for i, id := range committed {
 		pos[id] = i
 	}
-	seen := map[string]bool{}
-	last := map[string]int{}
-	for _, m := range cs.stored {
-		if seen[m.EventID] {
-			continue
-		}
-		seen[m.EventID] = true
-		k := string(m.Key)
-		if l, ok := last[k]; ok && l > pos[m.EventID] {
-			t.Fatalf("key %s: %s (commit #%d) stored after commit #%d", k, m.EventID, pos[m.EventID], l)
-		}
-		last[k] = pos[m.EventID]
-	}
-	if len(seen) != len(committed) {
-		t.Fatalf("%d of %d events stored", len(seen), len(committed))
+	if n := checkFirstDeliveryOrder(t, cs.stored, pos); n != len(committed) {
+		t.Fatalf("%d of %d events stored", n, len(committed))
 	}
 	if got := p.Acked().String(); got != fmt.Sprintf("0-1-%d", nTxns) {
 		t.Fatalf("acknowledged set %s, want 0-1-%d", got, nTxns)

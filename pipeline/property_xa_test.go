@@ -277,24 +277,13 @@ func runXAProperty(t *testing.T, seed uint64) {
 		t.Fatalf("restart from checkpoint 0-1-%d (first run stopped after %d of %d Txn values): %v", resume, stopAt, len(w.txns), err)
 	}
 
-	seen := map[string]bool{}
-	last := map[string]int{}
 	for _, m := range cs.stored {
 		if w.rolledBack[m.EventID] {
 			t.Fatalf("event %s of a rolled-back XA was delivered", m.EventID)
 		}
-		if seen[m.EventID] {
-			continue
-		}
-		seen[m.EventID] = true
-		k, at := string(m.Key), w.order[m.EventID]
-		if l, ok := last[k]; ok && l > at {
-			t.Fatalf("key %s: %s (commit #%d) first delivered after commit #%d", k, m.EventID, at, l)
-		}
-		last[k] = at
 	}
-	if len(seen) != len(w.order) {
-		t.Fatalf("%d of %d committed events delivered", len(seen), len(w.order))
+	if n := checkFirstDeliveryOrder(t, cs.stored, w.order); n != len(w.order) {
+		t.Fatalf("%d of %d committed events delivered", n, len(w.order))
 	}
 	want := fmt.Sprintf("0-1-%d", w.last)
 	if got := p.Acked().String(); got != want {
