@@ -228,8 +228,8 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 		p.m.SendDuration(name, time.Since(began))
 		if err == nil {
 			p.m.SinkResult(name, nil)
-			p.countDelivered(name, items, nil)
-			p.topicAcked(name, items, nil)
+			p.countDelivered(name, items)
+			p.topicAcked(name, items)
 			if acked != nil {
 				acked(items)
 			}
@@ -262,10 +262,10 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 				p.m.SinkResult(name, nil)
 			}
 		}
-		p.countDelivered(name, items, se.Failures)
-		p.topicAcked(name, items, se.Failures)
-		if acked != nil {
-			if got := ackedItems(items, se.Failures); len(got) > 0 {
+		if got := ackedItems(items, se.Failures); len(got) > 0 {
+			p.countDelivered(name, got)
+			p.topicAcked(name, got)
+			if acked != nil {
 				acked(got)
 			}
 		}
@@ -369,22 +369,15 @@ func ackedItems(items []item, failures []sink.Failure) []item {
 	return out
 }
 
-// countDelivered counts the items of one Send that are not among failures (sorted by index)
-// as delivered, one metrics call per run of items with the same route.
-func (p *Pipeline) countDelivered(name string, items []item, failures []sink.Failure) {
+// countDelivered counts items, the acknowledged messages of one Send (see ackedItems), as
+// delivered, one metrics call per run of items with the same route.
+func (p *Pipeline) countDelivered(name string, items []item) {
 	if p.m == nil {
 		return
 	}
 	run, route := 0, ""
 	trun, table, troute := 0, "", "" // the run of one table and route, for the per-table series
-	fi := 0
 	for i := range items {
-		for fi < len(failures) && failures[fi].Index < i {
-			fi++
-		}
-		if fi < len(failures) && failures[fi].Index == i {
-			continue
-		}
 		if run > 0 && items[i].route != route {
 			p.m.Delivered(name, route, run)
 			run = 0

@@ -107,39 +107,69 @@ func (c *chaosSink) Close() error { return nil }
 type checkingSaver struct {
 	t      *testing.T
 	sink   *chaosSink
-	txnIDs map[int64][]string // seq -> event ids
+	txnIDs map[int][]string // seq -> event ids
 	mu     sync.Mutex
 	saves  int
-	last   int64
+	last   int
 }
 
 func (s *checkingSaver) Save(c checkpoint.Checkpoint) error {
-	seq := int64(0)
-	if c.GTIDSet != "" {
-		var err error
-		seq, err = strconv.ParseInt(c.GTIDSet[strings.LastIndexByte(c.GTIDSet, '-')+1:], 10, 64)
-		if err != nil {
-			s.t.Errorf("checkpoint %q: %v", c.GTIDSet, err)
-			return nil
-		}
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if seq < s.last {
-		s.t.Errorf("checkpoint went backwards from %d to %d", s.last, seq)
+	if seq, ok := s.sink.checkCovered(s.t, c, s.last, s.txnIDs); ok {
+		s.last = seq
+		s.saves++
 	}
-	s.sink.mu.Lock()
-	defer s.sink.mu.Unlock()
-	for q := s.last + 1; q <= seq; q++ {
-		for _, id := range s.txnIDs[q] {
-			if !s.sink.storedIDs[id] {
-				s.t.Errorf("checkpoint %s covers transaction %d, but its event %s was never acknowledged", c.GTIDSet, q, id)
+	return nil
+}
+
+// checkFirstDeliveryOrder checks that, per key, the first delivery of each event in stored
+// follows order, the events' places in commit order. It returns how many distinct events
+// were stored.
+func checkFirstDeliveryOrder(t *testing.T, stored []*sink.Message, order map[string]int) int {
+	t.Helper()
+	seen := map[string]bool{}
+	last := map[string]int{}
+	for _, m := range stored {
+		if seen[m.EventID] {
+			continue
+		}
+		seen[m.EventID] = true
+		k, at := string(m.Key), order[m.EventID]
+		if l, ok := last[k]; ok && l > at {
+			t.Fatalf("key %s: %s (commit #%d) first delivered after commit #%d", k, m.EventID, at, l)
+		}
+		last[k] = at
+	}
+	return len(seen)
+}
+
+// checkCovered checks checkpoint c of a workload whose GTIDs are 0-1-<seq> against last, the
+// sequence number of the checkpoint before it: c must not go back, and every transaction it
+// newly covers must have had all its events, needs[q], stored by cs. It returns c's sequence
+// number (0 for the empty set); ok is false when c does not parse.
+func (cs *chaosSink) checkCovered(t *testing.T, c checkpoint.Checkpoint, last int, needs map[int][]string) (seq int, ok bool) {
+	if c.GTIDSet != "" {
+		v, err := strconv.Atoi(c.GTIDSet[strings.LastIndexByte(c.GTIDSet, '-')+1:])
+		if err != nil {
+			t.Errorf("checkpoint %q: %v", c.GTIDSet, err)
+			return 0, false
+		}
+		seq = v
+	}
+	if seq < last {
+		t.Errorf("checkpoint went backwards from %d to %d", last, seq)
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for q := last + 1; q <= seq; q++ {
+		for _, id := range needs[q] {
+			if !cs.storedIDs[id] {
+				t.Errorf("checkpoint %s covers transaction %d, but its event %s was never acknowledged", c.GTIDSet, q, id)
 			}
 		}
 	}
-	s.last = seq
-	s.saves++
-	return nil
+	return seq, true
 }
 
 // TestPropertyOrderAndGapFreeCheckpoint runs random workloads — transactions of random sizes,
@@ -167,7 +197,7 @@ func runProperty(t *testing.T, seed uint64) {
 	piece := 1 + r.IntN(20)
 	maxEvents := 1 + r.IntN(200)
 	var txns []*binlog.Txn
-	txnIDs := map[int64][]string{}
+	txnIDs := map[int][]string{}
 	var committed []string
 	keyOf := map[string]string{}
 	n := 0
@@ -183,7 +213,7 @@ func runProperty(t *testing.T, seed uint64) {
 			key := fmt.Sprintf("k%d", r.IntN(nKeys))
 			keyOf[id] = key
 			committed = append(committed, id)
-			txnIDs[int64(i)] = append(txnIDs[int64(i)], id)
+			txnIDs[i] = append(txnIDs[i], id)
 			events = append(events, binlog.Event{Schema: "s", Table: "o",
 				EventID: binlog.Field{Bytes: []byte(id)}, Key: binlog.Field{Bytes: []byte(key)},
 				Topic: binlog.Field{Bytes: []byte("t")}, Payload: binlog.Field{Bytes: []byte(id)}})
@@ -231,26 +261,13 @@ func runProperty(t *testing.T, seed uint64) {
 	for i, id := range committed {
 		pos[id] = i
 	}
-	seen := map[string]bool{}
-	last := map[string]int{}
-	for _, m := range cs.stored {
-		if seen[m.EventID] {
-			continue
-		}
-		seen[m.EventID] = true
-		k := string(m.Key)
-		if l, ok := last[k]; ok && l > pos[m.EventID] {
-			t.Fatalf("key %s: %s (commit #%d) stored after commit #%d", k, m.EventID, pos[m.EventID], l)
-		}
-		last[k] = pos[m.EventID]
-	}
-	if len(seen) != len(committed) {
-		t.Fatalf("%d of %d events stored", len(seen), len(committed))
+	if n := checkFirstDeliveryOrder(t, cs.stored, pos); n != len(committed) {
+		t.Fatalf("%d of %d events stored", n, len(committed))
 	}
 	if got := p.Acked().String(); got != fmt.Sprintf("0-1-%d", nTxns) {
 		t.Fatalf("acknowledged set %s, want 0-1-%d", got, nTxns)
 	}
-	if saver.last != int64(nTxns) {
+	if saver.last != nTxns {
 		t.Fatalf("last checkpoint %d, want %d", saver.last, nTxns)
 	}
 	// Capacity: never more in flight than allowed, except one piece admitted alone.

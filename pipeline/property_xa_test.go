@@ -158,28 +158,11 @@ func (s *xaCheckingSaver) Save(c checkpoint.Checkpoint) error {
 		s.failures++
 		return errors.New("injected save failure")
 	}
-	seq := 0
-	if c.GTIDSet != "" {
-		v, err := strconv.Atoi(c.GTIDSet[strings.LastIndexByte(c.GTIDSet, '-')+1:])
-		if err != nil {
-			s.t.Errorf("checkpoint %q: %v", c.GTIDSet, err)
-			return nil
-		}
-		seq = v
+	seq, ok := s.sink.checkCovered(s.t, c, s.last, s.w.needs)
+	if !ok {
+		return nil
 	}
-	if seq < s.last {
-		s.t.Errorf("checkpoint went back from %d to %d", s.last, seq)
-	}
-	s.sink.mu.Lock()
-	defer s.sink.mu.Unlock()
 	for q := 1; q <= seq; q++ {
-		if q > s.last {
-			for _, id := range s.w.needs[q] {
-				if !s.sink.storedIDs[id] {
-					s.t.Errorf("checkpoint %s covers transaction %d, but its event %s was never acknowledged", c.GTIDSet, q, id)
-				}
-			}
-		}
 		if cm, ok := s.w.commitOf[q]; ok && cm > seq {
 			s.t.Errorf("checkpoint %s lies between XA PREPARE 0-1-%d and its XA COMMIT 0-1-%d", c.GTIDSet, q, cm)
 		}
@@ -294,24 +277,13 @@ func runXAProperty(t *testing.T, seed uint64) {
 		t.Fatalf("restart from checkpoint 0-1-%d (first run stopped after %d of %d Txn values): %v", resume, stopAt, len(w.txns), err)
 	}
 
-	seen := map[string]bool{}
-	last := map[string]int{}
 	for _, m := range cs.stored {
 		if w.rolledBack[m.EventID] {
 			t.Fatalf("event %s of a rolled-back XA was delivered", m.EventID)
 		}
-		if seen[m.EventID] {
-			continue
-		}
-		seen[m.EventID] = true
-		k, at := string(m.Key), w.order[m.EventID]
-		if l, ok := last[k]; ok && l > at {
-			t.Fatalf("key %s: %s (commit #%d) first delivered after commit #%d", k, m.EventID, at, l)
-		}
-		last[k] = at
 	}
-	if len(seen) != len(w.order) {
-		t.Fatalf("%d of %d committed events delivered", len(seen), len(w.order))
+	if n := checkFirstDeliveryOrder(t, cs.stored, w.order); n != len(w.order) {
+		t.Fatalf("%d of %d committed events delivered", n, len(w.order))
 	}
 	want := fmt.Sprintf("0-1-%d", w.last)
 	if got := p.Acked().String(); got != want {

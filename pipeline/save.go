@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outboxd/outboxd/internal/logging"
@@ -24,25 +25,25 @@ const DefaultSaveFailureLimit = 30 * time.Second
 const maxSaveRetry = 5 * time.Second
 
 // saveGate is closed while checkpoint saves fail: the dispatcher then takes no new
-// transaction. Safe for concurrent use.
+// transaction. Safe for concurrent use. wait runs once per transaction, so it takes no lock:
+// it loads the current channel; set (the saver, once per save) swaps it under mu.
 type saveGate struct {
-	mu   sync.Mutex
-	open chan struct{} // closed while saves succeed
+	mu   sync.Mutex                    // serialises set
+	open atomic.Pointer[chan struct{}] // closed while saves succeed
 }
 
 func newSaveGate() *saveGate {
-	g := &saveGate{open: make(chan struct{})}
-	close(g.open)
+	g := &saveGate{}
+	open := make(chan struct{})
+	close(open)
+	g.open.Store(&open)
 	return g
 }
 
 // wait blocks while the gate is shut; it returns false if ctx ends first.
 func (g *saveGate) wait(ctx context.Context) bool {
-	g.mu.Lock()
-	open := g.open
-	g.mu.Unlock()
 	select {
-	case <-open:
+	case <-*g.open.Load():
 		return ctx.Err() == nil
 	case <-ctx.Done():
 		return false
@@ -52,14 +53,16 @@ func (g *saveGate) wait(ctx context.Context) bool {
 func (g *saveGate) set(open bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	cur := *g.open.Load()
 	select {
-	case <-g.open:
+	case <-cur:
 		if !open {
-			g.open = make(chan struct{})
+			shut := make(chan struct{})
+			g.open.Store(&shut)
 		}
 	default:
 		if open {
-			close(g.open)
+			close(cur)
 		}
 	}
 }

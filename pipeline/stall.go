@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/metrics"
-	"github.com/outboxd/outboxd/sink"
 )
 
 // DefaultMissingTopicTimeout is how long a message waits for its topic to be created before
@@ -183,22 +182,15 @@ func (p *Pipeline) stallEnd(sinkName, topic string) {
 	}
 }
 
-// topicAcked clears the expired mark of the topics of the items of one Send that were
-// acknowledged (not among failures, sorted by index): the topic exists now.
-func (p *Pipeline) topicAcked(sinkName string, items []item, failures []sink.Failure) {
+// topicAcked clears the expired mark of the topics of items, the acknowledged messages of one
+// Send (see ackedItems): the topic exists now.
+func (p *Pipeline) topicAcked(sinkName string, items []item) {
 	if p.stalls.expired.Load() == 0 {
 		return // the common case: no topic ever timed out
 	}
 	p.stalls.mu.Lock()
 	defer p.stalls.mu.Unlock()
-	fi := 0
 	for i := range items {
-		for fi < len(failures) && failures[fi].Index < i {
-			fi++
-		}
-		if fi < len(failures) && failures[fi].Index == i {
-			continue
-		}
 		k := stallKey{sinkName, items[i].msg.Topic}
 		if st, ok := p.stalls.m[k]; ok && st.expired {
 			st.expired = false
@@ -240,16 +232,20 @@ func (p *Pipeline) waitForTopic(name string, it *item, err error) (*rejection, e
 	}
 	p.stalls.mu.Unlock()
 
-	how := fmt.Sprintf("still does not exist after %s (retry.missing_topic_timeout %s)", waited.Round(time.Millisecond), timeout)
-	if expired {
-		how = fmt.Sprintf("still does not exist (an earlier message waited retry.missing_topic_timeout %s for it)", timeout)
+	// how is built only for a message given up on: the common answer, keep retrying, is
+	// taken on every retry of every waiting message and formats nothing.
+	how := func() string {
+		if expired {
+			return fmt.Sprintf("still does not exist (an earlier message waited retry.missing_topic_timeout %s for it)", timeout)
+		}
+		return fmt.Sprintf("still does not exist after %s (retry.missing_topic_timeout %s)", waited.Round(time.Millisecond), timeout)
 	}
 	if it.dead {
 		if !giveUp {
 			return nil, nil
 		}
 		return nil, &PoisonError{Err: fmt.Errorf("dead letter for %s: the dead-letter topic %s of sink %s %s; "+
-			"create it, or point dead_letter.topic at a topic that exists: %w", describe(*it), it.msg.Topic, name, how, err)}
+			"create it, or point dead_letter.topic at a topic that exists: %w", describe(*it), it.msg.Topic, name, how(), err)}
 	}
 	switch {
 	case p.cfg.DeadLetterEvents[string(it.ev.EventID.Bytes)]:
@@ -257,7 +253,7 @@ func (p *Pipeline) waitForTopic(name string, it *item, err error) (*rejection, e
 			"(diverted at once by --dead-letter-event): %w", describe(*it), it.msg.Topic, name, err)}, nil
 	case giveUp:
 		return &rejection{item: *it, why: metrics.ReasonTopicMissing, err: fmt.Errorf("%s: topic %s of sink %s %s; "+
-			"create the topic, or fix the route's topic template: %w", describe(*it), it.msg.Topic, name, how, err)}, nil
+			"create the topic, or fix the route's topic template: %w", describe(*it), it.msg.Topic, name, how(), err)}, nil
 	}
 	return nil, nil
 }

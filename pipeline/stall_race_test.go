@@ -31,7 +31,7 @@ func TestStallRegistryConcurrentLanes(t *testing.T) {
 					_, _ = p.waitForTopic("main", &it, sink.ErrTopicMissing)
 				case 3:
 					p.stalls.expired.Store(1)
-					p.topicAcked("main", []item{it}, nil)
+					p.topicAcked("main", []item{it})
 				}
 			}
 		})

@@ -78,19 +78,21 @@ type Checker interface {
 var ErrPermanent = errors.New("permanent")
 
 // Permanent wraps err so that IsPermanent reports true for it.
-func Permanent(err error) error {
-	if err == nil || errors.Is(err, ErrPermanent) {
+func Permanent(err error) error { return withMark(err, ErrPermanent) }
+
+// withMark wraps err so that errors.Is(result, mark) holds, keeping err's text; err already
+// marked, or nil, is returned unchanged.
+func withMark(err, mark error) error {
+	if err == nil || errors.Is(err, mark) {
 		return err
 	}
-	return &permanentError{err: err}
+	return &markedError{err: err, mark: mark}
 }
 
-type permanentError struct{ err error }
+type markedError struct{ err, mark error }
 
-func (e *permanentError) Error() string { return e.err.Error() }
-func (e *permanentError) Unwrap() []error {
-	return []error{e.err, ErrPermanent}
-}
+func (e *markedError) Error() string   { return e.err.Error() }
+func (e *markedError) Unwrap() []error { return []error{e.err, e.mark} }
 
 // IsPermanent reports whether err can never succeed on retry.
 func IsPermanent(err error) bool { return errors.Is(err, ErrPermanent) }
@@ -106,19 +108,7 @@ var ErrTopicMissing = errors.New("topic does not exist")
 
 // TopicMissing marks err as a missing topic: IsTopicMissing reports true for the result, and
 // IsPermanent stays false (unless err already was permanent, which then wins).
-func TopicMissing(err error) error {
-	if err == nil || errors.Is(err, ErrTopicMissing) {
-		return err
-	}
-	return &topicMissingError{err: err}
-}
-
-type topicMissingError struct{ err error }
-
-func (e *topicMissingError) Error() string { return e.err.Error() }
-func (e *topicMissingError) Unwrap() []error {
-	return []error{e.err, ErrTopicMissing}
-}
+func TopicMissing(err error) error { return withMark(err, ErrTopicMissing) }
 
 // IsTopicMissing reports whether err failed only because its topic does not exist (yet): a
 // retryable error the caller may bound in time. A permanent error is never topic-missing.

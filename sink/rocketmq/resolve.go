@@ -28,7 +28,8 @@ type lookupFunc func(ctx context.Context, host string) ([]string, error)
 // nsResolver is the client's primitive.NsResolver for the configured NameServers. The RocketMQ
 // Go client accepts only IP addresses (it checks them against an IP pattern), so host names,
 // such as Kubernetes service names, are resolved here, with a DNS lookup on every call: the
-// client calls Resolve when it creates its NameServer list (the sink's start) and then, in
+// client calls Resolve when it creates its NameServer list (the sink's start, answered from
+// the start's own lookup, see pin) and then, in
 // UpdateNameServerAddress, 10 s after start and every 2 minutes, so a NameServer that moved to
 // another address is found again without a restart. Literal IP addresses pass through.
 // Safe for concurrent use.
@@ -38,6 +39,8 @@ type nsResolver struct {
 
 	mu   sync.Mutex
 	last []string // the newest non-empty result
+	// pinned, while set (see pin), is what Resolve answers without looking anything up.
+	pinned []string
 }
 
 var _ primitive.NsResolver = (*nsResolver)(nil)
@@ -96,6 +99,12 @@ func (r *nsResolver) resolve(ctx context.Context) ([]string, error) {
 // returns the newest earlier result, so a DNS hiccup never empties the client's list (the
 // client ignores an empty answer after start anyway, and fails to start without one).
 func (r *nsResolver) Resolve() []string {
+	r.mu.Lock()
+	pinned := slices.Clone(r.pinned)
+	r.mu.Unlock()
+	if pinned != nil {
+		return pinned
+	}
 	out, _ := r.resolve(context.Background())
 	if len(out) > 0 {
 		return out
@@ -103,6 +112,21 @@ func (r *nsResolver) Resolve() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.last)
+}
+
+// pin runs f with Resolve answering addrs, a result resolve just returned: the sink's start
+// resolves the names once and creates the producer and the route client, each of which calls
+// Resolve at once, from that answer instead of repeating every lookup twice.
+func (r *nsResolver) pin(addrs []string, f func() (*clients, error)) (*clients, error) {
+	r.mu.Lock()
+	r.pinned = addrs
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.pinned = nil
+		r.mu.Unlock()
+	}()
+	return f()
 }
 
 // Description is for the client's logs.

@@ -301,7 +301,7 @@ func (s *Sink) connect(ctx context.Context) (*clients, error) {
 	if rerr != nil {
 		s.log.Warn().Err(rerr).Strs("resolved", addrs).Msg("some NameServer host names do not resolve; using the others")
 	}
-	c, err := s.newConn()
+	c, err := s.resolver.pin(addrs, s.newConn)
 	if err != nil {
 		s.startErr, s.startAt = err, time.Now()
 		return nil, err
