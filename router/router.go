@@ -29,7 +29,7 @@ const (
 	// on: the reason label of outboxd_dead_letters_total (no_route, malformed, rejected,
 	// topic_missing). HeaderDeadLetterReason is the same in words, with the row's details.
 	HeaderDeadLetterCode = "outbox_dead_letter_code"
-	HeaderOriginalTopic    = "outbox_original_topic"
+	HeaderOriginalTopic  = "outbox_original_topic"
 )
 
 // ReasonNoRoute is PoisonError.Reason when no route matches a row.

@@ -36,7 +36,9 @@ var (
 )
 
 // clientLog adapts zerolog to rlog.Logger.
-type clientLog struct{ log atomic.Pointer[zerolog.Logger] }
+type clientLog struct {
+	log atomic.Pointer[zerolog.Logger]
+}
 
 func (c *clientLog) emit(level zerolog.Level, msg string, fields map[string]any) {
 	l := c.log.Load()
