@@ -409,7 +409,7 @@ func TestKubernetesDeployment(t *testing.T) {
 	}
 	composeGrace := int64(*ob.StopGracePeriod) / 1e9
 	if grace == nil || *grace <= pipelineDrain || *grace < composeGrace {
-		t.Errorf("terminationGracePeriodSeconds = %v; want more than the %d s drain and at least compose's %d s", grace, pipelineDrain, composeGrace)
+		t.Errorf("terminationGracePeriodSeconds = %s; want more than the %d s drain and at least compose's %d s", fmtPtr(grace), pipelineDrain, composeGrace)
 	}
 
 	// Non-root, as the image's user, with nothing writable and no privileges.
@@ -465,7 +465,8 @@ func TestKubernetesDeployment(t *testing.T) {
 	res := c.Resources
 	lim, req := res.Limits[corev1.ResourceMemory], res.Requests[corev1.ResourceMemory]
 	if lim.Cmp(softMemoryLimit) <= 0 || req.IsZero() || req.Cmp(lim) > 0 || res.Requests.Cpu().IsZero() {
-		t.Errorf("resources %+v; want a memory limit above outboxd's soft limit %s, a memory request up to it, a CPU request", res, softMemoryLimit.String())
+		t.Errorf("memory request %s limit %s, CPU request %s; want a memory limit above outboxd's soft limit %s, a memory request up to it, a CPU request",
+			req.String(), lim.String(), res.Requests.Cpu().String(), softMemoryLimit.String())
 	}
 	// A CPU limit below one core throttles the lock pings the lease is measured against.
 	if cpu, ok := res.Limits[corev1.ResourceCPU]; ok && cpu.Cmp(resource.MustParse("1")) < 0 {
@@ -482,6 +483,13 @@ func TestKubernetesDeployment(t *testing.T) {
 	if term.TopologyKey != corev1.LabelHostname || err != nil || asel.Empty() || !asel.Matches(podLabels(m)) {
 		t.Errorf("anti-affinity term %+v; want topologyKey %s and a selector of these pods", term, corev1.LabelHostname)
 	}
+}
+
+func fmtPtr(p *int64) string {
+	if p == nil {
+		return "unset"
+	}
+	return strconv.FormatInt(*p, 10)
 }
 
 // dockerfileUID is the numeric user the final stage's files belong to (--chown=UID:GID): the
