@@ -122,6 +122,8 @@ type Metrics struct {
 	sinks             map[string]SinkState
 	behind            Behind
 	tables            map[tableKey]prometheus.Counter
+	// standby is set while this process does not lead (SetLeader): its lag is 0.
+	standby bool
 }
 
 type tableKey struct{ schema, table string }
@@ -385,6 +387,9 @@ func (m *Metrics) SetLeader(leading bool, epoch uint64) {
 	if m == nil {
 		return
 	}
+	m.mu.Lock()
+	m.standby = !leading
+	m.mu.Unlock()
 	if leading {
 		m.leader.Set(1)
 	} else {
@@ -719,6 +724,12 @@ func (m *Metrics) Lag() LagResult {
 		return LagResult{}
 	}
 	m.mu.Lock()
+	if m.standby {
+		// Relaying is the leader's: a standby (or a fenced leader) is behind by nothing, and
+		// the stream state of an earlier term must not make its lag grow.
+		m.mu.Unlock()
+		return LagResult{}
+	}
 	in := LagInput{
 		Now:             m.now(),
 		NewestCommit:    m.src.newestCommit,
