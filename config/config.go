@@ -51,6 +51,7 @@ const (
 	DefaultAdminListen        = "127.0.0.1:9120"
 	DefaultHeartbeatInterval  = 5 * time.Second
 	DefaultSourceReadTimeout  = 10 * time.Second
+	DefaultMinBinlogRetention = 24 * time.Hour
 )
 
 // SourceHeartbeatPeriod is the replication heartbeat period outboxd asks the source for (the
@@ -107,6 +108,10 @@ type Source struct {
 	// AllowMinimalRowMetadata accepts binlog_row_metadata other than FULL, with its risk of
 	// fields mapped to the wrong columns after an ALTER TABLE.
 	AllowMinimalRowMetadata bool `yaml:"allow_minimal_row_metadata"`
+	// MinBinlogRetention is the shortest binlog retention check and run accept without a
+	// warning (check binlog_retention); default DefaultMinBinlogRetention. outboxd can be
+	// stopped or stuck this long before the server purges binlogs it has not read.
+	MinBinlogRetention time.Duration `yaml:"min_binlog_retention"`
 }
 
 // Heartbeat is the optional heartbeat row: outboxd writes (id = server_id, ts = NOW(6)) into
@@ -455,6 +460,7 @@ func (c *Config) ApplyDefaults() {
 		c.Source.Start = DefaultStart
 	}
 	setDefaultDur(&c.Source.ReadTimeout, DefaultSourceReadTimeout)
+	setDefaultDur(&c.Source.MinBinlogRetention, DefaultMinBinlogRetention)
 	if c.Pipeline.MaxInflightEvents == 0 {
 		c.Pipeline.MaxInflightEvents = DefaultMaxInflightEvents
 	}

@@ -7,6 +7,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/outboxd/outboxd/gtid"
 )
@@ -96,6 +97,10 @@ func (c *Config) validateSource(p *problems) {
 	if s.ReadTimeout <= SourceHeartbeatPeriod {
 		p.add("source.read_timeout", "must exceed the source heartbeat period %s (a few periods, such as the default %s; more than 30s for Dolt, which sends heartbeats every 30s); got %s",
 			SourceHeartbeatPeriod, DefaultSourceReadTimeout, s.ReadTimeout)
+	}
+	if s.MinBinlogRetention < time.Second {
+		p.add("source.min_binlog_retention", "must be at least 1s (default %s; to silence the retention warning, name binlog_retention in source.skip_checks); got %s",
+			DefaultMinBinlogRetention, s.MinBinlogRetention)
 	}
 	switch s.Start {
 	case StartLatest, StartEarliest:

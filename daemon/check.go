@@ -110,7 +110,11 @@ func checkSource(ctx context.Context, cfg *config.Config, r *CheckReport) {
 		line: fmt.Sprintf("%s: connected as %s", subject, cfg.Source.User),
 	})
 	r.addFindings(addr, rep.found)
-	for _, v := range verifiedSource(inspectRequest(cfg), rep.found) {
+	verified := verifiedSource(inspectRequest(cfg), rep.found)
+	if v, ok := verifiedRetention(ctx, db, cfg, rep.found); ok {
+		verified = append(verified, v)
+	}
+	for _, v := range verified {
 		v.line = fmt.Sprintf("%s: %s %s [check %s]", subject, v.Subject, v.Message, v.Check)
 		r.Verified = append(r.Verified, v)
 	}

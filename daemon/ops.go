@@ -111,15 +111,20 @@ func (o *ops) start(ctx context.Context) (*sync.WaitGroup, error) {
 }
 
 // sampleLoop reads the server's position every sampleInterval to count the transactions not
-// yet acknowledged (never per event: it is a query), and probes idle sinks.
+// yet acknowledged (never per event: it is a query), the binlog retention gauges every
+// retentionInterval, and probes idle sinks.
 func (o *ops) sampleLoop(ctx context.Context) {
 	tick := time.NewTicker(sampleInterval)
 	defer tick.Stop()
 	var lastPL *pipeline.Pipeline
 	var lastAcked uint64
 	var lastAt time.Time
+	var retention retentionSampler
 	for {
 		o.probeSinks(ctx)
+		if o.role.leading() {
+			o.sampleRetention(ctx, &retention)
+		}
 		if pl := o.pipeline(); pl != nil && o.role.leading() {
 			qctx, cancel := context.WithTimeout(ctx, sampleInterval)
 			pos, err := server.Position(qctx, o.db, o.cfg.Source.Flavor)

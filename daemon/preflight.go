@@ -27,6 +27,7 @@ func inspectRequest(cfg *config.Config) server.Request {
 		Flavor:                  cfg.Source.Flavor,
 		AllowMinimalRowMetadata: cfg.Source.AllowMinimalRowMetadata,
 		Skip:                    cfg.Source.SkipChecks,
+		MinBinlogRetention:      cfg.Source.MinBinlogRetention,
 	}
 	for i, t := range cfg.Tables {
 		c := t.Columns

@@ -113,6 +113,7 @@ type Metrics struct {
 	commitToAck     prometheus.Histogram
 	tableDelivered  *prometheus.CounterVec
 	tableDead       *prometheus.CounterVec
+	binlogRetention prometheus.Gauge
 
 	mu   sync.Mutex
 	src  sourceState
@@ -124,6 +125,10 @@ type Metrics struct {
 	tables            map[tableKey]prometheus.Counter
 	// standby is set while this process does not lead (SetLeader): its lag is 0.
 	standby bool
+	// retention is the server's binlog retention (0: never purged, or unknown) and
+	// oldestBinlog the creation time of its oldest binlog (zero before the first sample).
+	retention    time.Duration
+	oldestBinlog time.Time
 }
 
 type tableKey struct{ schema, table string }
@@ -255,6 +260,8 @@ func New(o Options) *Metrics {
 		Name: "outboxd_table_dead_letters_total",
 		Help: "Rows dead-lettered, by outbox table and the route label of the route that took them (\"none\" when none did: no route matched or the row was malformed).",
 	}, []string{"table", "route"})
+	m.binlogRetention = gauge("outboxd_binlog_retention_seconds",
+		"How long the source keeps a binlog file (binlog_expire_logs_seconds, expire_logs_days, or RDS 'binlog retention hours'); 0 when it never purges them or before the first sample (sampled every minute by the leader).")
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "outboxd_build_info", Help: "Always 1; labels say the version and the Go version.",
 	}, []string{"version", "goversion"})
@@ -282,6 +289,14 @@ func New(o Options) *Metrics {
 			Name: "outboxd_checkpoint_age_seconds", Help: "Now minus the time the last checkpoint was saved.",
 		}, func() float64 { return m.checkpointAge().Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "outboxd_binlog_oldest_age_seconds",
+			Help: "Now minus the creation time (its first event's timestamp) of the oldest binlog file the source still has; 0 before the first sample (sampled every minute by the leader).",
+		}, func() float64 { return m.oldestBinlogAge().Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "outboxd_binlog_retention_remaining_seconds",
+			Help: "Estimated time left before the source may purge the binlog of the oldest transaction not yet acknowledged: outboxd_binlog_retention_seconds minus outboxd_lag_seconds (negative: it may be gone); 0 when the retention is 0.",
+		}, func() float64 { return m.RetentionRemaining().Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "outboxd_xa_prepared_transactions",
 			Help: "Prepared XA transactions whose XA COMMIT or XA ROLLBACK has not been read yet; each holds the checkpoint before its XA PREPARE.",
 		}, func() float64 { n, _ := m.preparedXA(); return float64(n) }),
@@ -298,6 +313,7 @@ func New(o Options) *Metrics {
 		m.deadLetters, m.sendDuration, m.retries, m.checkpointSaves, m.checkpointFails, m.checkpointTS,
 		m.sourceConnected, m.sinkUp, m.topicMissing, m.txnsBehind, m.txnsSkipped,
 		m.reconnects, m.leader, m.leaderEpoch, m.fences, m.limitEvents, m.limitBytes, m.readToAck, m.commitToAck, m.tableDelivered, m.tableDead,
+		m.binlogRetention,
 	)
 	m.reg.MustRegister(computed...)
 	// Counters start at 0 rather than appear at their first increment, so rate() and

@@ -39,6 +39,10 @@ func TestNilMetricsIsNoOp(t *testing.T) {
 	m.TableDelivered("s.t", "0", 1)
 	m.TableDeadLettered("s.t", RouteNone)
 	m.TxnAcked(time.Now(), time.Now(), true, time.Now())
+	m.SetBinlogRetention(time.Hour, time.Now())
+	if m.RetentionRemaining() != 0 {
+		t.Fatal("nil Metrics reports a retention")
+	}
 	if m.Registry() != nil || m.Sinks() != nil || m.Lag() != (LagResult{}) || m.LastBehind().Transactions != -1 {
 		t.Fatal("nil Metrics returned state")
 	}
@@ -126,6 +130,9 @@ func TestEveryContractMetricIsRegistered(t *testing.T) {
 		"outboxd_checkpoint_age_seconds":              dto.MetricType_GAUGE,
 		"outboxd_xa_prepared_transactions":            dto.MetricType_GAUGE,
 		"outboxd_xa_oldest_prepared_age_seconds":      dto.MetricType_GAUGE,
+		"outboxd_binlog_retention_seconds":            dto.MetricType_GAUGE,
+		"outboxd_binlog_oldest_age_seconds":           dto.MetricType_GAUGE,
+		"outboxd_binlog_retention_remaining_seconds":  dto.MetricType_GAUGE,
 		"outboxd_checkpoint_saves_total":              dto.MetricType_COUNTER,
 		"outboxd_checkpoint_save_failures_total":      dto.MetricType_COUNTER,
 		"outboxd_checkpoint_commit_timestamp_seconds": dto.MetricType_GAUGE,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -36,7 +37,7 @@ const (
 func CheckNames() []string {
 	return []string{
 		CheckFlavor, CheckLogBin, CheckBinlogFormat, CheckBinlogRowImage, CheckBinlogRowMetadata,
-		CheckServerID, CheckGTIDMode, CheckEnforceGTID, CheckGTIDStrictMode, CheckReplicationSlave,
+		CheckServerID, CheckGTIDMode, CheckEnforceGTID, CheckGTIDStrictMode, CheckBinlogRetention, CheckReplicationSlave,
 		CheckReplicationClient, CheckTableSelect, CheckTableExists, CheckTableColumns,
 		CheckCheckpointTable, CheckCheckpointGrants, CheckCheckpointWriter,
 	}
@@ -52,6 +53,9 @@ type Request struct {
 	AllowMinimalRowMetadata bool
 	// Skip names checks whose problems are reported with Skipped set (source.skip_checks).
 	Skip []string
+	// MinBinlogRetention is source.min_binlog_retention: a shorter binlog retention is a
+	// warning. 0 skips the retention check.
+	MinBinlogRetention time.Duration
 }
 
 // Table is one outbox table to verify.
@@ -116,6 +120,15 @@ func Inspect(ctx context.Context, db *sql.DB, req Request) ([]Problem, error) {
 		return nil, err
 	}
 	ps = append(ps, checkVars(f, vars, req.AllowMinimalRowMetadata)...)
+	if req.MinBinlogRetention > 0 {
+		r, err := BinlogRetention(ctx, db)
+		if err != nil {
+			return nil, err
+		}
+		if p := RetentionProblem(f, r, req.MinBinlogRetention); p != nil {
+			ps = append(ps, *p)
+		}
+	}
 
 	user, err := currentUser(ctx, db)
 	if err != nil {

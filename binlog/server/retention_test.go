@@ -1,0 +1,163 @@
+package server
+
+import (
+	"database/sql"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/testenv/mariadb"
+)
+
+func TestVarRetention(t *testing.T) {
+	for _, c := range []struct {
+		vars    map[string]string
+		period  time.Duration
+		forever bool
+		source  string
+	}{
+		// MySQL 8 defaults: the seconds win.
+		{map[string]string{"binlog_expire_logs_seconds": "2592000", "expire_logs_days": "0"}, 30 * 24 * time.Hour, false, "binlog_expire_logs_seconds = 2592000"},
+		// MySQL 8 with the seconds at 0: the days apply.
+		{map[string]string{"binlog_expire_logs_seconds": "0", "expire_logs_days": "7"}, 7 * 24 * time.Hour, false, "expire_logs_days = 7"},
+		// MariaDB 10.6+: one setting, the days as a fraction.
+		{map[string]string{"binlog_expire_logs_seconds": "600", "expire_logs_days": "0.006944"}, 10 * time.Minute, false, "binlog_expire_logs_seconds = 600"},
+		// MariaDB before 10.6: days only.
+		{map[string]string{"expire_logs_days": "0.5"}, 12 * time.Hour, false, "expire_logs_days = 0.5"},
+		{map[string]string{"binlog_expire_logs_seconds": "0", "expire_logs_days": "0"}, 0, true, "binlog_expire_logs_seconds = 0 and expire_logs_days = 0"},
+		{map[string]string{}, 0, false, ""},
+	} {
+		r, err := varRetention(c.vars)
+		if err != nil {
+			t.Fatalf("%v: %v", c.vars, err)
+		}
+		if r.Period != c.period || r.Forever != c.forever || r.Source != c.source {
+			t.Errorf("%v: got %+v, want period %v forever %v source %q", c.vars, r, c.period, c.forever, c.source)
+		}
+	}
+	if _, err := varRetention(map[string]string{"binlog_expire_logs_seconds": "x"}); err == nil {
+		t.Error("a non-number was accepted")
+	}
+}
+
+func TestRDSRetention(t *testing.T) {
+	if r := rdsRetention(sql.NullString{String: "24", Valid: true}); r.Period != 24*time.Hour || !r.RDS {
+		t.Errorf("24 hours: %+v", r)
+	}
+	if r := rdsRetention(sql.NullString{}); r.Period != rdsNullRetention || r.Forever || !strings.Contains(r.Source, "NULL") {
+		t.Errorf("NULL: %+v", r)
+	}
+	p := RetentionProblem(gtid.MySQL, rdsRetention(sql.NullString{}), 24*time.Hour)
+	if p == nil || !strings.Contains(p.Fix, "CALL mysql.rds_set_configuration('binlog retention hours', 24);") {
+		t.Errorf("RDS fix: %+v", p)
+	}
+}
+
+func TestRetentionProblem(t *testing.T) {
+	short := Retention{Period: 10 * time.Minute, Source: "binlog_expire_logs_seconds = 600"}
+	p := RetentionProblem(gtid.MariaDB, short, 24*time.Hour)
+	if p == nil || !p.Warning || p.Check != CheckBinlogRetention {
+		t.Fatalf("short retention: %+v", p)
+	}
+	for _, want := range []string{"10m0s (binlog_expire_logs_seconds = 600)", "source.min_binlog_retention 24h0m0s"} {
+		if !strings.Contains(p.Found, want) {
+			t.Errorf("found %q lacks %q", p.Found, want)
+		}
+	}
+	if !strings.Contains(p.Fix, "SET GLOBAL binlog_expire_logs_seconds = 86400;") || !strings.Contains(p.Fix, "my.cnf") {
+		t.Errorf("MariaDB fix: %q", p.Fix)
+	}
+	if p := RetentionProblem(gtid.MySQL, short, 24*time.Hour); p == nil || !strings.HasPrefix(p.Fix, "SET PERSIST binlog_expire_logs_seconds = 86400;") {
+		t.Errorf("MySQL fix: %+v", p)
+	}
+	for name, c := range map[string]struct {
+		r   Retention
+		min time.Duration
+	}{
+		"long enough": {Retention{Period: 24 * time.Hour}, 24 * time.Hour},
+		"forever":     {Retention{Forever: true}, 24 * time.Hour},
+		"unknown":     {Retention{}, 24 * time.Hour},
+		"no minimum":  {short, 0},
+	} {
+		if p := RetentionProblem(gtid.MariaDB, c.r, c.min); p != nil {
+			t.Errorf("%s: %+v", name, p)
+		}
+	}
+}
+
+// A live server reports the retention it was started with, Inspect warns under the minimum, and
+// the oldest binlog's creation time is read over the replication protocol.
+func TestRetentionLive(t *testing.T) {
+	s, root := setup(t, mariadb.Options{ExtraArgs: []string{"--binlog-expire-logs-seconds=600"}})
+	r, err := BinlogRetention(t.Context(), root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Period != 10*time.Minute || r.Forever || r.RDS || r.Source != "binlog_expire_logs_seconds = 600" {
+		t.Errorf("retention %+v", r)
+	}
+	ps, err := Inspect(t.Context(), root, Request{Flavor: gtid.MariaDB, MinBinlogRetention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := find(ps, "binlog retention")
+	if !ok || !p.Warning || len(Fatal(ps)) != 0 {
+		t.Errorf("Inspect: %+v", ps)
+	}
+	ps, err = Inspect(t.Context(), root, Request{Flavor: gtid.MariaDB, MinBinlogRetention: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := find(ps, "binlog retention"); ok {
+		t.Errorf("a retention equal to the minimum warned: %+v", ps)
+	}
+
+	// The least privileges outboxd documents are enough for the creation time.
+	db := openAs(t, s, root, "relay", "GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO %s")
+	exec(t, root, "FLUSH BINARY LOGS")
+	time.Sleep(1100 * time.Millisecond) // binlog timestamps have whole seconds
+	exec(t, root, "FLUSH BINARY LOGS")
+	before := time.Now()
+	o, ok, err := OldestBinlogFile(t.Context(), db, Conn{Flavor: gtid.MariaDB, Addr: s.Addr, User: "relay", Password: "pw"})
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	files, err := BinaryLogs(t.Context(), root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.File != files[0] || len(files) < 3 {
+		t.Errorf("oldest %s, files %v", o.File, files)
+	}
+	var started time.Time
+	var up int64
+	if err := root.QueryRowContext(t.Context(), "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'").Scan(&up); err != nil {
+		t.Fatal(err)
+	}
+	started = before.Add(-time.Duration(up+2) * time.Second)
+	// The first file was created when the server started; the later ones are newer.
+	if o.Created.Before(started) || o.Created.After(before.Add(-time.Second)) {
+		t.Errorf("oldest binlog created %v, want between server start %v and a second before %v", o.Created, started, before)
+	}
+	// The newest file is the one of the last FLUSH, more than a second younger.
+	last, err := binlogCreated(t.Context(), Conn{Addr: s.Addr, User: "relay", Password: "pw"}, nil, files[len(files)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last.Sub(o.Created) < time.Second {
+		t.Errorf("newest binlog %s created %v, not after the oldest's %v", files[len(files)-1], last, o.Created)
+	}
+	// The read did not leave a dump thread behind.
+	var n int
+	if err := root.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		time.Sleep(200 * time.Millisecond)
+		_ = root.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'").Scan(&n)
+		if n != 0 {
+			t.Errorf("%d binlog dump threads left", n)
+		}
+	}
+}

@@ -1,0 +1,77 @@
+package daemon
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/config"
+)
+
+// retentionInterval is how often the leader reads the source's binlog retention and the age of
+// its oldest binlog: a variable query, SHOW BINARY LOGS and a short dump connection, so not at
+// every position sample.
+const retentionInterval = time.Minute
+
+// retentionSampler is the position sampler's state for the retention gauges.
+type retentionSampler struct {
+	last    time.Time // when the last sample was taken; zero: take one now
+	failing bool      // the last sample failed (logged once until one succeeds)
+}
+
+// sampleRetention updates the retention gauges when the last sample is retentionInterval old.
+// Only the leader calls it (a standby queries nothing). A failure is logged once, at warn, until
+// a sample succeeds again; the gauges keep their last values.
+func (o *ops) sampleRetention(ctx context.Context, st *retentionSampler) {
+	now := time.Now()
+	if !st.last.IsZero() && now.Sub(st.last) < retentionInterval {
+		return
+	}
+	st.last = now
+	qctx, cancel := context.WithTimeout(ctx, sampleInterval)
+	defer cancel()
+	err := func() error {
+		r, err := server.BinlogRetention(qctx, o.db)
+		if err != nil {
+			return err
+		}
+		oldest, _, err := server.OldestBinlogFile(qctx, o.db, sourceConn(o.cfg))
+		if err != nil {
+			return err
+		}
+		o.m.SetBinlogRetention(r.Period, oldest.Created)
+		return nil
+	}()
+	switch {
+	case err != nil && ctx.Err() == nil && !st.failing:
+		st.failing = true
+		o.log.Warn().Err(err).Msg("binlog retention not sampled: outboxd_binlog_* gauges keep their last values; the source account needs REPLICATION SLAVE and REPLICATION CLIENT")
+	case err == nil && st.failing:
+		st.failing = false
+		o.log.Info().Msg("binlog retention sampled again")
+	}
+}
+
+// verifiedRetention is check's verified line for the retention check when it found nothing:
+// how long the server keeps binlogs. ok is false when the check flagged something, or the
+// retention cannot be read (Inspect reported that already).
+func verifiedRetention(ctx context.Context, db *sql.DB, cfg *config.Config, found []server.Problem) (CheckItem, bool) {
+	if slices.ContainsFunc(found, func(p server.Problem) bool { return p.Check == server.CheckBinlogRetention || p.Check == server.CheckFlavor && !p.Skipped }) {
+		return CheckItem{}, false
+	}
+	r, err := server.BinlogRetention(ctx, db)
+	if err != nil {
+		return CheckItem{}, false
+	}
+	msg := fmt.Sprintf("is %s, at least source.min_binlog_retention %s", r, cfg.Source.MinBinlogRetention)
+	switch {
+	case r.Forever:
+		msg = "is " + r.String() + ": binlogs are never purged by age"
+	case !r.Known():
+		msg = "is " + r.String()
+	}
+	return CheckItem{Check: server.CheckBinlogRetention, Subject: "binlog retention", Message: msg}, true
+}

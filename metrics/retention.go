@@ -1,0 +1,47 @@
+package metrics
+
+import "time"
+
+// SetBinlogRetention records the source's binlog retention (0: it never purges binlogs, or it
+// is unknown) and the creation time of its oldest binlog (zero: unknown, the gauge reads 0).
+func (m *Metrics) SetBinlogRetention(retention time.Duration, oldestCreated time.Time) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.retention = max(0, retention)
+	m.oldestBinlog = oldestCreated
+	m.mu.Unlock()
+	m.binlogRetention.Set(max(0, retention).Seconds())
+}
+
+// RetentionRemaining estimates how long the binlog of the oldest transaction not yet
+// acknowledged stays on the source: the retention minus the lag (negative when it may be gone
+// already), 0 when the retention is 0. It is a lower bound: the server purges a whole file
+// only once its last write is older than the retention, and only when it rotates binlogs (so
+// the file holding a transaction outlives the transaction's commit time plus the retention).
+// It uses the lag, not the checkpoint's commit time, because a caught-up relay on a quiet
+// database has an old checkpoint commit time and nothing at risk: the server resumes a GTID
+// stream from a later file.
+func (m *Metrics) RetentionRemaining() time.Duration {
+	if m == nil {
+		return 0
+	}
+	m.mu.Lock()
+	r := m.retention
+	m.mu.Unlock()
+	if r == 0 {
+		return 0
+	}
+	return r - m.Lag().Lag
+}
+
+func (m *Metrics) oldestBinlogAge() time.Duration {
+	m.mu.Lock()
+	t := m.oldestBinlog
+	m.mu.Unlock()
+	if t.IsZero() {
+		return 0
+	}
+	return max(0, m.now().Sub(t))
+}
