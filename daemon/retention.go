@@ -59,7 +59,9 @@ func (o *ops) sampleRetention(ctx context.Context, st *retentionSampler) {
 // how long the server keeps binlogs. ok is false when the check flagged something, or the
 // retention cannot be read (Inspect reported that already).
 func verifiedRetention(ctx context.Context, db *sql.DB, cfg *config.Config, found []server.Problem) (CheckItem, bool) {
-	if slices.ContainsFunc(found, func(p server.Problem) bool { return p.Check == server.CheckBinlogRetention || p.Check == server.CheckFlavor && !p.Skipped }) {
+	if slices.ContainsFunc(found, func(p server.Problem) bool {
+		return p.Check == server.CheckBinlogRetention || p.Check == server.CheckFlavor && !p.Skipped
+	}) {
 		return CheckItem{}, false
 	}
 	r, err := server.BinlogRetention(ctx, db)

@@ -123,7 +123,7 @@ func varRetention(vars map[string]string) (Retention, error) {
 	case s > 0:
 		return Retention{Period: time.Duration(s) * time.Second, Source: "binlog_expire_logs_seconds = " + secs}, nil
 	case d > 0:
-		return Retention{Period: time.Duration(math.Round(d * 86400)) * time.Second, Source: "expire_logs_days = " + days}, nil
+		return Retention{Period: time.Duration(math.Round(d*86400)) * time.Second, Source: "expire_logs_days = " + days}, nil
 	}
 	src := "expire_logs_days = 0"
 	if hasSecs {
