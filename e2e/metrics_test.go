@@ -98,6 +98,10 @@ func TestMetricsZeroSeriesAndPerTableCounts(t *testing.T) {
 		{"outboxd_fences_total", map[string]string{}, 0},
 		{"outboxd_read_to_ack_seconds", map[string]string{}, 0},
 		{"outboxd_commit_to_ack_seconds", map[string]string{}, 0},
+		// The shared server never purges binlogs (binlog_expire_logs_seconds 0): no retention,
+		// no time limit, sampled or not.
+		{"outboxd_binlog_retention_seconds", map[string]string{}, 0},
+		{"outboxd_binlog_retention_remaining_seconds", map[string]string{}, 0},
 	}
 	for _, z := range zero {
 		if v, ok := series(fams, z.name, z.labels); !ok || v != z.want {

@@ -105,6 +105,13 @@ func TestRetentionLive(t *testing.T) {
 	if !ok || !p.Warning || len(Fatal(ps)) != 0 {
 		t.Errorf("Inspect: %+v", ps)
 	}
+	ps, err = Inspect(t.Context(), root, Request{Flavor: gtid.MariaDB, MinBinlogRetention: time.Hour, Skip: []string{CheckBinlogRetention}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := find(ps, "binlog retention"); !ok || !p.Skipped {
+		t.Errorf("skip_checks binlog_retention: %+v", ps)
+	}
 	ps, err = Inspect(t.Context(), root, Request{Flavor: gtid.MariaDB, MinBinlogRetention: 10 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
