@@ -24,7 +24,7 @@ type retentionSampler struct {
 
 // sampleRetention updates the retention gauges when the last sample is retentionInterval old.
 // Only the leader calls it (a standby queries nothing). A failure is logged once, at warn, until
-// a sample succeeds again; the gauges keep their last values.
+// a sample succeeds again; a gauge that could not be read keeps its last value.
 func (o *ops) sampleRetention(ctx context.Context, st *retentionSampler) {
 	now := time.Now()
 	if !st.last.IsZero() && now.Sub(st.last) < retentionInterval {
@@ -33,22 +33,20 @@ func (o *ops) sampleRetention(ctx context.Context, st *retentionSampler) {
 	st.last = now
 	qctx, cancel := context.WithTimeout(ctx, sampleInterval)
 	defer cancel()
-	err := func() error {
-		r, err := server.BinlogRetention(qctx, o.db)
-		if err != nil {
-			return err
+	// Each gauge on its own: the retention (and the alert on it) must not depend on the dump
+	// connection the oldest binlog's age needs.
+	r, err := server.BinlogRetention(qctx, o.db)
+	if err == nil {
+		o.m.SetBinlogRetention(r.Period)
+		var oldest server.OldestBinlog
+		if oldest, _, err = server.OldestBinlogFile(qctx, o.db, sourceConn(o.cfg)); err == nil {
+			o.m.SetOldestBinlog(oldest.Created)
 		}
-		oldest, _, err := server.OldestBinlogFile(qctx, o.db, sourceConn(o.cfg))
-		if err != nil {
-			return err
-		}
-		o.m.SetBinlogRetention(r.Period, oldest.Created)
-		return nil
-	}()
+	}
 	switch {
 	case err != nil && ctx.Err() == nil && !st.failing:
 		st.failing = true
-		o.log.Warn().Err(err).Msg("binlog retention not sampled: outboxd_binlog_* gauges keep their last values; the source account needs REPLICATION SLAVE and REPLICATION CLIENT")
+		o.log.Warn().Err(err).Msg("binlog retention not sampled: the outboxd_binlog_retention and oldest_age gauges keep their last values; the source account needs REPLICATION SLAVE and REPLICATION CLIENT")
 	case err == nil && st.failing:
 		st.failing = false
 		o.log.Info().Msg("binlog retention sampled again")

@@ -39,7 +39,8 @@ func TestNilMetricsIsNoOp(t *testing.T) {
 	m.TableDelivered("s.t", "0", 1)
 	m.TableDeadLettered("s.t", RouteNone)
 	m.TxnAcked(time.Now(), time.Now(), true, time.Now())
-	m.SetBinlogRetention(time.Hour, time.Now())
+	m.SetBinlogRetention(time.Hour)
+	m.SetOldestBinlog(time.Now())
 	if m.RetentionRemaining() != 0 {
 		t.Fatal("nil Metrics reports a retention")
 	}

@@ -3,16 +3,26 @@ package metrics
 import "time"
 
 // SetBinlogRetention records the source's binlog retention (0: it never purges binlogs, or it
-// is unknown) and the creation time of its oldest binlog (zero: unknown, the gauge reads 0).
-func (m *Metrics) SetBinlogRetention(retention time.Duration, oldestCreated time.Time) {
+// is unknown).
+func (m *Metrics) SetBinlogRetention(retention time.Duration) {
 	if m == nil {
 		return
 	}
 	m.mu.Lock()
 	m.retention = max(0, retention)
-	m.oldestBinlog = oldestCreated
 	m.mu.Unlock()
 	m.binlogRetention.Set(max(0, retention).Seconds())
+}
+
+// SetOldestBinlog records the creation time of the source's oldest binlog (zero: unknown, the
+// gauge reads 0).
+func (m *Metrics) SetOldestBinlog(created time.Time) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.oldestBinlog = created
+	m.mu.Unlock()
 }
 
 // RetentionRemaining estimates how long the binlog of the oldest transaction not yet

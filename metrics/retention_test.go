@@ -17,7 +17,8 @@ func TestBinlogRetentionGauges(t *testing.T) {
 			t.Errorf("%s = %v before a sample, want 0", name, v)
 		}
 	}
-	m.SetBinlogRetention(time.Hour, now.Add(-10*time.Minute))
+	m.SetBinlogRetention(time.Hour)
+	m.SetOldestBinlog(now.Add(-10 * time.Minute))
 	fams = gather(t, m)
 	if v := value(t, fams, "outboxd_binlog_retention_seconds"); v != 3600 {
 		t.Errorf("retention = %v", v)
@@ -42,7 +43,7 @@ func TestBinlogRetentionGauges(t *testing.T) {
 		t.Errorf("oldest age 50m later = %v, want 3600", v)
 	}
 	// Never purged: no time limit to report.
-	m.SetBinlogRetention(0, now)
+	m.SetBinlogRetention(0)
 	if v := value(t, gather(t, m), "outboxd_binlog_retention_remaining_seconds"); v != 0 {
 		t.Errorf("remaining without retention = %v, want 0", v)
 	}
