@@ -70,7 +70,7 @@ func BinlogRetention(ctx context.Context, db *sql.DB) (Retention, error) {
 	if ctx.Err() != nil {
 		return Retention{}, fmt.Errorf("read binlog retention: %w", ctx.Err())
 	}
-	rows, err := db.QueryContext(ctx, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('binlog_expire_logs_seconds', 'expire_logs_days')")
+	rows, err := db.QueryContext(ctx, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('binlog_expire_logs_seconds', 'expire_logs_days', 'binlog_expire_logs_auto_purge')")
 	if err != nil {
 		return Retention{}, fmt.Errorf("read binlog retention (binlog_expire_logs_seconds, expire_logs_days): %w", err)
 	}
@@ -100,8 +100,12 @@ func rdsRetention(hours sql.NullString) Retention {
 
 // varRetention decides the retention from binlog_expire_logs_seconds and expire_logs_days as
 // MySQL 8 and MariaDB 10.6+ do: the seconds win unless they are 0. On MariaDB the two are one
-// setting in two units (expire_logs_days may be a fraction). Pure.
+// setting in two units (expire_logs_days may be a fraction). MySQL 8.0.29+ purges by neither
+// when binlog_expire_logs_auto_purge is OFF. Pure.
 func varRetention(vars map[string]string) (Retention, error) {
+	if v := strings.ToUpper(vars["binlog_expire_logs_auto_purge"]); v == "OFF" || v == "0" {
+		return Retention{Forever: true, Source: "binlog_expire_logs_auto_purge = OFF"}, nil
+	}
 	secs, hasSecs := vars["binlog_expire_logs_seconds"]
 	days, hasDays := vars["expire_logs_days"]
 	if !hasSecs && !hasDays {

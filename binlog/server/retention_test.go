@@ -27,6 +27,9 @@ func TestVarRetention(t *testing.T) {
 		{map[string]string{"expire_logs_days": "0.5"}, 12 * time.Hour, false, "expire_logs_days = 0.5"},
 		{map[string]string{"binlog_expire_logs_seconds": "0", "expire_logs_days": "0"}, 0, true, "binlog_expire_logs_seconds = 0 and expire_logs_days = 0"},
 		{map[string]string{}, 0, false, ""},
+		// MySQL 8.0.29+ with automatic purging off: the periods do not apply.
+		{map[string]string{"binlog_expire_logs_seconds": "600", "binlog_expire_logs_auto_purge": "OFF"}, 0, true, "binlog_expire_logs_auto_purge = OFF"},
+		{map[string]string{"binlog_expire_logs_seconds": "600", "binlog_expire_logs_auto_purge": "ON"}, 10 * time.Minute, false, "binlog_expire_logs_seconds = 600"},
 	} {
 		r, err := varRetention(c.vars)
 		if err != nil {
