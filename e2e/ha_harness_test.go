@@ -175,6 +175,11 @@ func (in *haInstance) role() string {
 // when the poll saw it.
 func (h *haWorld) waitRole(in *haInstance, role string, timeout time.Duration) (haStatus, time.Time) {
 	h.t.Helper()
+	return haWaitRole(h.t, in, role, timeout)
+}
+
+func haWaitRole(t *testing.T, in *haInstance, role string, timeout time.Duration) (haStatus, time.Time) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var last statusDoc
 	for {
@@ -186,10 +191,10 @@ func (h *haWorld) waitRole(in *haInstance, role string, timeout time.Duration) (
 			}
 		}
 		if in.p != nil && !in.p.running() {
-			h.t.Fatalf("outboxd %s exited (%v) while waiting for role %s:\n%s", in.name, in.p.err, role, tail(in.p.output(), 60))
+			t.Fatalf("outboxd %s exited (%v) while waiting for role %s:\n%s", in.name, in.p.err, role, tail(in.p.output(), 60))
 		}
 		if time.Now().After(deadline) {
-			h.t.Fatalf("outboxd %s: role %q within %s, want %q (last ha status %+v)", in.name, roleOf(last), timeout, role, last.HA)
+			t.Fatalf("outboxd %s: role %q within %s, want %q (last ha status %+v)", in.name, roleOf(last), timeout, role, last.HA)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
