@@ -50,6 +50,8 @@ type Status struct {
 	CaughtUp bool            `json:"caught_up"`
 	InFlight InFlight        `json:"in_flight"`
 	Sinks    map[string]Sink `json:"sinks"`
+	// HA is this process's role.
+	HA HA `json:"ha"`
 	// CatchUp is set while the checkpoint is behind the server.
 	CatchUp *CatchUp `json:"catch_up,omitempty"`
 }
@@ -104,9 +106,30 @@ type CatchUp struct {
 	SampledAt          time.Time `json:"sampled_at"`
 }
 
+// HA is the role part of /status.
+type HA struct {
+	// Enabled is ha.enabled; without it the process always leads.
+	Enabled bool `json:"enabled"`
+	// Role is leader, standby or fenced (lost the lock; it stands by again or exits).
+	Role     string `json:"role"`
+	LockName string `json:"lock_name,omitempty"`
+	// Holder is this process's id, written to the checkpoint row with Epoch while it leads.
+	Holder string `json:"holder,omitempty"`
+	Epoch  uint64 `json:"epoch,omitempty"`
+	// LockConnectionID is the server's id of the lock connection while leading.
+	LockConnectionID uint64    `json:"lock_connection_id,omitempty"`
+	Since            time.Time `json:"since"`
+	// Reason says why the role last changed.
+	Reason string `json:"reason,omitempty"`
+	// WaitError is the last failure to reach the writer while standing by.
+	WaitError string `json:"wait_error,omitempty"`
+}
+
 // Readiness is the /readyz document.
 type Readiness struct {
 	Ready bool `json:"ready"`
+	// Role is leader or standby (ha): a standby that could take over is ready too.
+	Role string `json:"role,omitempty"`
 	// NotReady says what is not ready, one entry per component.
 	NotReady []string `json:"not_ready,omitempty"`
 }
@@ -120,7 +143,9 @@ type Config struct {
 	Status func(ctx context.Context) Status
 	// Ready returns what is not ready, empty when everything is; safe for concurrent use. ctx
 	// bounds any probe it makes.
-	Ready  func(ctx context.Context) []string
+	Ready func(ctx context.Context) []string
+	// Role, when set, names the role /readyz reports.
+	Role   func() string
 	Logger zerolog.Logger
 }
 
@@ -152,11 +177,15 @@ func Listen(cfg Config) (*Server, error) {
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 		defer cancel()
 		notReady := cfg.Ready(ctx)
+		role := ""
+		if cfg.Role != nil {
+			role = cfg.Role()
+		}
 		if len(notReady) > 0 {
-			writeJSON(w, http.StatusServiceUnavailable, Readiness{NotReady: notReady})
+			writeJSON(w, http.StatusServiceUnavailable, Readiness{Role: role, NotReady: notReady})
 			return
 		}
-		writeJSON(w, http.StatusOK, Readiness{Ready: true})
+		writeJSON(w, http.StatusOK, Readiness{Ready: true, Role: role})
 	})
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, cfg.Status(r.Context()))
@@ -246,6 +275,19 @@ func (st *Status) Print(w io.Writer) error {
 		}
 	}
 	fmt.Fprintf(&b, "outboxd %s, up %s (since %s)\n", st.Version, durationText(st.UptimeSeconds), st.StartedAt.Format(time.RFC3339))
+	if h := st.HA; h.Enabled {
+		fmt.Fprintf(&b, "role         %s since %s (lock %s, holder %s", h.Role, h.Since.Format(time.RFC3339), h.LockName, h.Holder)
+		if h.Epoch > 0 {
+			fmt.Fprintf(&b, ", epoch %d", h.Epoch)
+		}
+		b.WriteString(")\n")
+		if h.Reason != "" {
+			fmt.Fprintf(&b, "             %s\n", h.Reason)
+		}
+		if h.WaitError != "" {
+			fmt.Fprintf(&b, "             CANNOT WAIT FOR THE LOCK: %s\n", h.WaitError)
+		}
+	}
 	fmt.Fprintf(&b, "source       %s %s, %s\n", st.Flavor, st.Source.Addr, conn)
 	fmt.Fprintf(&b, "read         %s\n", orNone(st.ReadGTIDSet))
 	fmt.Fprintf(&b, "acked        %s\n", orNone(st.AckedGTIDSet))

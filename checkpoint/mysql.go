@@ -38,10 +38,6 @@ type MySQLConfig struct {
 	Table, Name string
 	// Addr names the server in messages.
 	Addr string
-	// Epoch and Holder are the fencing token every write is conditional on. Zero values are the
-	// token of a deployment without leader election.
-	Epoch  uint64
-	Holder string
 }
 
 // MySQLStore keeps the checkpoint as one row of a table on the writable primary. Safe for
@@ -52,6 +48,9 @@ type MySQLStore struct {
 
 	mu     sync.Mutex
 	closed bool
+	// epoch and holder are the fencing token every Save is conditional on, set by Claim.
+	epoch  uint64
+	holder string
 }
 
 // OpenMySQL returns the store over cfg.DB. It does not block and does not check the table (Load,
@@ -116,6 +115,9 @@ func (s *MySQLStore) Load() (*Checkpoint, error) {
 	if err != nil {
 		return nil, s.wrap("load", err)
 	}
+	if flavor == "" && c.GTIDSet == "" {
+		return nil, nil // claimed by a holder that has not saved a position yet
+	}
 	c.Flavor = gtid.Flavor(flavor)
 	if commit.Valid {
 		if c.CommitTime, err = time.Parse(timeLayout, commit.String); err != nil {
@@ -157,38 +159,136 @@ func (s *MySQLStore) Save(c Checkpoint) error {
 	// is promoted holds a checkpoint that never names a transaction it lacks, because the row
 	// reached it after every transaction the row's gtid_set covers (they were committed on
 	// the primary before outboxd read, sent and saved them).
+	//
+	// The WHERE clause is the fencing: a process whose token (epoch, holder) is no longer the
+	// row's, because another process claimed the row since (a new leader, a restart elsewhere,
+	// `outboxd checkpoint set`), changes nothing, however late it wakes up.
+	epoch, holder := s.token()
 	res, err := s.cfg.DB.ExecContext(ctx, "UPDATE "+s.quote+
 		" SET flavor = ?, gtid_set = ?, binlog_file = ?, binlog_pos = ?, commit_time = ?, saved_at = ?"+
 		" WHERE name = ? AND epoch = ? AND holder = ?",
-		string(c.Flavor), c.GTIDSet, c.File, c.Pos, commit, saved, s.cfg.Name, s.cfg.Epoch, s.cfg.Holder)
+		string(c.Flavor), c.GTIDSet, c.File, c.Pos, commit, saved, s.cfg.Name, epoch, holder)
 	if err != nil {
 		return s.wrap("save", err)
 	}
 	if n, err := res.RowsAffected(); err == nil && n > 0 {
 		return nil
 	}
-	// No row changed: the first save of this name, another holder's row, or (without
-	// CLIENT_FOUND_ROWS) a row that already held exactly these values.
-	_, err = s.cfg.DB.ExecContext(ctx, "INSERT INTO "+s.quote+
-		" (name, flavor, gtid_set, binlog_file, binlog_pos, commit_time, saved_at, epoch, holder) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-		s.cfg.Name, string(c.Flavor), c.GTIDSet, c.File, c.Pos, commit, saved, s.cfg.Epoch, s.cfg.Holder)
-	var me *mysqldriver.MySQLError
-	if errors.As(err, &me) && me.Number == erDupEntry {
-		var epoch uint64
-		var holder string
-		if err := s.cfg.DB.QueryRowContext(ctx, "SELECT epoch, holder FROM "+s.quote+" WHERE name = ?", s.cfg.Name).Scan(&epoch, &holder); err != nil {
-			return s.wrap("save", err)
-		}
-		if epoch == s.cfg.Epoch && holder == s.cfg.Holder {
-			return nil // the row already held these values
-		}
-		return fmt.Errorf("%s: the row is held by %q at epoch %d, this process writes as %q at epoch %d: %w",
-			s.where(), holder, epoch, s.cfg.Holder, s.cfg.Epoch, ErrSuperseded)
-	}
+	// No row changed: another holder's row, no row at all (never claimed, or deleted), or
+	// (without CLIENT_FOUND_ROWS) a row that already held exactly these values.
+	rowEpoch, rowHolder, found, err := s.readToken(ctx)
 	if err != nil {
 		return s.wrap("save", err)
 	}
+	switch {
+	case found && rowEpoch == epoch && rowHolder == holder:
+		return nil // the row already held these values
+	case !found:
+		return fmt.Errorf("%s: the row is gone (deleted since this process claimed it at epoch %d): %w", s.where(), epoch, ErrSuperseded)
+	}
+	return fmt.Errorf("%s: the row is held by %q at epoch %d, this process writes as %q at epoch %d: %w",
+		s.where(), rowHolder, rowEpoch, holder, epoch, ErrSuperseded)
+}
+
+// Claim makes holder the row's only writer: it creates the row (with no position yet, which
+// Load reports as no checkpoint) or bumps its epoch and sets holder, and from then on every
+// Save is conditional on that token. Any earlier holder's saves fail with ErrSuperseded. With
+// leader election the caller holds the lock; without it, the newest process to start wins and
+// an older one still running stops at its next save. It blocks on two statements (bounded by
+// MySQLTimeout) and returns the new epoch.
+//
+// The epoch alone is not a token: an asynchronous failover can lose the last claim, so the
+// same epoch can be issued twice; the holder, unique per process, tells the two apart.
+func (s *MySQLStore) Claim(holder string) (uint64, error) {
+	if holder == "" {
+		return 0, fmt.Errorf("%s: claim needs a holder id", s.where())
+	}
+	if err := s.open(); err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), MySQLTimeout)
+	defer cancel()
+	_, err := s.cfg.DB.ExecContext(ctx, "INSERT INTO "+s.quote+
+		" (name, flavor, gtid_set, saved_at, epoch, holder) VALUES (?, '', '', UTC_TIMESTAMP(6), 1, ?)"+
+		" ON DUPLICATE KEY UPDATE epoch = epoch + 1, holder = VALUES(holder)", s.cfg.Name, holder)
+	if err != nil {
+		return 0, s.wrap("claim", err)
+	}
+	epoch, rowHolder, _, err := s.readToken(ctx)
+	if err != nil {
+		return 0, s.wrap("claim", err)
+	}
+	if rowHolder != holder {
+		return 0, fmt.Errorf("%s: claimed, but %q at epoch %d claimed it right after: %w", s.where(), rowHolder, epoch, ErrSuperseded)
+	}
+	s.mu.Lock()
+	s.epoch, s.holder = epoch, holder
+	s.mu.Unlock()
+	return epoch, nil
+}
+
+// Overwrite writes c as the row's position for an operator (outboxd checkpoint set and
+// migrate), whoever holds the row: it bumps the epoch and makes holder the row's holder, so a
+// process still running on the row stops at its next save (ErrSuperseded) instead of writing
+// over the operator's position. It blocks on one statement (bounded by MySQLTimeout).
+func (s *MySQLStore) Overwrite(c Checkpoint, holder string) error {
+	if err := c.validate(); err != nil {
+		return fmt.Errorf("%s: refuse to save: %w", s.where(), err)
+	}
+	if err := s.open(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), MySQLTimeout)
+	defer cancel()
+	var commit any
+	if !c.CommitTime.IsZero() {
+		commit = c.CommitTime.UTC().Format(timeLayout)
+	}
+	saved := c.SavedAt
+	if saved.IsZero() {
+		saved = time.Now()
+	}
+	_, err := s.cfg.DB.ExecContext(ctx, "INSERT INTO "+s.quote+
+		" (name, flavor, gtid_set, binlog_file, binlog_pos, commit_time, saved_at, epoch, holder) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?)"+
+		" ON DUPLICATE KEY UPDATE flavor = VALUES(flavor), gtid_set = VALUES(gtid_set), binlog_file = VALUES(binlog_file),"+
+		" binlog_pos = VALUES(binlog_pos), commit_time = VALUES(commit_time), saved_at = VALUES(saved_at), epoch = epoch + 1, holder = VALUES(holder)",
+		s.cfg.Name, string(c.Flavor), c.GTIDSet, c.File, c.Pos, commit, saved.UTC().Format(timeLayout), holder)
+	if err != nil {
+		return s.wrap("overwrite", err)
+	}
 	return nil
+}
+
+// Token is the row's fencing token as the server has it now: its epoch and holder; found is
+// false when there is no row. It blocks on one query (bounded by ctx and MySQLTimeout).
+func (s *MySQLStore) Token(ctx context.Context) (epoch uint64, holder string, found bool, err error) {
+	if err := s.open(); err != nil {
+		return 0, "", false, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, MySQLTimeout)
+	defer cancel()
+	epoch, holder, found, err = s.readToken(ctx)
+	if err != nil {
+		return 0, "", false, s.wrap("read the fencing token", err)
+	}
+	return epoch, holder, found, nil
+}
+
+// OwnToken is the token this store's saves carry (zero before Claim).
+func (s *MySQLStore) OwnToken() (epoch uint64, holder string) { return s.token() }
+
+func (s *MySQLStore) token() (uint64, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.epoch, s.holder
+}
+
+func (s *MySQLStore) readToken(ctx context.Context) (epoch uint64, holder string, found bool, err error) {
+	err = s.cfg.DB.QueryRowContext(ctx, "SELECT epoch, holder FROM "+s.quote+" WHERE name = ?", s.cfg.Name).Scan(&epoch, &holder)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, "", false, nil
+	}
+	return epoch, holder, err == nil, err
 }
 
 // Close closes the pool. Later Load and Save calls fail. Closing twice is a no-op.

@@ -3,6 +3,7 @@ package config
 import (
 	"net"
 	"regexp"
+	"time"
 )
 
 // checkpointNameRe is the MySQL store's row name: printable, no quotes or spaces, so it is safe
@@ -42,5 +43,29 @@ func (c *Config) validateCheckpoint(p *problems) {
 		}
 	default:
 		p.add("checkpoint.store", "%q is not allowed; use file (default) or mysql", cp.Store)
+	}
+}
+
+// validateHA checks the ha section: it needs the mysql store, whose row carries the fencing
+// token, and a lock name MySQL accepts.
+func (c *Config) validateHA(p *problems) {
+	h := c.HA
+	if !h.Enabled {
+		for field, set := range map[string]bool{"ha.lock_name": h.LockName != "", "ha.lease": h.Lease != 0} {
+			if set {
+				p.add(field, "is only for ha.enabled: true; remove it or enable ha")
+			}
+		}
+		return
+	}
+	if !c.Checkpoint.MySQL() {
+		p.add("ha.enabled", "needs checkpoint.store: mysql: a checkpoint file lives on one machine's disk, where a standby on another machine cannot read it, "+
+			"and a file cannot make a superseded leader's writes fail; set checkpoint.store: mysql with checkpoint.name (move the file with `outboxd checkpoint migrate --from-file PATH`)")
+	}
+	if h.Lease < time.Second {
+		p.add("ha.lease", "must be at least 1s (default %s); got %s", DefaultHALease, h.Lease)
+	}
+	if n := len(h.LockName); c.Checkpoint.MySQL() && (n == 0 || n > 64) {
+		p.add("ha.lock_name", "%q must be 1 to 64 characters (GET_LOCK's limit; default outboxd.<checkpoint.name>)", h.LockName)
 	}
 }

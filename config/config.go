@@ -71,6 +71,7 @@ type Config struct {
 	Pipeline   Pipeline        `yaml:"pipeline"`
 	Log        Log             `yaml:"log"`
 	Admin      Admin           `yaml:"admin"`
+	HA         HA              `yaml:"ha"`
 
 	// lines maps a field path ("routes[1].sink") to its line in the file, so Validate can point
 	// at the line. Empty for a Config built in code.
@@ -236,6 +237,41 @@ type Checkpoint struct {
 	// user, password and TLS (mysql store only; default source.addr). It exists for a binlog
 	// source that is a replica: the checkpoint must live where the data is written.
 	WriterAddr string `yaml:"writer_addr"`
+}
+
+// HA is leader election: with Enabled, every outboxd with this config competes for one named
+// lock on the writable primary (checkpoint.writer_addr); only the holder reads the binlog and
+// sends, the others wait as hot standbys. It needs checkpoint.store: mysql.
+type HA struct {
+	Enabled bool `yaml:"enabled"`
+	// LockName is the GET_LOCK name; default "outboxd." + checkpoint.name.
+	LockName string `yaml:"lock_name"`
+	// Lease is how long the leader goes on without proving it holds the lock before it fences
+	// itself (stops reading and sending, never saves again); default DefaultHALease.
+	Lease time.Duration `yaml:"lease"`
+}
+
+// LockName is the leader lock's name: ha.lock_name, or its default from checkpoint.name (also
+// without ha, for commands that check whether a leader runs). Pure.
+func (c *Config) LockName() string {
+	if c.HA.LockName != "" {
+		return c.HA.LockName
+	}
+	return "outboxd." + c.Checkpoint.Name
+}
+
+// DefaultHALease is ha.lease's default.
+const DefaultHALease = 5 * time.Second
+
+// LongestSend is the longest a single send request of any configured sink can take: kafka
+// timeout, rocketmq send_timeout. The HA lock's server-side idle timeout must exceed the lease
+// by this much. Pure; call after ApplyDefaults.
+func (c *Config) LongestSend() time.Duration {
+	var d time.Duration
+	for _, s := range c.Sinks {
+		d = max(d, s.Timeout, s.SendTimeout)
+	}
+	return d
 }
 
 // Checkpoint stores.
@@ -462,6 +498,12 @@ func (c *Config) ApplyDefaults() {
 		setDefault(&c.Checkpoint.Path, DefaultCheckpointPath)
 	}
 	setDefaultDur(&c.Checkpoint.Interval, DefaultCheckpointInterval)
+	if c.HA.Enabled {
+		setDefaultDur(&c.HA.Lease, DefaultHALease)
+		if c.Checkpoint.Name != "" {
+			setDefault(&c.HA.LockName, "outboxd."+c.Checkpoint.Name)
+		}
+	}
 	setDefault(&c.Log.Level, DefaultLogLevel)
 	setDefault(&c.Log.Format, DefaultLogFormat)
 	if hb := c.Source.Heartbeat; hb != nil {

@@ -48,6 +48,7 @@ func (c *Config) Validate() error {
 			DefaultMissingTopicTimeout, c.Retry.MissingTopicTimeout)
 	}
 	c.validateCheckpoint(p)
+	c.validateHA(p)
 	if c.Pipeline.MaxInflightEvents < 0 {
 		p.add("pipeline.max_inflight_events", "must be positive (default %d); got %d", DefaultMaxInflightEvents, c.Pipeline.MaxInflightEvents)
 	}

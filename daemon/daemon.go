@@ -24,6 +24,7 @@ import (
 	"github.com/outboxd/outboxd/binlog/server"
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/election"
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/pipeline"
@@ -62,22 +63,24 @@ const (
 // Run relays until ctx ends (then it drains, saves the checkpoint and returns nil; a ctx that
 // ends during start-up returns nil too) or a fatal error: a poison row under on_poison: stop,
 // a checkpoint that cannot be written (for 30 s while streaming), a start position the server
-// lacks, a refused login. The start position is saved as the checkpoint before anything
-// streams, and every stop saves it again. A lost source connection is not fatal: the
-// in-flight sends drain, the checkpoint is saved, and the stream restarts from the
-// acknowledged position with backoff. It blocks for the life of the daemon. The admin server
-// (admin.listen) and the heartbeat row writer (source.heartbeat) run alongside.
+// lacks, a refused login, a checkpoint row another process took over (superseded). The start
+// position is saved as the checkpoint before anything streams, and every stop saves it again.
+// A lost source connection is not fatal: the in-flight sends drain, the checkpoint is saved,
+// and the stream restarts from the acknowledged position with backoff. With ha.enabled the
+// process first stands by until it holds the leader lock, and a leader that loses the lock
+// stops reading, sending and saving at once (role.go). It blocks for the life of the daemon.
+// The admin server (admin.listen) and, while leading, the heartbeat row writer
+// (source.heartbeat) run alongside.
 func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 	log := o.Logger
 	started := time.Now()
-	streaming := false
+	r := &relay{cfg: cfg, o: o, log: log}
 	defer func() {
-		if !streaming {
+		if !r.streamed.Load() {
 			err = startupStopped(ctx, err, log)
 		}
 	}()
-	dlEvents, audit, err := deadLetterOverride(cfg, o.DeadLetterEvents, log)
-	if err != nil {
+	if r.dlEvents, r.audit, err = deadLetterOverride(cfg, o.DeadLetterEvents, log); err != nil {
 		return err
 	}
 	store, err := OpenStore(ctx, cfg, log)
@@ -91,18 +94,12 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 		return fmt.Errorf("connect to source %s: %w", cfg.Source.Addr, err)
 	}
 	defer db.Close()
+	r.db = db
 	// Before anything reads positions: log_bin off or the wrong flavor would otherwise surface
 	// as a confusing GTID error.
 	if err := startPreflight(ctx, db, cfg, log); err != nil {
 		return err
 	}
-
-	start, origin, err := ResolveStart(ctx, db, cfg, store, o.FromGTID, o.Force)
-	if err != nil {
-		return err
-	}
-	log.Info().Str("flavor", string(cfg.Source.Flavor)).Str("gtid_set", start.String()).
-		Str("from", origin).Msg("starting")
 
 	sinks, err := OpenSinks(cfg, log)
 	if err != nil {
@@ -113,26 +110,35 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 			s.Close()
 		}
 	}()
-	rt, err := router.New(cfg)
-	if err != nil {
+	r.sinks = sinks
+	if r.router, err = router.New(cfg); err != nil {
 		return err
 	}
-	m := metrics.New(metrics.Options{Version: o.Version, HeartbeatPeriod: sourceHeartbeatPeriod})
-	saver, err := prepareCheckpoint(store, m, start, origin, log)
-	if err != nil {
-		return err
-	}
-	declareSinks(m, cfg)
-	reader, err := newReader(ctx, cfg, db, m, log)
-	if err != nil {
+	r.m = metrics.New(metrics.Options{Version: o.Version, HeartbeatPeriod: sourceHeartbeatPeriod})
+	r.saver = newSavedStore(store, r.m)
+	declareSinks(r.m, cfg)
+	if r.reader, err = newReader(ctx, cfg, db, r.m, log); err != nil {
 		return err
 	}
 
-	ops := &ops{cfg: cfg, m: m, sinks: sinks, db: db, saved: saver, started: started, version: o.Version, log: log}
+	roles, err := newRoles(ctx, cfg, r, log)
+	if err != nil {
+		return err
+	}
+	if roles != nil {
+		defer roles.close()
+	} else {
+		epoch, err := r.claimAlone(ctx)
+		if err != nil || ctx.Err() != nil {
+			return err
+		}
+		r.role.set(roleState{Role: election.RoleLeader, Epoch: epoch, Since: time.Now(), Reason: "ha disabled"}, r.m)
+	}
+	r.ops = &ops{cfg: cfg, m: r.m, sinks: sinks, db: db, saved: r.saver, started: started, version: o.Version, log: log, role: &r.role}
 	// The operator side (admin server, position sampler, heartbeat row) lives as long as Run
 	// and never decides its outcome.
 	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
-	opsDone, err := ops.start(opsCtx)
+	opsDone, err := r.ops.start(opsCtx)
 	if err != nil {
 		stopOps()
 		return err
@@ -141,85 +147,10 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 		stopOps()
 		opsDone.Wait()
 	}()
-
-	streaming = true
-	backoff := reconnectInitial
-	var sameIDDrops serverIDDrops
-	for {
-		pl, err := pipeline.New(pipeline.Config{
-			Router:             rt,
-			Sinks:              sinks,
-			Saver:              saver,
-			Start:              start,
-			OnPoison:           cfg.OnPoison,
-			RetryInitial:       cfg.Retry.Initial,
-			RetryMax:           cfg.Retry.Max,
-			MissingTopicWait:   cfg.Retry.MissingTopicTimeout,
-			CheckpointInterval: cfg.Checkpoint.Interval,
-			MaxInflightEvents:  cfg.Pipeline.MaxInflightEvents,
-			MaxInflightBytes:   cfg.Pipeline.MaxInflightBytes,
-			DeadLetterEvents:   dlEvents,
-			RouteLabels:        cfg.RouteLabels(),
-			Audit:              audit,
-			Logger:             log.With().Str("component", "pipeline").Logger(),
-			Metrics:            m,
-		})
-		if err != nil {
-			return err
-		}
-		ops.setPipeline(pl)
-		began := time.Now()
-		sessCtx, endSession := saver.fault.session(ctx)
-		err = runSession(sessCtx, reader, pl, start)
-		if serr := endSession(); serr != nil {
-			err = serr // the store ended the session (mysql store: writer away, or misconfigured)
-		}
-		start = pl.Acked()
-		if err == nil || ctx.Err() != nil {
-			saver.logStopped(log, start)
-			return err
-		}
-		if errors.Is(err, binlog.ErrGTIDNotOnServer) {
-			// Purged while we were away (or streaming): name what is gone, as at start.
-			if perr := checkPurged(ctx, db, cfg.Source.Flavor, start, "the acknowledged position", cfg.Checkpoint.Where()); errors.Is(perr, ErrStartPurged) {
-				err = fmt.Errorf("%w (the stream stopped with: %w)", perr, err)
-			}
-		}
-		if !errors.Is(err, binlog.ErrDisconnected) {
-			saver.logStopped(log, start)
-			return err
-		}
-		if errors.Is(err, binlog.ErrServerIDInUse) {
-			if ferr := sameIDDrops.add(cfg, err); ferr != nil {
-				saver.logStopped(log, start)
-				return ferr
-			}
-		}
-		if time.Since(began) >= reconnectReset {
-			backoff = reconnectInitial
-		}
-		log.Warn().Err(err).Stringer("retry_in", backoff).Str("gtid_set", start.String()).
-			Msg("source connection lost; in-flight sends drained, reconnecting from the acknowledged position")
-		if !waitBackoff(ctx, &backoff) {
-			saver.logStopped(log, start)
-			return nil
-		}
-		pingWriter(ctx, store, log)
-		if err := reverify(ctx, db, cfg, log); err != nil || ctx.Err() != nil {
-			// A server that came back with settings outboxd cannot read stops it; a shutdown
-			// during the re-check is no error.
-			saver.logStopped(log, start)
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		if err := resumeSaved(ctx, saver, start, log); err != nil || ctx.Err() != nil {
-			saver.logStopped(log, start)
-			return err
-		}
-		m.SourceReconnect() // counted once the next session is about to start, not for a stop
+	if roles != nil {
+		return roles.Run(ctx)
 	}
+	return r.lead(ctx, nil)
 }
 
 // newReader is the binlog reader of the source, with db for the table columns.
@@ -533,7 +464,10 @@ func declareSinks(m *metrics.Metrics, cfg *config.Config) {
 
 // deadLetterOverride checks --dead-letter-event against the config and returns the event set
 // and the audit writer: one line per diversion, appended and synced to audit.log beside the
-// checkpoint, so the decision outlives the logs.
+// checkpoint file, so the decision outlives the logs. The mysql store has no directory of its
+// own (a pod with a read-only root file system): there each diversion is a log line at error
+// level with audit: true, which the platform's log collection keeps. Only a leader diverts
+// rows, so only the leader writes either.
 func deadLetterOverride(cfg *config.Config, ids []string, log zerolog.Logger) (map[string]bool, func(string) error, error) {
 	if len(ids) == 0 {
 		return nil, nil, nil
@@ -544,6 +478,15 @@ func deadLetterOverride(cfg *config.Config, ids []string, log zerolog.Logger) (m
 	set := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		set[id] = true
+	}
+	if cfg.Checkpoint.MySQL() {
+		audit := func(line string) error {
+			log.Error().Bool("audit", true).Str("override", "--dead-letter-event").Msg(line)
+			return nil
+		}
+		log.Warn().Strs("event_ids", ids).Str("audit", "log lines with audit: true").
+			Msg("--dead-letter-event: these rows go to the dead-letter topic if they turn out to be poison or their topic does not exist")
+		return set, audit, nil
 	}
 	path := filepath.Join(filepath.Dir(cfg.Checkpoint.Path), "audit.log")
 	audit := func(line string) error {

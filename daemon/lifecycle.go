@@ -22,10 +22,14 @@ import (
 // not yet saved. Safe for concurrent use.
 type savedStore struct {
 	store checkpoint.Storage
+	m     *metrics.Metrics
 	// fault ends the session on a mysql store failure that pausing cannot fix (store.go).
 	fault storeFault
 
-	mu           sync.Mutex
+	mu sync.Mutex
+	// guard, when set, must pass before every save: the leader's proof that it holds the lock
+	// (election.Term.Check). A fenced leader's saves fail here without touching the store.
+	guard        func() error
 	last         checkpoint.Checkpoint // on disk; zero Flavor before the first save or load
 	failingSince time.Time             // of the current run of failed saves
 	lastErr      error
@@ -34,6 +38,14 @@ type savedStore struct {
 // Save writes c durably and records it as the saved checkpoint, or records the failure. It
 // blocks on file I/O.
 func (s *savedStore) Save(c checkpoint.Checkpoint) error {
+	s.mu.Lock()
+	guard := s.guard
+	s.mu.Unlock()
+	if guard != nil {
+		if err := guard(); err != nil {
+			return fmt.Errorf("not saved: %w", err)
+		}
+	}
 	err := s.store.Save(c)
 	if err != nil {
 		s.fault.report(err)
@@ -49,6 +61,13 @@ func (s *savedStore) Save(c checkpoint.Checkpoint) error {
 	}
 	s.last, s.lastErr, s.failingSince = c, nil, time.Time{}
 	return nil
+}
+
+// setGuard sets the check every later save must pass (nil: none).
+func (s *savedStore) setGuard(g func() error) {
+	s.mu.Lock()
+	s.guard = g
+	s.mu.Unlock()
 }
 
 // loaded records the checkpoint read at start as the saved one.
@@ -116,19 +135,27 @@ func startupStopped(ctx context.Context, err error, log zerolog.Logger) error {
 	return nil
 }
 
-// prepareCheckpoint records the checkpoint found at start (for /status and the metrics) and
-// persists a start position that did not come from it. Every later save goes through the
-// returned store.
-func prepareCheckpoint(store checkpoint.Storage, m *metrics.Metrics, start gtid.Set, origin string, log zerolog.Logger) (*savedStore, error) {
-	saver := &savedStore{store: store}
+// newSavedStore is the daemon's store for a whole run, with the checkpoint found at start
+// recorded for /status and the metrics (a standby reports the leader's last saved checkpoint
+// as it stood when it started).
+func newSavedStore(store checkpoint.Storage, m *metrics.Metrics) *savedStore {
+	saver := &savedStore{store: store, m: m}
 	if cp, err := store.Load(); err == nil && cp != nil {
 		m.CheckpointLoaded(cp.SavedAt, cp.CommitTime)
 		saver.loaded(cp)
 	}
-	if err := persistStart(saver, m, start, origin, log); err != nil {
-		return nil, err
+	return saver
+}
+
+// prepare persists a start position that did not come from the checkpoint (persistStart). A
+// term that resumes from the checkpoint records what it read, for /status.
+func (s *savedStore) prepare(start gtid.Set, origin string, log zerolog.Logger) error {
+	if origin == originCheckpoint {
+		if cp, err := s.store.Load(); err == nil && cp != nil {
+			s.loaded(cp)
+		}
 	}
-	return saver, nil
+	return persistStart(s, s.m, start, origin, log)
 }
 
 // logStopped logs the end of the run with the checkpoint on disk as gtid_set, and the

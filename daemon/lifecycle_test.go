@@ -36,7 +36,8 @@ func TestPrepareCheckpointPersistsTheStart(t *testing.T) {
 	for _, origin := range []string{"source.start: latest", "source.start: earliest", "source.start", "--from-gtid"} {
 		t.Run(origin, func(t *testing.T) {
 			store, path := openStore(t)
-			saved, err := prepareCheckpoint(store, metrics.New(metrics.Options{}), start, origin, zerolog.Nop())
+			saved := newSavedStore(store, metrics.New(metrics.Options{}))
+			err := saved.prepare(start, origin, zerolog.Nop())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -59,7 +60,8 @@ func TestPrepareCheckpointKeepsALoadedCheckpoint(t *testing.T) {
 	}
 	before, _ := os.Stat(path)
 	start, _ := gtid.Parse(gtid.MariaDB, "0-1-5")
-	saved, err := prepareCheckpoint(store, nil, start, originCheckpoint, zerolog.Nop())
+	saved := newSavedStore(store, nil)
+	err := saved.prepare(start, originCheckpoint, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

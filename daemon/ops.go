@@ -14,6 +14,7 @@ import (
 	"github.com/outboxd/outboxd/admin"
 	"github.com/outboxd/outboxd/binlog/server"
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/election"
 	"github.com/outboxd/outboxd/internal/logging"
 	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/pipeline"
@@ -41,6 +42,7 @@ type ops struct {
 	started time.Time
 	version string
 	log     zerolog.Logger
+	role    *roleHolder // leader or standby: the duties with side effects run only on the leader
 
 	mu sync.Mutex
 	pl *pipeline.Pipeline // the current session's pipeline
@@ -72,6 +74,7 @@ func (o *ops) start(ctx context.Context) (*sync.WaitGroup, error) {
 			Gatherer: o.m.Registry(),
 			Status:   o.status,
 			Ready:    o.ready,
+			Role:     func() string { return string(o.role.get().Role) },
 			Logger:   o.log.With().Str("component", "admin").Logger(),
 		})
 		switch {
@@ -107,7 +110,7 @@ func (o *ops) sampleLoop(ctx context.Context) {
 	var lastAt time.Time
 	for {
 		o.probeSinks(ctx)
-		if pl := o.pipeline(); pl != nil {
+		if pl := o.pipeline(); pl != nil && o.role.leading() {
 			qctx, cancel := context.WithTimeout(ctx, sampleInterval)
 			pos, err := server.Position(qctx, o.db, o.cfg.Source.Flavor)
 			cancel()
@@ -160,15 +163,28 @@ func (o *ops) probeSinks(ctx context.Context) {
 	wg.Wait()
 }
 
-// ready lists what is not ready: the source stream and every sink.
+// ready lists what is not ready: the source stream and every sink. A standby is ready when it
+// could take over: its sinks are reachable and its wait for the lock reaches the writer (the
+// stream is the leader's).
 func (o *ops) ready(ctx context.Context) []string {
 	var out []string
-	if up, why := o.m.Source(); !up {
-		msg := "source " + o.cfg.Source.Addr + ": binlog stream not connected"
-		if why != "" {
-			msg += ": " + why
+	st := o.role.status()
+	switch {
+	case st.Role != string(election.RoleLeader):
+		if st.WaitError != "" {
+			out = append(out, "leader lock: cannot wait for it: "+st.WaitError)
 		}
-		out = append(out, msg)
+		if st.Role == string(election.RoleFenced) || st.Role == "starting" {
+			out = append(out, "role "+st.Role+": "+st.Reason)
+		}
+	default:
+		if up, why := o.m.Source(); !up {
+			msg := "source " + o.cfg.Source.Addr + ": binlog stream not connected"
+			if why != "" {
+				msg += ": " + why
+			}
+			out = append(out, msg)
+		}
 	}
 	o.probeSinks(ctx)
 	states := o.m.Sinks()
@@ -213,6 +229,7 @@ func (o *ops) status(context.Context) admin.Status {
 		OldestUnackedSeconds: lag.OldestUnacked.Seconds(),
 		CaughtUp:             lag.CaughtUp,
 		Sinks:                map[string]admin.Sink{},
+		HA:                   o.role.status(),
 	}
 	if pl := o.pipeline(); pl != nil {
 		st.ReadGTIDSet = pl.ReadSet().String()
@@ -266,6 +283,15 @@ func (o *ops) heartbeatLoop(ctx context.Context, hb *config.Heartbeat) {
 	tick := time.NewTicker(hb.Interval)
 	defer tick.Stop()
 	for {
+		if !o.role.leading() {
+			// A standby writes nothing; the leader's own loop keeps the row fresh.
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			continue
+		}
 		err := func() error {
 			wctx, cancel := context.WithTimeout(ctx, max(hb.Interval, 2*time.Second))
 			defer cancel()

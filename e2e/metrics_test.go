@@ -94,6 +94,8 @@ func TestMetricsZeroSeriesAndPerTableCounts(t *testing.T) {
 		{"outboxd_inflight_events_limit", map[string]string{}, 5000},
 		{"outboxd_inflight_bytes_limit", map[string]string{}, 3000000},
 		{"outboxd_source_reconnects_total", map[string]string{}, 0},
+		{"outboxd_leader", map[string]string{}, 1},
+		{"outboxd_fences_total", map[string]string{}, 0},
 		{"outboxd_read_to_ack_seconds", map[string]string{}, 0},
 		{"outboxd_commit_to_ack_seconds", map[string]string{}, 0},
 	}

@@ -101,6 +101,9 @@ type Metrics struct {
 	topicMissing    *prometheus.GaugeVec
 	txnsBehind      prometheus.Gauge
 	reconnects      prometheus.Counter
+	leader          prometheus.Gauge
+	leaderEpoch     prometheus.Gauge
+	fences          prometheus.Counter
 	limitEvents     prometheus.Gauge
 	limitBytes      prometheus.Gauge
 	readToAck       prometheus.Histogram
@@ -215,6 +218,12 @@ func New(o Options) *Metrics {
 		"Transactions the server executed that outboxd has not yet acknowledged (GTID difference, sampled every 5 s).")
 	m.reconnects = counter("outboxd_source_reconnects_total",
 		"Times the binlog stream was lost and outboxd reconnected to the source (from the acknowledged position).")
+	m.leader = gauge("outboxd_leader",
+		"1 while this process leads (reads the binlog and sends; always 1 without ha), 0 as a standby or after it fenced itself.")
+	m.leaderEpoch = gauge("outboxd_leader_epoch",
+		"The fencing epoch of this process's current or last term as leader (ha; the checkpoint row's epoch it writes with).")
+	m.fences = counter("outboxd_fences_total",
+		"Times this process, as leader, lost its lock (lease passed without proof, lock connection dropped) and stopped reading, sending and saving.")
 	m.limitEvents = gauge("outboxd_inflight_events_limit",
 		"pipeline.max_inflight_events in effect: outboxd_inflight_events reaching it means reading waits for acknowledgements.")
 	m.limitBytes = gauge("outboxd_inflight_bytes_limit",
@@ -279,7 +288,7 @@ func New(o Options) *Metrics {
 		m.binlogEvents, m.binlogBytes, m.heartbeats, m.eventsRead, m.delivered, m.failed,
 		m.deadLetters, m.sendDuration, m.retries, m.checkpointSaves, m.checkpointFails, m.checkpointTS,
 		m.sourceConnected, m.sinkUp, m.topicMissing, m.txnsBehind, m.txnsSkipped,
-		m.reconnects, m.limitEvents, m.limitBytes, m.readToAck, m.commitToAck, m.tableDelivered, m.tableDead,
+		m.reconnects, m.leader, m.leaderEpoch, m.fences, m.limitEvents, m.limitBytes, m.readToAck, m.commitToAck, m.tableDelivered, m.tableDead,
 	)
 	m.reg.MustRegister(computed...)
 	// Counters start at 0 rather than appear at their first increment, so rate() and
@@ -362,6 +371,27 @@ func (m *Metrics) SourceConnected(up bool, err error) {
 	} else {
 		m.sourceConnected.Set(0)
 	}
+}
+
+// SetLeader records whether this process leads, and its epoch (0 when unknown).
+func (m *Metrics) SetLeader(leading bool, epoch uint64) {
+	if m == nil {
+		return
+	}
+	if leading {
+		m.leader.Set(1)
+	} else {
+		m.leader.Set(0)
+	}
+	m.leaderEpoch.Set(float64(epoch))
+}
+
+// Fenced counts one loss of the leader lock.
+func (m *Metrics) Fenced() {
+	if m == nil {
+		return
+	}
+	m.fences.Inc()
 }
 
 // SourceReconnect counts one reconnect to the source after the binlog stream was lost.

@@ -223,6 +223,18 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 		if attempt > 0 {
 			p.m.Retry(name)
 		}
+		if p.halted.Load() {
+			return rejected, ErrHalt
+		}
+		if g := p.cfg.Guard; g != nil {
+			if err := g(); err != nil {
+				err = fmt.Errorf("%w: %w", ErrHalt, err)
+				if p.halt != nil {
+					p.halt(err)
+				}
+				return rejected, err
+			}
+		}
 		began := time.Now()
 		err := s.Send(ctx, msgs)
 		p.m.SendDuration(name, time.Since(began))

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -93,6 +94,12 @@ type Config struct {
 	// MissingTopicWait bounds how long messages wait for a topic the broker says does not
 	// exist (default DefaultMissingTopicTimeout); then they follow OnPoison.
 	MissingTopicWait time.Duration
+	// Guard, when set, is asked before every send attempt; an error stops the pipeline at once,
+	// as a ctx cancelled with ErrHalt does, and nothing more is sent. It is the leader's proof
+	// that it still holds its lock (election.Term.Check): checked right before the broker is
+	// written to, it keeps a leader that was paused past its lease from sending when it wakes
+	// up, before its lock watcher has noticed. It must be cheap.
+	Guard func() error
 	// DeadLetterEvents are event ids an operator chose to dead-letter under on_poison: stop
 	// (outboxd run --dead-letter-event), when found poison or waiting for a missing topic.
 	// Each diversion is passed to Audit.
@@ -125,7 +132,17 @@ type Pipeline struct {
 	gate *saveGate
 	// stalls are the lanes' waits for missing topics.
 	stalls stalls
+	// halted is set when the run halts (ErrHalt): no send and no save from then on.
+	halted atomic.Bool
+	// halt ends the running Run with a cause wrapping ErrHalt; set by Run before the lanes start.
+	halt func(error)
 }
+
+// ErrHalt, as the cause of Run's ctx (context.WithCancelCause) or wrapped by a Guard's failure,
+// stops the pipeline at once: no drain of the batches queued in the lanes, no new send attempt,
+// no final save. Run returns the cause. It is how a leader that lost its lock (fencing) stops:
+// whatever was in flight is resent by the next leader, from the checkpoint.
+var ErrHalt = errors.New("pipeline halted")
 
 // New validates cfg and returns a Pipeline.
 func New(cfg Config) (*Pipeline, error) {
@@ -223,14 +240,24 @@ func (p *Pipeline) Run(ctx context.Context, in <-chan *binlog.Txn) error {
 	runCtx, stopRun := context.WithCancelCause(ctx)
 	defer stopRun(nil)
 	// Sends outlive runCtx by at most DrainTimeout so a shutdown does not abandon batches
-	// that the broker is about to acknowledge.
+	// that the broker is about to acknowledge; a halt (ErrHalt, a failed Guard) ends them at
+	// once.
 	sendCtx, cancelSend := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSend()
 	stopDrain := context.AfterFunc(runCtx, func() {
+		if errors.Is(context.Cause(runCtx), ErrHalt) {
+			p.halted.Store(true)
+			cancelSend()
+			return
+		}
 		t := time.AfterFunc(p.cfg.DrainTimeout, cancelSend)
 		context.AfterFunc(sendCtx, func() { t.Stop() })
 	})
 	defer stopDrain()
+	p.halt = func(err error) {
+		p.halted.Store(true)
+		stopRun(err)
+	}
 
 	lanes, lanesCtx := errgroup.WithContext(sendCtx)
 	for _, ls := range p.lanes {
@@ -259,6 +286,11 @@ func (p *Pipeline) Run(ctx context.Context, in <-chan *binlog.Txn) error {
 	close(saverDone)
 	saveErr := <-saverErr
 
+	if halt := context.Cause(runCtx); errors.Is(halt, ErrHalt) {
+		// Nothing sent after the halt, nothing saved by the final save (the saver refuses):
+		// what was in flight is resent by whoever leads next.
+		return halt
+	}
 	if laneErr != nil {
 		var pe *PoisonError
 		if runCtx.Err() != nil && sendCtx.Err() != nil && !errors.As(laneErr, &pe) {

@@ -79,6 +79,9 @@ func (p *Pipeline) saveLoop(done <-chan struct{}, stop context.CancelCauseFunc) 
 	var failingSince, lastLog time.Time
 	failures := 0
 	save := func(force bool) error {
+		if p.halted.Load() {
+			return nil // a halted run never saves: its position is no longer its to write
+		}
 		c, version, err := p.tracker.snapshot()
 		if err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/daemon"
+	"github.com/outboxd/outboxd/election"
 	"github.com/outboxd/outboxd/gtid"
 )
 
@@ -49,6 +50,7 @@ func cmdCheckpointMigrate(ctx context.Context, args []string, stdout, stderr io.
 	from := fs.String("from-file", "", "the checkpoint file to copy (the old checkpoint.path; required)")
 	overwrite := fs.Bool("overwrite", false, "replace a row that already exists for checkpoint.name")
 	force := fs.Bool("force", false, "accept a set that lacks a source the server has")
+	ignoreLeader := fs.Bool("ignore-leader", false, "write the row although a leader holds the lock (it is superseded and exits)")
 	cfg, err := fs.load(args)
 	if err != nil {
 		return err
@@ -79,7 +81,7 @@ func cmdCheckpointMigrate(ctx context.Context, args []string, stdout, stderr io.
 	if err != nil {
 		return err
 	}
-	store, old, err := openStoreToReplace(ctx, cfg, set, *force)
+	store, old, err := openStoreToReplace(ctx, cfg, set, *force, *ignoreLeader)
 	if err != nil {
 		return err
 	}
@@ -88,7 +90,7 @@ func cmdCheckpointMigrate(ctx context.Context, args []string, stdout, stderr io.
 		return fmt.Errorf("checkpoint %s already holds %s: pass --overwrite to replace it with %s from %s",
 			cfg.Checkpoint.Where(), old.GTIDSet, cp.GTIDSet, *from)
 	}
-	if err := store.Save(*cp); err != nil {
+	if err := replaceCheckpoint(store, *cp, "checkpoint migrate"); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "checkpoint %s -> %s: %s\n", *from, cfg.Checkpoint.Where(), cp.GTIDSet)
@@ -96,12 +98,19 @@ func cmdCheckpointMigrate(ctx context.Context, args []string, stdout, stderr io.
 }
 
 // openStoreToReplace opens the configured store for checkpoint set and migrate, checks set
-// against the source unless force, and returns the store with the checkpoint it holds now
-// (nil when none). The caller closes the store.
-func openStoreToReplace(ctx context.Context, cfg *config.Config, set gtid.Set, force bool) (checkpoint.Storage, *checkpoint.Checkpoint, error) {
+// against the source unless force, refuses a mysql store whose leader lock is held unless
+// ignoreLeader, and returns the store with the checkpoint it holds now (nil when none). The
+// caller closes the store.
+func openStoreToReplace(ctx context.Context, cfg *config.Config, set gtid.Set, force, ignoreLeader bool) (checkpoint.Storage, *checkpoint.Checkpoint, error) {
 	store, err := openCLIStore(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
+	}
+	if cfg.Checkpoint.MySQL() && !ignoreLeader {
+		if err := refuseWhileLeading(ctx, cfg); err != nil {
+			store.Close()
+			return nil, nil, err
+		}
 	}
 	if !force {
 		if err := validateAgainstSource(ctx, cfg, set); err != nil {
@@ -115,6 +124,38 @@ func openStoreToReplace(ctx context.Context, cfg *config.Config, set gtid.Set, f
 		return nil, nil, err
 	}
 	return store, old, nil
+}
+
+// refuseWhileLeading fails when an outboxd holds the leader lock of cfg: a position written
+// under a running leader would be overwritten by its next save, or (the row's epoch moves)
+// stop it.
+func refuseWhileLeading(ctx context.Context, cfg *config.Config) error {
+	conn := daemon.WriterConn(cfg)
+	db, err := server.Open(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("checkpoint.writer_addr %s: check the leader lock: %w", conn.Addr, err)
+	}
+	defer db.Close()
+	id, held, err := election.LockHolder(ctx, db, cfg.LockName())
+	if err != nil {
+		return fmt.Errorf("checkpoint.writer_addr %s: %w", conn.Addr, err)
+	}
+	if held {
+		return &exitError{code: 1, err: fmt.Errorf("an outboxd leads on this checkpoint: leader lock %q on %s is held by connection %d; "+
+			"stop the outboxd instances first, or pass --ignore-leader to write the position anyway (the leader is then superseded at its next save and exits without saving)",
+			cfg.LockName(), conn.Addr, id)}
+	}
+	return nil
+}
+
+// replaceCheckpoint writes cp for an operator: the mysql store's row is taken over (its epoch
+// bumped) so that an outboxd still running on it cannot write over cp; the file is replaced
+// under its lock.
+func replaceCheckpoint(store checkpoint.Storage, cp checkpoint.Checkpoint, what string) error {
+	if ms, ok := store.(*checkpoint.MySQLStore); ok {
+		return ms.Overwrite(cp, "outboxd "+what+" "+election.NewHolderID())
+	}
+	return store.Save(cp)
 }
 
 // validateAgainstSource checks a set as checkpoint set does before it is written.

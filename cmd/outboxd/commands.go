@@ -189,6 +189,7 @@ func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs := newConfigFlags("checkpoint set", stdout, stderr)
 	set := fs.String("gtid", "", "the executed GTID set to resume after (required)")
 	force := fs.Bool("force", false, "accept a set that lacks a source the server has")
+	ignoreLeader := fs.Bool("ignore-leader", false, "write the row although a leader holds the lock (it is superseded and exits)")
 	cfg, err := fs.load(args)
 	if err != nil {
 		return err
@@ -200,15 +201,15 @@ func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("--gtid: %w", err)}
 	}
-	// The file's lock makes this fail while outboxd runs on the same checkpoint (the mysql
-	// store's guard is the leader lock of the HA issue).
-	store, old, err := openStoreToReplace(ctx, cfg, parsed, *force)
+	// The file's lock makes this fail while outboxd runs on the same checkpoint; the mysql
+	// store's guard is the leader lock, and the row's epoch stops an outboxd without ha.
+	store, old, err := openStoreToReplace(ctx, cfg, parsed, *force, *ignoreLeader)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 	cp := checkpoint.Checkpoint{Flavor: cfg.Source.Flavor, GTIDSet: parsed.String(), SavedAt: timeNow()}
-	if err := store.Save(cp); err != nil {
+	if err := replaceCheckpoint(store, cp, "checkpoint set"); err != nil {
 		return err
 	}
 	prev := "(none)"

@@ -1,0 +1,163 @@
+package daemon
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/outboxd/outboxd/admin"
+	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/checkpoint"
+	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/election"
+	"github.com/outboxd/outboxd/metrics"
+)
+
+// roleState is this process's role as /status, /readyz and the metrics report it.
+type roleState struct {
+	Role   election.Role
+	Epoch  uint64
+	ConnID uint64
+	Since  time.Time
+	Reason string
+}
+
+// roleHolder keeps the current roleState. Safe for concurrent use; the zero value is a
+// process that does not lead yet.
+type roleHolder struct {
+	mu sync.Mutex
+	st roleState
+	// ha is set with ha.enabled: the lock's name, this process's id, the elector.
+	ha *election.Elector
+}
+
+func (h *roleHolder) set(st roleState, m *metrics.Metrics) {
+	h.mu.Lock()
+	h.st = st
+	h.mu.Unlock()
+	m.SetLeader(st.Role == election.RoleLeader, st.Epoch)
+}
+
+func (h *roleHolder) get() roleState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.st
+}
+
+// leading reports whether this process leads now: the duties with side effects on the
+// server (heartbeat row, position sampling) run only then.
+func (h *roleHolder) leading() bool { return h.get().Role == election.RoleLeader }
+
+// status is the ha part of /status.
+func (h *roleHolder) status() admin.HA {
+	st := h.get()
+	out := admin.HA{Enabled: h.ha != nil, Role: string(st.Role), Epoch: st.Epoch, LockConnectionID: st.ConnID, Since: st.Since.UTC(), Reason: st.Reason}
+	if out.Role == "" {
+		out.Role = "starting"
+	}
+	if h.ha != nil {
+		out.LockName, out.Holder = h.ha.LockName(), h.ha.Holder()
+		if err := h.ha.WaitError(); err != nil && st.Role == election.RoleStandby {
+			out.WaitError = err.Error()
+		}
+	}
+	return out
+}
+
+// haRoles is the role loop of ha.enabled with the pool its lock connections come from.
+type haRoles struct {
+	*election.Roles
+	db *sql.DB
+}
+
+func (h *haRoles) close() { h.db.Close() }
+
+// newRoles wires the role loop for ha.enabled (nil without it): an elector on a pool of its own
+// to the writer, claiming the mysql store's row for each term, leading through r.lead.
+func newRoles(ctx context.Context, cfg *config.Config, r *relay, log zerolog.Logger) (*haRoles, error) {
+	if !cfg.HA.Enabled {
+		return nil, nil
+	}
+	ms, ok := r.saver.store.(*checkpoint.MySQLStore)
+	if !ok {
+		return nil, errors.New("ha.enabled needs checkpoint.store: mysql") // config validation says why
+	}
+	conn := WriterConn(cfg)
+	db, err := server.Open(ctx, conn)
+	if err != nil {
+		return nil, fmt.Errorf("leader lock on checkpoint.writer_addr %s: %w", conn.Addr, err)
+	}
+	e, err := election.New(election.Config{
+		DB: db, Addr: conn.Addr, LockName: cfg.HA.LockName, Holder: election.NewHolderID(),
+		Lease: cfg.HA.Lease, LongestSend: cfg.LongestSend(),
+		Logger: log.With().Str("component", "election").Logger(),
+	})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	r.role.ha = e
+	ping, idle := election.Timeouts(cfg.HA.Lease, cfg.LongestSend())
+	log.Info().Str("lock_name", e.LockName()).Str("holder", e.Holder()).Stringer("lease", cfg.HA.Lease).
+		Stringer("ping_interval", ping).Stringer("lock_idle_timeout", idle).
+		Stringer("takeover_bound", election.Takeover(cfg.HA.Lease, cfg.LongestSend())).
+		Msg("ha: competing for the leader lock")
+	roles := &election.Roles{
+		Elector: e,
+		Claim:   func(context.Context) (uint64, error) { return ms.Claim(e.Holder()) },
+		Lead:    func(ctx context.Context, t *election.Term, _ uint64) error { return r.lead(ctx, t) },
+		Superseded: func(ctx context.Context) error {
+			epoch, holder, found, err := ms.Token(ctx)
+			if err != nil {
+				return err
+			}
+			own, ownHolder := ms.OwnToken()
+			if found && epoch == own && holder == ownHolder {
+				return nil
+			}
+			return fmt.Errorf("checkpoint %s is now held by %q at epoch %d: %w", cfg.Checkpoint.Where(), holder, epoch, checkpoint.ErrSuperseded)
+		},
+		Cooldown: cfg.LongestSend(),
+		OnChange: func(c election.Change) {
+			st := roleState{Role: c.Role, Epoch: c.Epoch, Since: time.Now(), Reason: c.Reason}
+			if c.Term != nil && c.Role == election.RoleLeader {
+				st.ConnID = c.Term.ConnID()
+			}
+			if c.Role == election.RoleFenced {
+				r.m.Fenced()
+			}
+			r.role.set(st, r.m)
+		},
+		Logger: log.With().Str("component", "election").Logger(),
+	}
+	return &haRoles{Roles: roles, db: db}, nil
+}
+
+// claimAlone makes this process the mysql store row's writer without ha: the newest process
+// to start on a row wins, and an older one still running on it stops at its next save
+// (superseded) rather than both relaying. A no-op for the file store, whose lock already
+// keeps a second process out.
+// It returns the row's new epoch (0 for the file store, or when ctx ended first).
+func (r *relay) claimAlone(ctx context.Context) (uint64, error) {
+	ms, ok := r.saver.store.(*checkpoint.MySQLStore)
+	if !ok {
+		return 0, nil
+	}
+	holder := election.NewHolderID()
+	backoff := reconnectInitial
+	for {
+		epoch, err := ms.Claim(holder)
+		if err == nil || !errors.Is(err, checkpoint.ErrUnreachable) {
+			return epoch, err
+		}
+		r.log.Warn().Err(err).Stringer("retry_in", backoff).Msg("checkpoint writer not reachable, waiting to claim the checkpoint row")
+		if !waitBackoff(ctx, &backoff) {
+			return 0, nil
+		}
+	}
+}
