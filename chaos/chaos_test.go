@@ -87,19 +87,19 @@ func TestHAFigures(t *testing.T) {
 // every fault kind at least once (the leader faults too), nothing lost, nothing out of order, no
 // produce of a deposed leader after a takeover. The final catch-up waits up to 3 minutes, far
 // longer than any fault here can stall delivery (outboxd's reconnect backoff tops out at 10 s).
-// The fault phase is 60 s: the blackholed and the paused leader each take about W (6 s with
-// the 2 s lease) before the standby may take over.
+// The fault phase is 45 s (one round of every kind takes about 30 s): the blackholed and the
+// paused leader each take about W (6 s with the 2 s lease) before the standby may take over.
 func TestChaosShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs MariaDB and about a minute")
 	}
 	mariadb.RequireT(t)
 	seed := time.Now().UnixNano()
-	t.Logf("seed %d (rerun: go run ./chaos -seed %d -duration 60s -gap 300ms -hold-scale 0.4)", seed, seed)
+	t.Logf("seed %d (rerun: go run ./chaos -seed %d -duration 45s -gap 300ms -hold-scale 0.4)", seed, seed)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, Options{
-		Duration: 60 * time.Second, Rate: 150, Instances: 2, Seed: seed, CatchUp: 3 * time.Minute,
+		Duration: 45 * time.Second, Rate: 150, Instances: 2, Seed: seed, CatchUp: 3 * time.Minute,
 		Gap: 300 * time.Millisecond, HoldScale: 0.4, Verbose: true, Logf: t.Logf,
 	})
 	if err != nil {
