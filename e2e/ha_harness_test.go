@@ -356,13 +356,12 @@ func (h *haWorld) startFlow(prefix string, every time.Duration) *flow {
 		defer close(f.done)
 		for i := 0; ctx.Err() == nil; i++ {
 			id := fmt.Sprintf("%s%05d", prefix, i)
-			g, err := commitOne(ctx, h.w, row{EventID: id, Key: fmt.Sprintf("k%d", i%5), Topic: "t", Payload: []byte(id)})
+			// Not bound to ctx: a commit the halt cut short could be committed and unrecorded.
+			g, err := commitOne(context.Background(), h.w, row{EventID: id, Key: fmt.Sprintf("k%d", i%5), Topic: "t", Payload: []byte(id)})
 			if err != nil {
-				if ctx.Err() == nil {
-					f.mu.Lock()
-					f.err = err
-					f.mu.Unlock()
-				}
+				f.mu.Lock()
+				f.err = err
+				f.mu.Unlock()
 				return
 			}
 			f.mu.Lock()
