@@ -215,17 +215,10 @@ func (in *haInstance) metric(name string) (float64, bool) {
 	}
 	parser := expfmt.NewTextParser(model.LegacyValidation)
 	fams, err := parser.TextToMetricFamilies(strings.NewReader(body))
-	if err != nil || fams[name] == nil || len(fams[name].Metric) == 0 {
+	if err != nil {
 		return 0, false
 	}
-	m := fams[name].Metric[0]
-	switch {
-	case m.Gauge != nil:
-		return m.Gauge.GetValue(), true
-	case m.Counter != nil:
-		return m.Counter.GetValue(), true
-	}
-	return 0, false
+	return metricValue(fams, name, nil)
 }
 
 // signal sends sig to in's process (SIGSTOP freezes it, SIGCONT wakes it, SIGKILL is kill -9).
