@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/testenv/faultproxy"
 )
@@ -128,6 +129,8 @@ func TestHAKill9Takeover(t *testing.T) {
 // Item 2: the leader's path to MariaDB is blackholed (no FIN reaches either side). The standby
 // takes over within the documented bound, the old leader fences itself first, and from the
 // moment the new leader took the lock no produce request of the old one reaches the broker.
+// The broker answers produces late (0.8 s) around the cut, so the old leader has sends in
+// flight and read transactions queued when it fences: it must not start another send after.
 func TestHABlackholedLeaderFences(t *testing.T) {
 	h := newHAWorld(t, haOpts{Instances: 2, Lease: 2 * time.Second, KafkaTimeout: 3 * time.Second})
 	a, b := h.start(0), h.inst[1]
@@ -138,6 +141,15 @@ func TestHABlackholedLeaderFences(t *testing.T) {
 	c := newConsumer(t, h.kc, "t")
 	c.waitFor(50, 30*time.Second)
 
+	slowUntil := time.Now().Add(5 * time.Second)
+	h.kc.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		h.kc.KeepControl()
+		if time.Now().Before(slowUntil) {
+			h.kc.SleepControl(func() { time.Sleep(800 * time.Millisecond) })
+		}
+		return nil, nil, false // then handled as usual
+	})
+	time.Sleep(time.Second) // sends pile up
 	a.myPx.SetMode(faultproxy.Blackhole)
 	cut := time.Now()
 	W, bound := h.haBound()
@@ -172,6 +184,21 @@ func TestHABlackholedLeaderFences(t *testing.T) {
 	if ps := h.tap.Produces(a.clientID, took); len(ps) != 0 {
 		t.Fatalf("%d produce requests of the old leader reached the broker after the new one took the lock; first forwarded at %s",
 			len(ps), ps[0].Forwarded.Format("15:04:05.000"))
+	}
+	// No send attempt after the fence (the log line is written when the lease ran out; allow
+	// a send the guard let through a moment before it to be on the wire).
+	late := 0
+	for _, r := range h.tap.Produces(a.clientID, fenced.At.Add(100*time.Millisecond)) {
+		late++
+		t.Errorf("old leader's produce began at %s, after its fence at %s", r.Began.Format("15:04:05.000"), fenced.At.Format("15:04:05.000"))
+		if late > 3 {
+			break
+		}
+	}
+	inCut := len(h.tap.Produces(a.clientID, cut.Add(-time.Second)))
+	t.Logf("old leader: %d produce requests forwarded in the second before the cut and after it", inCut)
+	if inCut == 0 {
+		t.Fatal("the old leader had no sends around the cut: the test proves nothing about in-flight sends")
 	}
 
 	time.Sleep(time.Second)
