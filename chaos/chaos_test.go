@@ -118,8 +118,8 @@ func TestChaosShort(t *testing.T) {
 			t.Errorf("fault %s never injected: %v", k, rep.Faults)
 		}
 	}
-	if len(rep.Takeovers) < len(haKinds) || rep.TakeoverTimeouts != 0 {
-		t.Errorf("takeovers %v, %d not within the bound", rep.Takeovers, rep.TakeoverTimeouts)
+	if len(rep.Takeovers) < len(haKinds) || rep.TakeoverTimeouts != 0 || rep.Leaderless != 0 {
+		t.Errorf("takeovers %v, %d not within the bound, %d leader faults skipped; logs kept in %s", rep.Takeovers, rep.TakeoverTimeouts, rep.Leaderless, rep.KeptDir)
 	}
 	if rep.MySQLProxyConns == 0 || rep.KafkaProxyConns == 0 {
 		t.Errorf("outboxd bypassed a proxy: %d MariaDB, %d Kafka connections through them", rep.MySQLProxyConns, rep.KafkaProxyConns)

@@ -125,6 +125,26 @@ func (w *world) leader(ctx context.Context, timeout time.Duration) *term {
 	return nil
 }
 
+// standbyReady restarts instances that exited and waits up to timeout for one other than
+// leader to report role standby.
+func (w *world) standbyReady(ctx context.Context, leader *outboxd, timeout time.Duration) bool {
+	cl := http.Client{Timeout: 300 * time.Millisecond}
+	deadline := time.Now().Add(timeout)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		_ = w.ensure()
+		for _, o := range w.obds {
+			if o == leader {
+				continue
+			}
+			if role, _, _, ok := haRole(&cl, o.admin); ok && role == "standby" {
+				return true
+			}
+		}
+		sleepCtx(ctx, 100*time.Millisecond)
+	}
+	return false
+}
+
 // waitTakeover waits up to timeout for a term after old and records how long it took from
 // since. It does not stop at ctx's end (a fault must finish what it started).
 func (w *world) waitTakeover(old *term, kind string, since time.Time, timeout time.Duration) (*term, bool) {
@@ -172,13 +192,18 @@ func (w *world) injectHA(ctx context.Context, rng *rand.Rand, kind string, scale
 	default:
 		return false, nil
 	}
+	// A takeover needs a standby ready to take it: one that exited superseded a moment ago
+	// (after the previous fault) is restarted and waited for.
 	old := w.leader(ctx, 20*time.Second)
+	if old != nil && !w.standbyReady(ctx, old.inst, 30*time.Second) {
+		old = nil
+	}
 	if old == nil {
 		if ctx.Err() == nil {
 			w.mu.Lock()
 			w.leaderless++
 			w.mu.Unlock()
-			w.o.Logf("%s: no leader to act on", kind)
+			w.o.Logf("%s: no leader with a ready standby to act on", kind)
 		}
 		return true, nil
 	}

@@ -124,7 +124,7 @@ type Report struct {
 	TakeoverP50S     float64    `json:"takeover_p50_seconds"`
 	TakeoverMaxS     float64    `json:"takeover_max_seconds"`
 	TakeoverTimeouts int        `json:"takeover_timeouts"`
-	Leaderless       int        `json:"leader_faults_without_leader"`
+	Leaderless       int        `json:"leader_faults_without_leader_or_standby"`
 	StaleProduces    int        `json:"stale_leader_produces"`
 	Terms            int        `json:"leadership_terms"`
 	Examples         []string   `json:"examples,omitempty"`
@@ -274,7 +274,7 @@ func (r *Report) Markdown() string {
 		fmt.Fprintf(&b, "| takeover time (%d takeovers) | p50 %.2f s, max %.2f s (not within the bound: %d) |\n",
 			len(r.Takeovers), r.TakeoverP50S, r.TakeoverMaxS, r.TakeoverTimeouts)
 		fmt.Fprintf(&b, "| **produces of a deposed leader after the takeover** | **%d** |\n", r.StaleProduces)
-		fmt.Fprintf(&b, "| leadership terms / superseded exits / leader faults without a leader | %d / %d / %d |\n",
+		fmt.Fprintf(&b, "| leadership terms / superseded exits / leader faults skipped (no leader or no ready standby) | %d / %d / %d |\n",
 			r.Terms, r.OutboxdSupersededExits, r.Leaderless)
 	}
 	fmt.Fprintf(&b, "| connections through the MariaDB / Kafka proxies | %d / %d |\n", r.MySQLProxyConns, r.KafkaProxyConns)
