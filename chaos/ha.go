@@ -108,15 +108,18 @@ func (wa *watcher) current() *term {
 	return &t
 }
 
-// leader waits up to timeout for a known leader that is running.
+// leader waits up to timeout for the latest term's instance to be running and to say, asked
+// now, that it leads that term (the watcher may not have seen a newer term yet: acting on a
+// stale one would wait for a standby that in fact leads).
 func (w *world) leader(ctx context.Context, timeout time.Duration) *term {
+	cl := http.Client{Timeout: 300 * time.Millisecond}
 	deadline := time.Now().Add(timeout)
 	for ctx.Err() == nil && time.Now().Before(deadline) {
 		if t := w.watch.current(); t != nil {
 			t.inst.mu.Lock()
 			up := t.inst.cmd != nil && !t.inst.stopped
 			t.inst.mu.Unlock()
-			if up {
+			if role, epoch, _, ok := haRole(&cl, t.inst.admin); up && ok && role == "leader" && epoch == t.epoch {
 				return t
 			}
 		}
