@@ -114,7 +114,11 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 	if r.router, err = router.New(cfg); err != nil {
 		return err
 	}
-	r.m = metrics.New(metrics.Options{Version: o.Version, HeartbeatPeriod: sourceHeartbeatPeriod})
+	mo := metrics.Options{Version: o.Version, HeartbeatPeriod: sourceHeartbeatPeriod}
+	if cfg.HA.Enabled {
+		mo.LockName = cfg.HA.LockName
+	}
+	r.m = metrics.New(mo)
 	r.saver = newSavedStore(store, r.m)
 	declareSinks(r.m, cfg)
 	if r.reader, err = newReader(ctx, cfg, db, r.m, log); err != nil {

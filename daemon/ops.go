@@ -58,6 +58,16 @@ func (o *ops) setPipeline(pl *pipeline.Pipeline) {
 	o.m.SetPipeline(pl)
 }
 
+// clearPipeline detaches the last session's pipeline when a term as leader ends: a standby
+// reports nothing in flight and nothing behind.
+func (o *ops) clearPipeline() {
+	o.mu.Lock()
+	o.pl = nil
+	o.mu.Unlock()
+	o.m.SetPipeline(nil)
+	o.m.SetBehind(metrics.Behind{})
+}
+
 func (o *ops) pipeline() *pipeline.Pipeline {
 	o.mu.Lock()
 	defer o.mu.Unlock()

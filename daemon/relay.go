@@ -51,6 +51,9 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 	cfg, log := r.cfg, r.log
 	ctx, stopHalt := haltOnFence(ctx)
 	defer stopHalt()
+	if term != nil {
+		defer r.ops.clearPipeline()
+	}
 	var guard func() error
 	if term != nil {
 		guard = term.Check

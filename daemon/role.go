@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -91,6 +92,18 @@ func newRoles(ctx context.Context, cfg *config.Config, r *relay, log zerolog.Log
 	db, err := server.Open(ctx, conn)
 	if err != nil {
 		return nil, fmt.Errorf("leader lock on checkpoint.writer_addr %s: %w", conn.Addr, err)
+	}
+	if !slices.Contains(cfg.Source.SkipChecks, server.CheckCheckpointWriter) {
+		ro, err := server.ReadOnly(ctx, db)
+		if err == nil && ro {
+			err = fmt.Errorf("checkpoint.writer_addr %s is read-only (@@read_only ON, a replica?): point it at the writable primary; "+
+				"the leader lock and the checkpoint row must live where the data is written, since a lock is not replicated and instances "+
+				"pointed at different replicas would all lead [check %s]", conn.Addr, server.CheckCheckpointWriter)
+		}
+		if err != nil {
+			db.Close()
+			return nil, err
+		}
 	}
 	e, err := election.New(election.Config{
 		DB: db, Addr: conn.Addr, LockName: cfg.HA.LockName, Holder: election.NewHolderID(),

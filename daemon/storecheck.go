@@ -58,6 +58,7 @@ func checkStore(ctx context.Context, cfg *config.Config, r *CheckReport) {
 	for _, v := range []CheckItem{
 		{Check: server.CheckCheckpointTable, Subject: "table " + req.Name, Message: "exists with the checkpoint store's columns"},
 		{Check: server.CheckCheckpointGrants, Subject: "table " + req.Name, Message: "SELECT, INSERT and UPDATE are granted"},
+		{Check: server.CheckCheckpointWriter, Subject: "server", Message: "is writable (read_only OFF)"},
 	} {
 		if !flagged(v.Check) {
 			v.line = fmt.Sprintf("%s: %s %s [check %s]", subject, v.Subject, v.Message, v.Check)

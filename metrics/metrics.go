@@ -75,6 +75,9 @@ type Options struct {
 	// was caught up at its last heartbeat counts as caught up for 3 periods; after that its lag
 	// grows from that heartbeat. Default 5s.
 	HeartbeatPeriod time.Duration
+	// LockName is ha.lock_name with ha enabled: outboxd_leader and outboxd_leader_epoch carry
+	// it as label lock_name, so alerts can count the leaders of one pipeline.
+	LockName string
 }
 
 // Metrics holds the metric handles and the progress state behind the computed gauges.
@@ -119,6 +122,8 @@ type Metrics struct {
 	sinks             map[string]SinkState
 	behind            Behind
 	tables            map[tableKey]prometheus.Counter
+	// standby is set while this process does not lead (SetLeader): its lag is 0.
+	standby bool
 }
 
 type tableKey struct{ schema, table string }
@@ -218,10 +223,14 @@ func New(o Options) *Metrics {
 		"Transactions the server executed that outboxd has not yet acknowledged (GTID difference, sampled every 5 s).")
 	m.reconnects = counter("outboxd_source_reconnects_total",
 		"Times the binlog stream was lost and outboxd reconnected to the source (from the acknowledged position).")
-	m.leader = gauge("outboxd_leader",
-		"1 while this process leads (reads the binlog and sends; always 1 without ha), 0 as a standby or after it fenced itself.")
-	m.leaderEpoch = gauge("outboxd_leader_epoch",
-		"The fencing epoch of this process's current or last term as leader (ha; the checkpoint row's epoch it writes with).")
+	var lockLabel prometheus.Labels
+	if o.LockName != "" {
+		lockLabel = prometheus.Labels{"lock_name": o.LockName}
+	}
+	m.leader = prometheus.NewGauge(prometheus.GaugeOpts{Name: "outboxd_leader", ConstLabels: lockLabel,
+		Help: "1 while this process leads (reads the binlog and sends; always 1 without ha), 0 as a standby or after it fenced itself. With ha, labelled with the lock's name."})
+	m.leaderEpoch = prometheus.NewGauge(prometheus.GaugeOpts{Name: "outboxd_leader_epoch", ConstLabels: lockLabel,
+		Help: "The fencing epoch of this process's current or last term as leader (the checkpoint row's epoch it writes with; 0 for the file store)."})
 	m.fences = counter("outboxd_fences_total",
 		"Times this process, as leader, lost its lock (lease passed without proof, lock connection dropped) and stopped reading, sending and saving.")
 	m.limitEvents = gauge("outboxd_inflight_events_limit",
@@ -378,6 +387,9 @@ func (m *Metrics) SetLeader(leading bool, epoch uint64) {
 	if m == nil {
 		return
 	}
+	m.mu.Lock()
+	m.standby = !leading
+	m.mu.Unlock()
 	if leading {
 		m.leader.Set(1)
 	} else {
@@ -712,6 +724,12 @@ func (m *Metrics) Lag() LagResult {
 		return LagResult{}
 	}
 	m.mu.Lock()
+	if m.standby {
+		// Relaying is the leader's: a standby (or a fenced leader) is behind by nothing, and
+		// the stream state of an earlier term must not make its lag grow.
+		m.mu.Unlock()
+		return LagResult{}
+	}
 	in := LagInput{
 		Now:             m.now(),
 		NewestCommit:    m.src.newestCommit,

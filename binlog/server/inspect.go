@@ -38,7 +38,7 @@ func CheckNames() []string {
 		CheckFlavor, CheckLogBin, CheckBinlogFormat, CheckBinlogRowImage, CheckBinlogRowMetadata,
 		CheckServerID, CheckGTIDMode, CheckEnforceGTID, CheckGTIDStrictMode, CheckReplicationSlave,
 		CheckReplicationClient, CheckTableSelect, CheckTableExists, CheckTableColumns,
-		CheckCheckpointTable, CheckCheckpointGrants,
+		CheckCheckpointTable, CheckCheckpointGrants, CheckCheckpointWriter,
 	}
 }
 

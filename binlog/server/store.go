@@ -19,7 +19,33 @@ const (
 	CheckCheckpointTable = "checkpoint_table"
 	// CheckCheckpointGrants: the account may SELECT, INSERT and UPDATE the checkpoint table.
 	CheckCheckpointGrants = "checkpoint_grants"
+	// CheckCheckpointWriter: checkpoint.writer_addr is writable (not read_only): the row and
+	// the leader lock must live on the primary, since neither a lock nor a row written
+	// elsewhere reaches the other servers.
+	CheckCheckpointWriter = "checkpoint_writer"
 )
+
+// ReadOnly reports whether the server is read-only (@@read_only, which MariaDB and MySQL
+// both have; a replica normally is). It blocks on one query.
+func ReadOnly(ctx context.Context, db *sql.DB) (bool, error) {
+	var ro int
+	if err := db.QueryRowContext(ctx, "SELECT @@global.read_only").Scan(&ro); err != nil {
+		return false, fmt.Errorf("read @@read_only: %w", err)
+	}
+	return ro != 0, nil
+}
+
+// readOnlyProblem is the CheckCheckpointWriter problem of a read-only writer, nil otherwise.
+func readOnlyProblem(ctx context.Context, db *sql.DB) (*Problem, error) {
+	ro, err := ReadOnly(ctx, db)
+	if err != nil || !ro {
+		return nil, err
+	}
+	return &Problem{
+		Setting: "read_only", Check: CheckCheckpointWriter, Found: "ON on checkpoint.writer_addr (a replica?)",
+		Fix: "point checkpoint.writer_addr at the writable primary: the checkpoint row and the leader lock must live where the data is written (a lock is not replicated, so instances pointed at different replicas would all lead)",
+	}, nil
+}
 
 // CheckpointTable is what InspectCheckpoint verifies.
 type CheckpointTable struct {
@@ -111,6 +137,13 @@ func InspectCheckpoint(ctx context.Context, db *sql.DB, t CheckpointTable) ([]Pr
 		default:
 			return nil, fmt.Errorf("check checkpoint table %s: %w", t.Name, err)
 		}
+	}
+	ro, err := readOnlyProblem(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	if ro != nil {
+		ps = append(ps, *ro)
 	}
 	markSkipped(ps, t.Skip)
 	return ps, nil

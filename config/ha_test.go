@@ -1,0 +1,47 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestHADefaultsAndDerived(t *testing.T) {
+	c, err := parse([]byte(minimal+"checkpoint: {store: mysql, name: orders}\nha: {enabled: true}\n"), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HA.Lease != DefaultHALease || c.HA.LockName != "outboxd.orders" || c.LockName() != "outboxd.orders" {
+		t.Fatalf("ha %+v", c.HA)
+	}
+	if got := c.LongestSend(); got != DefaultKafkaTimeout {
+		t.Fatalf("longest send %s, want the kafka timeout %s", got, DefaultKafkaTimeout)
+	}
+	c, err = parse([]byte(minimal+"checkpoint: {store: mysql, name: orders}\nha: {enabled: true, lock_name: relay-lock, lease: 3s}\n"), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HA.Lease != 3*time.Second || c.LockName() != "relay-lock" {
+		t.Fatalf("ha %+v", c.HA)
+	}
+	// Without ha the lock name commands check still follows checkpoint.name.
+	c, err = parse([]byte(minimal+"checkpoint: {store: mysql, name: orders}\n"), noEnv)
+	if err != nil || c.LockName() != "outboxd.orders" || c.HA.LockName != "" {
+		t.Fatalf("no ha: %v %+v", err, c.HA)
+	}
+}
+
+func TestHAValidation(t *testing.T) {
+	for _, c := range []struct{ yaml, want string }{
+		{"ha: {enabled: true}", "ha.enabled (line 13): needs checkpoint.store: mysql: a checkpoint file lives on one machine's disk"},
+		{"checkpoint: {store: mysql, name: orders}\nha: {enabled: true, lease: 500ms}", "ha.lease (line 14): must be at least 1s"},
+		{"checkpoint: {store: mysql, name: " + strings.Repeat("n", 60) + "}\nha: {enabled: true}", "ha.lock_name"},
+		{"checkpoint: {store: mysql, name: orders}\nha: {lease: 3s}", "ha.lease (line 14): is only for ha.enabled: true"},
+		{"checkpoint: {store: mysql, name: orders}\nha: {enabled: true, lockname: x}", "lockname"},
+	} {
+		got := mustFail(t, minimal+c.yaml+"\n", noEnv)
+		if !strings.Contains(got, c.want) {
+			t.Errorf("%s:\n got %s\nwant %s", c.yaml, got, c.want)
+		}
+	}
+}
