@@ -27,9 +27,11 @@ func TestEndpoints(t *testing.T) {
 			return Status{Version: "v1", Flavor: "mariadb", CheckpointGTIDSet: "0-1-5", AckedGTIDSet: "0-1-7",
 				CheckpointSaveError: "checkpoint not saved: disk full", CheckpointFailingSince: time.Unix(1700000000, 0).UTC(), Sinks: map[string]Sink{"main": {Type: "kafka", Known: true, Up: true}},
 				OldestUnacked: &OldestEvent{Table: "shop.outbox_event", ID: "42", EventID: "e-1", Topic: "order.created", Sink: "main",
-					GTID: "0-1-6", ReadAt: time.Unix(1700000000, 0).UTC(), AgeSeconds: 62}}
+					GTID: "0-1-6", ReadAt: time.Unix(1700000000, 0).UTC(), AgeSeconds: 62},
+				HA: HA{Enabled: true, Role: "leader", LockName: "outboxd.orders", Holder: "web-1-42-a1b2c3", Epoch: 3, Since: time.Unix(1700000000, 0).UTC(), Reason: "lock granted"}}
 		},
 		Ready: func(context.Context) []string { return notReady.Load().([]string) },
+		Role:  func() string { return "standby" },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +67,7 @@ func TestEndpoints(t *testing.T) {
 		t.Fatalf("/readyz %d %s %v", code, body, err)
 	}
 	notReady.Store([]string(nil))
-	if code, body := get("/readyz"); code != 200 || !strings.Contains(body, `"ready": true`) {
+	if code, body := get("/readyz"); code != 200 || !strings.Contains(body, `"ready": true`) || !strings.Contains(body, `"role": "standby"`) {
 		t.Fatalf("/readyz %d %s", code, body)
 	}
 	fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -82,7 +84,7 @@ func TestEndpoints(t *testing.T) {
 	if err := st.Print(&b); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"outboxd v1", "acked        0-1-7", "checkpoint   0-1-5", "NOT SAVING since 2023-11-14T22:13:20Z (reading paused): checkpoint not saved: disk full", "sink main", "kafka up",
+	for _, want := range []string{"outboxd v1", "role         leader since 2023-11-14T22:13:20Z (lock outboxd.orders, holder web-1-42-a1b2c3, epoch 3)", "acked        0-1-7", "checkpoint   0-1-5", "NOT SAVING since 2023-11-14T22:13:20Z (reading paused): checkpoint not saved: disk full", "sink main", "kafka up",
 		`oldest       event_id "e-1" (shop.outbox_event id 42, gtid 0-1-6) for main topic order.created, read 1m2s ago`} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("printed status lacks %q:\n%s", want, b.String())

@@ -14,6 +14,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxd/outboxd/checkpoint"
+
 	"github.com/outboxd/outboxd/testenv/faultproxy"
 	"github.com/outboxd/outboxd/testenv/mariadb"
 	"github.com/outboxd/outboxd/testenv/rocketmq"
@@ -33,7 +35,13 @@ type Options struct {
 	// HoldScale scales how long each outage or degradation lasts (default 1); a short test
 	// run uses less to fit more faults.
 	HoldScale float64
-	Logf      func(string, ...any)
+	// Instances is how many outboxd run: 1 is one process with a checkpoint file; 2 or more
+	// (the default, 2) run with ha on and the mysql store, and the leader faults join the
+	// schedule.
+	Instances int
+	// Lease is ha.lease in the HA world (default 2s).
+	Lease time.Duration
+	Logf  func(string, ...any)
 }
 
 // faultKinds is every fault the scheduler picks from; each round uses all of them once, in a
@@ -50,12 +58,44 @@ var faultKinds = []string{
 type world struct {
 	o     Options
 	srv   *mariadb.Server
-	myPx  *faultproxy.Proxy
 	kafka *kafka
 	rmq   *rocketmq.Cluster
-	obd   *outboxd
+	obds  []*outboxd // each with its own MariaDB proxy
+	runs  *runLog
+	watch *watcher // nil in the single-instance world
 	db    *sql.DB
 	dir   string
+
+	stopWatch context.CancelFunc
+	watchWG   sync.WaitGroup
+
+	mu               sync.Mutex
+	takeovers        []takeover
+	takeoverTimeouts int
+	leaderless       int // leader faults skipped for want of a leader
+}
+
+// ha reports whether this is the HA world.
+func (w *world) ha() bool { return w.o.Instances > 1 }
+
+// kinds is the schedule's fault kinds for this world.
+func (w *world) kinds() []string {
+	if !w.ha() {
+		return faultKinds
+	}
+	return append(append([]string(nil), faultKinds...), haKinds...)
+}
+
+// ensure restarts every instance that exited by itself (a superseded leader comes back as a
+// standby).
+func (w *world) ensure() error {
+	var first error
+	for _, o := range w.obds {
+		if err := o.ensure(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // Run sets up the world, runs the generator and the fault schedule for o.Duration, waits for
@@ -74,6 +114,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.HoldScale <= 0 {
 		o.HoldScale = 1
 	}
+	if o.Instances <= 0 {
+		o.Instances = 2
+	}
+	if o.Lease <= 0 {
+		o.Lease = 2 * time.Second
+	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
@@ -86,8 +132,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := w.setup(ctx); err != nil {
 		return nil, err
 	}
-	o.Logf("world up: mariadb %s (proxy %s), kafka %s (proxy %s), rocketmq %s; outboxd logs %s",
-		w.srv.Addr, w.myPx.Addr(), w.kafka.realAddr(), w.kafka.proxy.Addr(), w.rmq.NameServer(), w.obd.logPath)
+	for _, ob := range w.obds {
+		o.Logf("outboxd %s: mariadb proxy %s, admin %q, log %s", ob.name, ob.myPx.Addr(), ob.admin, ob.logPath)
+	}
+	o.Logf("world up: mariadb %s, kafka %s (proxy %s), rocketmq %s", w.srv.Addr, w.kafka.realAddr(), w.kafka.proxy.Addr(), w.rmq.NameServer())
 
 	cons, err := newKafkaConsumer(w.kafka.realAddr())
 	if err != nil {
@@ -118,7 +166,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			break
 		}
 		if len(round) == 0 {
-			round = append([]string(nil), faultKinds...)
+			round = w.kinds()
 			rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
 		}
 		kind := round[0]
@@ -126,14 +174,21 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if o.Verbose {
 			o.Logf("fault %s", kind)
 		}
-		if err := w.inject(fctx, rng, kind); err != nil {
+		if w.watch != nil {
+			w.watch.setFault(kind)
+		}
+		err := w.inject(fctx, rng, kind)
+		if w.watch != nil {
+			w.watch.setFault("")
+		}
+		if err != nil {
 			stopFaults()
 			stopGen()
 			gwg.Wait()
 			return nil, fmt.Errorf("fault %s: %w", kind, err)
 		}
 		faults[kind]++
-		if err := w.obd.ensure(); err != nil {
+		if err := w.ensure(); err != nil {
 			o.Logf("restart outboxd: %v", err)
 		}
 	}
@@ -154,7 +209,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	deadline := time.Now().Add(o.CatchUp)
 	var got deliveries
 	for {
-		_ = w.obd.ensure()
+		_ = w.ensure()
 		got = collect(cons, w.rmq)
 		missing := 0
 		for id := range truth {
@@ -172,8 +227,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	sleepCtx(ctx, 1500*time.Millisecond)
 	got = collect(cons, w.rmq)
 
-	epochs, unexpected, lastExit := w.obd.snapshot()
-	rep := verify(gen, truth, got, epochs)
+	rep := verify(gen, truth, got, w.runs.snapshot())
 	rep.Seed = o.Seed
 	rep.DurationS = faultPhase.Seconds()
 	rep.CatchUpS = time.Since(catchStart).Seconds()
@@ -182,13 +236,23 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	for _, n := range faults {
 		rep.FaultsTotal += n
 	}
-	rep.OutboxdUnexpectedExits = unexpected
-	rep.OutboxdLastUnexpectedExit = lastExit
-	rep.OutboxdLog = w.obd.logPath
-	// Proof that outboxd's traffic really went through the proxies.
-	rep.MySQLProxyConns = w.myPx.Accepted()
+	rep.Instances = len(w.obds)
+	for _, ob := range w.obds {
+		unexpected, superseded, lastExit := ob.counts()
+		rep.OutboxdUnexpectedExits += unexpected
+		rep.OutboxdSupersededExits += superseded
+		if lastExit != "" {
+			rep.OutboxdLastUnexpectedExit = ob.name + ": " + lastExit
+		}
+		rep.OutboxdLogs = append(rep.OutboxdLogs, ob.logPath)
+		// Proof that outboxd's traffic really went through the proxies.
+		rep.MySQLProxyConns += ob.myPx.Accepted()
+	}
 	rep.KafkaProxyConns = w.kafka.proxy.Accepted()
-	if !rep.OK() {
+	if w.watch != nil {
+		w.haReport(rep)
+	}
+	if !rep.OK() || rep.TakeoverTimeouts > 0 || rep.Leaderless > 0 {
 		rep.KeptDir = dir
 		w.dir = "" // keep the logs for a look
 	}
@@ -217,11 +281,14 @@ func (w *world) setup(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", q, err)
 		}
 	}
+	ckTable := schema + ".outboxd_checkpoint"
+	if w.ha() {
+		if _, err := w.db.ExecContext(ctx, checkpoint.CreateTableSQL(ckTable)); err != nil {
+			return fmt.Errorf("create the checkpoint table: %w", err)
+		}
+	}
 	var pos string
 	if err := w.db.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
-		return err
-	}
-	if w.myPx, err = faultproxy.New(w.srv.Addr); err != nil {
 		return err
 	}
 	if w.kafka, err = newKafka(filepath.Join(w.dir, "kafka")); err != nil {
@@ -236,7 +303,27 @@ func (w *world) setup(ctx context.Context) error {
 			return err
 		}
 	}
-	cfg := fmt.Sprintf(`source:
+	w.runs = &runLog{}
+	for i := 0; i < w.o.Instances; i++ {
+		name := string(rune('a' + i))
+		ob := &outboxd{name: name, bin: bin, logPath: filepath.Join(w.dir, "outboxd-"+name+".log"), logf: w.o.Logf,
+			clientID: "outboxd-" + name}
+		if ob.myPx, err = faultproxy.New(w.srv.Addr); err != nil {
+			return err
+		}
+		w.obds = append(w.obds, ob) // closed by close from here on
+		// One config for all but the admin address, the client id and the path to MariaDB.
+		ck := fmt.Sprintf("checkpoint: {path: %s, interval: 200ms}\nadmin: {listen: \"\"}\n", filepath.Join(w.dir, "checkpoint.json"))
+		if w.ha() {
+			if ob.admin, err = freeAddr(); err != nil {
+				return err
+			}
+			ck = fmt.Sprintf("checkpoint: {store: mysql, table: %s, name: chaos, interval: 200ms}\nha: {enabled: true, lease: %s}\nadmin: {listen: %q}\n",
+				ckTable, w.o.Lease, ob.admin)
+		} else {
+			ob.runs = w.runs
+		}
+		cfg := fmt.Sprintf(`source:
   flavor: mariadb
   addr: %s
   user: root
@@ -246,7 +333,7 @@ func (w *world) setup(ctx context.Context) error {
 tables:
   - table: %s.outbox_event
 sinks:
-  kafka: {type: kafka, brokers: [%q], timeout: 2s}
+  kafka: {type: kafka, brokers: [%q], timeout: 2s, client_id: %s}
   rmq: {type: rocketmq, nameservers: [%q], send_timeout: 1s}
 routes:
   - match: {topic: "kafka.*"}
@@ -257,31 +344,52 @@ routes:
     topic: %s
     tag: "{event_type}"
 retry: {initial: 50ms, max: 1s}
-checkpoint: {path: %s, interval: 200ms}
-admin: {listen: ""}
-log: {level: info, format: json}
-`, w.myPx.Addr(), pos, schema, w.kafka.proxy.Addr(), w.rmq.NameServer(), kafkaTopic, rmqTopic,
-		filepath.Join(w.dir, "checkpoint.json"))
-	cfgPath := filepath.Join(w.dir, "outboxd.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+%slog: {level: info, format: json}
+`, ob.myPx.Addr(), pos, schema, w.kafka.proxy.Addr(), ob.clientID, w.rmq.NameServer(), kafkaTopic, rmqTopic, ck)
+		ob.cfg = filepath.Join(w.dir, "outboxd-"+name+".yaml")
+		if err := os.WriteFile(ob.cfg, []byte(cfg), 0o600); err != nil {
+			return err
+		}
+	}
+	if !w.ha() {
+		return w.obds[0].start("")
+	}
+	w.watch = &watcher{runs: w.runs}
+	wctx, stop := context.WithCancel(context.Background())
+	w.stopWatch = stop
+	for _, ob := range w.obds {
+		w.watchWG.Add(1)
+		go func() { defer w.watchWG.Done(); w.watch.watch(wctx, ob) }()
+	}
+	// The first instance leads; the others start as standbys once it does.
+	if err := w.obds[0].start(""); err != nil {
 		return err
 	}
-	w.obd = &outboxd{bin: bin, cfg: cfgPath, logPath: filepath.Join(w.dir, "outboxd.log"), logf: w.o.Logf}
-	return w.obd.start("")
+	if w.leader(ctx, time.Minute) == nil {
+		return fmt.Errorf("outboxd a did not become leader within a minute (log %s)", w.obds[0].logPath)
+	}
+	for _, ob := range w.obds[1:] {
+		if err := ob.start(""); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (w *world) close() {
-	if w.obd != nil {
-		w.obd.stop(syscall.SIGKILL)
+	if w.stopWatch != nil {
+		w.stopWatch()
+		w.watchWG.Wait()
+	}
+	for _, ob := range w.obds {
+		ob.stop(syscall.SIGKILL)
+		ob.myPx.Close()
 	}
 	if w.kafka != nil {
 		w.kafka.close()
 	}
 	if w.rmq != nil {
 		w.rmq.Close()
-	}
-	if w.myPx != nil {
-		w.myPx.Close()
 	}
 	if w.db != nil {
 		w.db.Close()
@@ -304,16 +412,22 @@ func (w *world) inject(ctx context.Context, rng *rand.Rand, kind string) error {
 	between := func(rng *rand.Rand, lo, hi time.Duration) time.Duration {
 		return time.Duration(float64(between(rng, lo, hi)) * w.o.HoldScale)
 	}
+	if w.ha() {
+		if ok, err := w.injectHA(ctx, rng, kind, func(lo, hi time.Duration) time.Duration { return between(rng, lo, hi) }); ok {
+			return err
+		}
+	}
+	obd := w.obds[0]
 	switch kind {
 	case "outboxd_kill9":
-		w.obd.stop(syscall.SIGKILL)
+		obd.stop(syscall.SIGKILL)
 		sleepCtx(ctx, between(rng, 10*time.Millisecond, 1500*time.Millisecond))
-		return w.obd.start("kill9")
+		return obd.start("kill9")
 	case "outboxd_sigterm":
-		if !w.obd.stop(syscall.SIGTERM) {
+		if !obd.stop(syscall.SIGTERM) {
 			w.o.Logf("outboxd did not stop within 30s of SIGTERM; killed")
 		}
-		return w.obd.start("sigterm")
+		return obd.start("sigterm")
 	case "mariadb_restart":
 		return w.srv.Restart(context.Background(), mariadb.Options{})
 	case "mariadb_kill9":
@@ -352,41 +466,66 @@ func (w *world) inject(ctx context.Context, rng *rand.Rand, kind string) error {
 		sleepCtx(ctx, between(rng, 500*time.Millisecond, 3*time.Second))
 		remove()
 	case "mysql_proxy_reset":
-		w.myPx.ResetAll()
+		for _, ob := range w.obds {
+			ob.myPx.ResetAll()
+		}
 	case "kafka_proxy_reset":
 		w.kafka.proxy.ResetAll()
 	case "mysql_proxy_drop_new", "kafka_proxy_drop_new":
-		p := w.proxyOf(kind)
-		p.SetMode(faultproxy.DropNew)
-		p.ResetAll() // so the client has to reconnect into the refusal
+		ps := w.proxiesOf(kind)
+		for _, p := range ps {
+			p.SetMode(faultproxy.DropNew)
+			p.ResetAll() // so the client has to reconnect into the refusal
+		}
 		sleepCtx(ctx, between(rng, 300*time.Millisecond, 3*time.Second))
-		p.SetMode(faultproxy.Pass)
+		for _, p := range ps {
+			p.SetMode(faultproxy.Pass)
+		}
 	case "mysql_proxy_latency", "kafka_proxy_latency":
-		p := w.proxyOf(kind)
-		p.SetLatency(between(rng, 20*time.Millisecond, 300*time.Millisecond))
+		ps := w.proxiesOf(kind)
+		d := between(rng, 20*time.Millisecond, 300*time.Millisecond)
+		for _, p := range ps {
+			p.SetLatency(d)
+		}
 		sleepCtx(ctx, between(rng, time.Second, 4*time.Second))
-		p.SetLatency(0)
+		for _, p := range ps {
+			p.SetLatency(0)
+		}
 	case "mysql_proxy_blackhole", "kafka_proxy_blackhole":
-		p := w.proxyOf(kind)
-		p.SetMode(faultproxy.Blackhole)
+		ps := w.proxiesOf(kind)
+		for _, p := range ps {
+			p.SetMode(faultproxy.Blackhole)
+		}
 		sleepCtx(ctx, between(rng, 500*time.Millisecond, 5*time.Second))
-		p.SetMode(faultproxy.Pass)
+		for _, p := range ps {
+			p.SetMode(faultproxy.Pass)
+		}
 	default:
 		return fmt.Errorf("unknown fault kind %q", kind)
 	}
 	return nil
 }
 
-func (w *world) proxyOf(kind string) *faultproxy.Proxy {
+// proxiesOf is the proxies a mysql_* or kafka_* proxy fault acts on: every instance's path to
+// MariaDB (a network fault between the relays and the database), or the one Kafka proxy.
+func (w *world) proxiesOf(kind string) []*faultproxy.Proxy {
 	if kind[:5] == "mysql" {
-		return w.myPx
+		return w.myProxies()
 	}
-	return w.kafka.proxy
+	return []*faultproxy.Proxy{w.kafka.proxy}
+}
+
+func (w *world) myProxies() []*faultproxy.Proxy {
+	ps := make([]*faultproxy.Proxy, len(w.obds))
+	for i, ob := range w.obds {
+		ps[i] = ob.myPx
+	}
+	return ps
 }
 
 // heal undoes every fault: proxies pass, brokers and MariaDB up, outboxd running.
 func (w *world) heal(ctx context.Context) error {
-	for _, p := range []*faultproxy.Proxy{w.myPx, w.kafka.proxy} {
+	for _, p := range append(w.myProxies(), w.kafka.proxy) {
 		p.SetMode(faultproxy.Pass)
 		p.SetLatency(0)
 	}
@@ -401,7 +540,10 @@ func (w *world) heal(ctx context.Context) error {
 			return err
 		}
 	}
-	return w.obd.ensure()
+	for _, ob := range w.obds {
+		ob.freeze(false)
+	}
+	return w.ensure()
 }
 
 // committedIDs reads the outbox table: what the binlog holds is the truth of what committed.

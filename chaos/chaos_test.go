@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxd/outboxd/testenv/kafkatap"
 	"github.com/outboxd/outboxd/testenv/mariadb"
 )
 
@@ -45,20 +46,60 @@ func TestVerifyDetects(t *testing.T) {
 	}
 }
 
-// A short chaos run against the real servers: every fault kind at least once, nothing lost,
-// nothing out of order. The final catch-up waits up to 3 minutes, far longer than any fault
-// here can stall delivery (outboxd's reconnect backoff tops out at 10 s).
+// The HA figures: a deposed leader's produce forwarded after the next leader (another instance)
+// took the lock counts, one before does not, nor one of the same instance's later term; a
+// takeover term after a leader fault is a crash for the duplicate attribution.
+func TestHAFigures(t *testing.T) {
+	t0 := time.Now()
+	a, b := &outboxd{name: "a", clientID: "outboxd-a"}, &outboxd{name: "b", clientID: "outboxd-b"}
+	terms := []term{{inst: a, epoch: 1, start: t0}, {inst: b, epoch: 2, start: t0.Add(10 * time.Second)},
+		{inst: a, epoch: 3, start: t0.Add(20 * time.Second)}}
+	sent := map[string][]time.Duration{"outboxd-a": {time.Second, 9 * time.Second, 11 * time.Second, 21 * time.Second},
+		"outboxd-b": {12 * time.Second, 25 * time.Second}}
+	produces := func(id string, since time.Time) []kafkatap.Request {
+		var out []kafkatap.Request
+		for _, d := range sent[id] {
+			if at := t0.Add(d); !at.Before(since) {
+				out = append(out, kafkatap.Request{ClientID: id, Forwarded: at})
+			}
+		}
+		return out
+	}
+	// a at 11 s (inside b's term) and b at 25 s (inside a's second term) are stale.
+	if n := staleProduces(terms, produces); n != 2 {
+		t.Fatalf("stale produces %d, want 2", n)
+	}
+	if p50, mx := percentile([]float64{3, 1, 2, 10}, 0.5), percentile([]float64{3, 1, 2, 10}, 1); p50 != 2 || mx != 10 {
+		t.Fatalf("p50 %v max %v, want 2 and 10", p50, mx)
+	}
+	g := &generator{rows: map[string]*genRow{"a1": {Key: "k0", Seq: 1, State: stCommitted}}, txns: map[string]int{}}
+	got := deliveries{all: []delivery{
+		{Sink: "kafka", Offset: 0, ID: "a1", Key: "k0", Seq: 1, Arrived: t0.Add(time.Second)},
+		{Sink: "kafka", Offset: 1, ID: "a1", Key: "k0", Seq: 1, Arrived: t0.Add(11 * time.Second)},
+	}, first: map[string]int{"a1": 0}}
+	r := verify(g, map[string]bool{"a1": true}, got, []epoch{{Start: t0}, {Start: t0.Add(10 * time.Second), After: "leader_blackhole"}})
+	if r.Duplicates != 1 || len(r.DuplicatesPerCrash) != 1 || r.DuplicatesPerCrash[0] != 1 {
+		t.Fatalf("a resend after a takeover: duplicates %d per crash %v", r.Duplicates, r.DuplicatesPerCrash)
+	}
+}
+
+// A short chaos run against the real servers, two instances with ha on and the mysql store:
+// every fault kind at least once (the leader faults too), nothing lost, nothing out of order, no
+// produce of a deposed leader after a takeover. The final catch-up waits up to 3 minutes, far
+// longer than any fault here can stall delivery (outboxd's reconnect backoff tops out at 10 s).
+// The fault phase is 45 s (one round of every kind takes about 30 s): the blackholed and the
+// paused leader each take about W (6 s with the 2 s lease) before the standby may take over.
 func TestChaosShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs MariaDB and about a minute")
 	}
 	mariadb.RequireT(t)
 	seed := time.Now().UnixNano()
-	t.Logf("seed %d (rerun: go run ./chaos -seed %d -duration 40s -gap 300ms -hold-scale 0.4)", seed, seed)
+	t.Logf("seed %d (rerun: go run ./chaos -seed %d -duration 45s -gap 300ms -hold-scale 0.4)", seed, seed)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, Options{
-		Duration: 40 * time.Second, Rate: 150, Seed: seed, CatchUp: 3 * time.Minute,
+		Duration: 45 * time.Second, Rate: 150, Instances: 2, Seed: seed, CatchUp: 3 * time.Minute,
 		Gap: 300 * time.Millisecond, HoldScale: 0.4, Verbose: true, Logf: t.Logf,
 	})
 	if err != nil {
@@ -72,10 +113,13 @@ func TestChaosShort(t *testing.T) {
 	if rep.RowsCommitted < 1000 {
 		t.Fatalf("only %d rows committed: the generator barely ran", rep.RowsCommitted)
 	}
-	for _, k := range faultKinds {
+	for _, k := range append(append([]string(nil), faultKinds...), haKinds...) {
 		if rep.Faults[k] == 0 {
 			t.Errorf("fault %s never injected: %v", k, rep.Faults)
 		}
+	}
+	if len(rep.Takeovers) < len(haKinds) || rep.TakeoverTimeouts != 0 || rep.Leaderless != 0 {
+		t.Errorf("takeovers %v, %d not within the bound, %d leader faults skipped; logs kept in %s", rep.Takeovers, rep.TakeoverTimeouts, rep.Leaderless, rep.KeptDir)
 	}
 	if rep.MySQLProxyConns == 0 || rep.KafkaProxyConns == 0 {
 		t.Errorf("outboxd bypassed a proxy: %d MariaDB, %d Kafka connections through them", rep.MySQLProxyConns, rep.KafkaProxyConns)

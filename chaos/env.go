@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/outboxd/outboxd/testenv/faultproxy"
 	"github.com/outboxd/outboxd/testenv/kafkafault"
+	"github.com/outboxd/outboxd/testenv/kafkatap"
 )
 
 const (
@@ -26,19 +28,11 @@ const (
 	schema     = "chaos"
 )
 
-// advertised wraps a listener so kfake advertises the fault proxy's address in metadata: every
-// Kafka client then reaches the broker through the proxy.
-type advertised struct {
-	net.Listener
-	addr net.Addr
-}
-
-func (a advertised) Addr() net.Addr { return a.addr }
-
 // kafka is a kfake broker on a fixed port behind a fault proxy, restartable with its data.
 type kafka struct {
 	realPort int
 	proxy    *faultproxy.Proxy
+	tap      *kafkatap.Tap // records what each client sent through proxy
 	dataDir  string
 
 	mu sync.Mutex
@@ -54,16 +48,26 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
+// freeAddr is a loopback address whose port was free a moment ago.
+func freeAddr() (string, error) {
+	p, err := freePort()
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), nil
+}
+
 func newKafka(dataDir string) (*kafka, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	p, err := faultproxy.New(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	tap, err := kafkatap.New(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
 		return nil, err
 	}
-	k := &kafka{realPort: port, proxy: p, dataDir: dataDir}
+	p := tap.Proxy
+	k := &kafka{realPort: port, proxy: p, tap: tap, dataDir: dataDir}
 	if err := k.start(true); err != nil {
 		p.Close()
 		return nil, err
@@ -81,18 +85,13 @@ func (k *kafka) start(seed bool) error {
 	if k.c != nil {
 		return nil
 	}
-	padv, err := net.ResolveTCPAddr("tcp", k.proxy.Addr())
+	// kfake advertises the proxy's address in metadata: every Kafka client then reaches the
+	// broker through the proxy.
+	adv, err := kafkatap.Advertise(k.proxy.Addr())
 	if err != nil {
-		return fmt.Errorf("kafka proxy address: %w", err)
+		return err
 	}
-	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.Ports(k.realPort), kfake.DataDir(k.dataDir), kfake.SyncWrites(),
-		kfake.ListenFn(func(network, address string) (net.Listener, error) {
-			ln, err := net.Listen(network, address)
-			if err != nil {
-				return nil, err
-			}
-			return advertised{Listener: ln, addr: padv}, nil
-		})}
+	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.Ports(k.realPort), kfake.DataDir(k.dataDir), kfake.SyncWrites(), adv}
 	if seed {
 		opts = append(opts, kfake.SeedTopics(3, kafkaTopic))
 	}
@@ -148,27 +147,55 @@ func (k *kafka) close() {
 	k.proxy.Close()
 }
 
-// outboxd runs the built binary and restarts it on demand. It keeps one epoch per start.
+// outboxd runs one instance of the built binary and restarts it on demand. In the HA world
+// there are several, each with its own MariaDB proxy and admin address.
 type outboxd struct {
+	name     string
 	bin, cfg string
 	logPath  string
+	admin    string            // admin.listen ("" in the single-instance world)
+	clientID string            // its Kafka client id (the tap attributes produces by it)
+	myPx     *faultproxy.Proxy // its path to MariaDB
 	logf     func(string, ...any)
+	// runs gets a run at every start when it is set (the single-instance world, where a start
+	// is a new sender); the HA world records leadership terms instead.
+	runs *runLog
 
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	done   chan struct{}
-	wanted bool // false while we stopped it on purpose
-	epochs []epoch
-	// unexpected counts exits we did not cause.
-	unexpected int
-	lastExit   string
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{}
+	stopped bool // SIGSTOPped by a fault
+	wanted  bool // false while we stopped it on purpose
+	// unexpected counts exits we did not cause; superseded counts exits that said
+	// "superseded" (expected of a leader that was paused or cut off and woke after a takeover).
+	unexpected, superseded int
+	lastExit               string
 }
 
-// epoch is one run of outboxd.
+// epoch is one run of a sender: a start of the only outboxd, or a leadership term.
 type epoch struct {
 	Start time.Time `json:"start"`
-	// After is what ended the previous run: "", "kill9", "sigterm", "exit".
+	// After is what ended the previous run: "", "kill9", "sigterm", "exit", or the HA fault
+	// kind that caused the takeover.
 	After string `json:"after"`
+}
+
+// runLog is the list of runs, shared by the instances and the fault injector.
+type runLog struct {
+	mu     sync.Mutex
+	epochs []epoch
+}
+
+func (r *runLog) add(at time.Time, after string) {
+	r.mu.Lock()
+	r.epochs = append(r.epochs, epoch{Start: at, After: after})
+	r.mu.Unlock()
+}
+
+func (r *runLog) snapshot() []epoch {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]epoch(nil), r.epochs...)
 }
 
 func (o *outboxd) start(after string) error {
@@ -181,25 +208,33 @@ func (o *outboxd) start(after string) error {
 	if err != nil {
 		return fmt.Errorf("outboxd log: %w", err)
 	}
+	from, _ := lf.Seek(0, io.SeekEnd)
 	cmd := exec.Command(o.bin, "run", "--config", o.cfg)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		lf.Close()
-		return fmt.Errorf("start outboxd: %w", err)
+		return fmt.Errorf("start outboxd %s: %w", o.name, err)
 	}
 	done := make(chan struct{})
-	o.cmd, o.done, o.wanted = cmd, done, true
-	o.epochs = append(o.epochs, epoch{Start: time.Now(), After: after})
+	o.cmd, o.done, o.wanted, o.stopped = cmd, done, true, false
+	if o.runs != nil {
+		o.runs.add(time.Now(), after)
+	}
 	go func() {
 		err := cmd.Wait()
 		lf.Close()
+		superseded := logSince(o.logPath, from, "superseded")
 		o.mu.Lock()
 		if o.wanted && o.cmd == cmd {
-			o.unexpected++
-			o.lastExit = fmt.Sprint(err)
+			if superseded {
+				o.superseded++
+			} else {
+				o.unexpected++
+				o.lastExit = fmt.Sprint(err)
+			}
 			o.cmd = nil
-			o.logf("outboxd exited by itself: %v", err)
+			o.logf("outboxd %s exited by itself: %v (superseded: %v)", o.name, err, superseded)
 		}
 		o.mu.Unlock()
 		close(done)
@@ -207,11 +242,20 @@ func (o *outboxd) start(after string) error {
 	return nil
 }
 
+// logSince reports whether the log file holds s after offset from.
+func logSince(path string, from int64, s string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil || int64(len(b)) < from {
+		return false
+	}
+	return bytes.Contains(b[from:], []byte(s))
+}
+
 // stop sends sig and waits for the exit (SIGKILL after 30 s). It reports whether the process
 // exited within 30 s of sig.
 func (o *outboxd) stop(sig syscall.Signal) bool {
 	o.mu.Lock()
-	cmd, done := o.cmd, o.done
+	cmd, done, stopped := o.cmd, o.done, o.stopped
 	o.wanted = false
 	o.cmd = nil
 	o.mu.Unlock()
@@ -219,6 +263,9 @@ func (o *outboxd) stop(sig syscall.Signal) bool {
 		return true
 	}
 	_ = cmd.Process.Signal(sig)
+	if stopped && sig != syscall.SIGKILL {
+		_ = cmd.Process.Signal(syscall.SIGCONT) // a frozen process cannot act on SIGTERM
+	}
 	select {
 	case <-done:
 		return true
@@ -226,6 +273,22 @@ func (o *outboxd) stop(sig syscall.Signal) bool {
 		_ = cmd.Process.Kill()
 		<-done
 		return false
+	}
+}
+
+// freeze sends SIGSTOP (true) or SIGCONT (false) to the running process, if any.
+func (o *outboxd) freeze(on bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.cmd == nil {
+		return
+	}
+	sig := syscall.SIGCONT
+	if on {
+		sig = syscall.SIGSTOP
+	}
+	if o.cmd.Process.Signal(sig) == nil {
+		o.stopped = on
 	}
 }
 
@@ -240,10 +303,10 @@ func (o *outboxd) ensure() error {
 	return o.start("exit")
 }
 
-func (o *outboxd) snapshot() ([]epoch, int, string) {
+func (o *outboxd) counts() (unexpected, superseded int, lastExit string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return append([]epoch(nil), o.epochs...), o.unexpected, o.lastExit
+	return o.unexpected, o.superseded, o.lastExit
 }
 
 // buildOutboxd builds cmd/outboxd into dir.

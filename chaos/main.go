@@ -28,6 +28,8 @@ func main() {
 	flag.DurationVar(&o.CatchUp, "catchup", 3*time.Minute, "bound on the final wait for outboxd to deliver everything")
 	flag.DurationVar(&o.Gap, "gap", 1500*time.Millisecond, "mean pause between faults")
 	flag.Float64Var(&o.HoldScale, "hold-scale", 1, "scale of how long each outage or degradation lasts")
+	flag.IntVar(&o.Instances, "instances", 2, "outboxd instances: 1 runs one with a checkpoint file; 2 or more run with ha on and the mysql store, and add the leader faults")
+	flag.DurationVar(&o.Lease, "lease", 2*time.Second, "ha.lease of the instances")
 	flag.BoolVar(&o.Verbose, "v", false, "log every fault")
 	flag.Parse()
 

@@ -89,7 +89,8 @@ type Report struct {
 	BadMessages         int `json:"bad_messages"`
 	Duplicates          int `json:"duplicates"`
 	// DuplicatesPerCrash is the duplicates that arrived during each outboxd run that followed a
-	// kill -9, in order; MaxDuplicateBurst is the largest of them.
+	// kill -9 (in the HA world: each leadership term that followed a kill -9 or a leader fault),
+	// in order; MaxDuplicateBurst is the largest of them.
 	DuplicatesPerCrash []int `json:"duplicates_per_crash"`
 	MaxDuplicateBurst  int   `json:"max_duplicate_burst_per_crash"`
 	// DuplicatesOtherRuns are duplicates that arrived in runs not started after a kill -9
@@ -103,18 +104,37 @@ type Report struct {
 	MySQLProxyConns int `json:"mysql_proxy_connections"`
 	KafkaProxyConns int `json:"kafka_proxy_connections"`
 
-	OutboxdRuns               int      `json:"outboxd_runs"`
-	OutboxdUnexpectedExits    int      `json:"outboxd_unexpected_exits"`
-	OutboxdLastUnexpectedExit string   `json:"outboxd_last_unexpected_exit,omitempty"`
-	OutboxdLog                string   `json:"outboxd_log"`
-	Examples                  []string `json:"examples,omitempty"`
-	KeptDir                   string   `json:"kept_dir,omitempty"`
+	// Instances is how many outboxd ran (2 or more: ha on, the mysql store).
+	Instances int `json:"outboxd_instances"`
+	// OutboxdRuns is how many runs of a sender there were: starts of the only outboxd, or
+	// leadership terms in the HA world.
+	OutboxdRuns               int    `json:"outboxd_runs"`
+	OutboxdUnexpectedExits    int    `json:"outboxd_unexpected_exits"`
+	OutboxdLastUnexpectedExit string `json:"outboxd_last_unexpected_exit,omitempty"`
+	// OutboxdSupersededExits are exits that said "superseded": expected of a leader that was
+	// paused or cut off and found a takeover when it woke. The supervisor restarts it.
+	OutboxdSupersededExits int      `json:"outboxd_superseded_exits"`
+	OutboxdLogs            []string `json:"outboxd_logs"`
+
+	// HA: each measured takeover after a leader fault (from the fault to the new leader taking
+	// the lock), their p50 and max, those that did not happen within W + 1 s + 10 s, faults
+	// skipped for want of a leader, and produce requests of a deposed leader that reached the
+	// broker after the next leader (another instance) took the lock (must be 0).
+	Takeovers        []takeover `json:"takeovers,omitempty"`
+	TakeoverP50S     float64    `json:"takeover_p50_seconds"`
+	TakeoverMaxS     float64    `json:"takeover_max_seconds"`
+	TakeoverTimeouts int        `json:"takeover_timeouts"`
+	Leaderless       int        `json:"leader_faults_without_leader_or_standby"`
+	StaleProduces    int        `json:"stale_leader_produces"`
+	Terms            int        `json:"leadership_terms"`
+	Examples         []string   `json:"examples,omitempty"`
+	KeptDir          string     `json:"kept_dir,omitempty"`
 }
 
 // OK reports whether nothing was lost, reordered, or wrongly delivered.
 func (r *Report) OK() bool {
 	return r.Lost == 0 && r.OrderViolations == 0 && r.RolledBackDelivered == 0 && r.Phantoms == 0 &&
-		r.BadMessages == 0 && r.DBLostCommits == 0 && r.DBHasRolledBack == 0
+		r.BadMessages == 0 && r.DBLostCommits == 0 && r.DBHasRolledBack == 0 && r.StaleProduces == 0
 }
 
 func (r *Report) example(format string, args ...any) {
@@ -122,6 +142,10 @@ func (r *Report) example(format string, args ...any) {
 		r.Examples = append(r.Examples, fmt.Sprintf(format, args...))
 	}
 }
+
+// crashLike are the run starts after which resends of the unacknowledged window are expected:
+// a kill -9, or a takeover after a leader fault.
+var crashLike = map[string]bool{"kill9": true, "leader_kill9": true, "leader_blackhole": true, "leader_sigstop": true}
 
 func verify(g *generator, truth map[string]bool, got deliveries, epochs []epoch) *Report {
 	r := &Report{Faults: map[string]int{}}
@@ -170,7 +194,7 @@ func verify(g *generator, truth map[string]bool, got deliveries, epochs []epoch)
 	last := map[string]*keyState{}
 	crashIdx := map[int]int{} // epoch index -> position in DuplicatesPerCrash
 	for i, e := range epochs {
-		if e.After == "kill9" {
+		if crashLike[e.After] {
 			crashIdx[i] = len(r.DuplicatesPerCrash)
 			r.DuplicatesPerCrash = append(r.DuplicatesPerCrash, 0)
 		}
@@ -246,8 +270,15 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "| phantom / malformed deliveries | %d / %d |\n", r.Phantoms, r.BadMessages)
 	fmt.Fprintf(&b, "| duplicates | %d (after kill -9: %v; other runs: %d) |\n", r.Duplicates, r.DuplicatesPerCrash, r.DuplicatesOtherRuns)
 	fmt.Fprintf(&b, "| largest duplicate burst per crash | %d |\n", r.MaxDuplicateBurst)
+	if r.Instances > 1 {
+		fmt.Fprintf(&b, "| takeover time (%d takeovers) | p50 %.2f s, max %.2f s (not within the bound: %d) |\n",
+			len(r.Takeovers), r.TakeoverP50S, r.TakeoverMaxS, r.TakeoverTimeouts)
+		fmt.Fprintf(&b, "| **produces of a deposed leader after the takeover** | **%d** |\n", r.StaleProduces)
+		fmt.Fprintf(&b, "| leadership terms / superseded exits / leader faults skipped (no leader or no ready standby) | %d / %d / %d |\n",
+			r.Terms, r.OutboxdSupersededExits, r.Leaderless)
+	}
 	fmt.Fprintf(&b, "| connections through the MariaDB / Kafka proxies | %d / %d |\n", r.MySQLProxyConns, r.KafkaProxyConns)
-	fmt.Fprintf(&b, "| outboxd runs / unexpected exits | %d / %d |\n", r.OutboxdRuns, r.OutboxdUnexpectedExits)
+	fmt.Fprintf(&b, "| outboxd instances / runs / unexpected exits | %d / %d / %d |\n", r.Instances, r.OutboxdRuns, r.OutboxdUnexpectedExits)
 	kinds := make([]string, 0, len(r.Faults))
 	total := 0
 	for k, n := range r.Faults {

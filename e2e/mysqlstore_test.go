@@ -131,13 +131,24 @@ func TestMySQLStoreDeliversAndStaysQuietWhenIdle(t *testing.T) {
 // the source) while rows flow. Nothing committed is lost, per-key order holds, duplicates are
 // only of transactions after the row saved before the outboxd crash, and the outage of the
 // server (saves failing with it) takes the reconnect path: the process does not exit.
-func TestMySQLStoreSurvivesKills(t *testing.T) {
+func TestMySQLStoreSurvivesKills(t *testing.T) { testMySQLStoreSurvivesKills(t, false) }
+
+// The same with ha on (one instance): the restarted outboxd takes the lock the killed one held,
+// and MariaDB's crash drops the lock connection: the leader fences, and once the server is back
+// it leads again under the next epoch, with nothing lost.
+func TestHAMySQLStoreSurvivesKills(t *testing.T) { testMySQLStoreSurvivesKills(t, true) }
+
+func testMySQLStoreSurvivesKills(t *testing.T, ha bool) {
 	srv := mariadb.StartT(t, mariadb.Options{})
 	w := newWorld(t, srv)
 	kc := kafkaCluster(t, "t")
 	o := simpleCfg(t, w, kc, w.position())
 	o.Interval = "200ms"
 	table := useMySQLStore(w, &o, "relay-k")
+	admin := admFreeAddr(t)
+	if ha {
+		o.Extra = fmt.Sprintf("ha: {enabled: true, lease: 2s}\nadmin: {listen: %q}\n", admin)
+	}
 	cfgPath := writeCfg(t, o)
 
 	var committed []string
@@ -170,6 +181,11 @@ func TestMySQLStoreSurvivesKills(t *testing.T) {
 
 	p2 := startBinary(t, "run", "--config", cfgPath)
 	c.waitForEvent("ev0229", 60*time.Second)
+	in := &haInstance{name: "p2", admin: admin, p: p2}
+	var term haStatus
+	if ha {
+		term, _ = haWaitRole(t, in, "leader", 10*time.Second)
+	}
 
 	// MariaDB crashes under a running outboxd: saves and the stream fail together.
 	if err := srv.Kill(); err != nil {
@@ -205,7 +221,21 @@ func TestMySQLStoreSurvivesKills(t *testing.T) {
 		}
 	}
 	waitStoreRow(t, db, table, "relay-k", gtidOf["ev0259"], 15*time.Second)
-	if !strings.Contains(p2.output(), "reconnecting") {
+	if ha {
+		// The lock connection died with the server: a fence, then a new term.
+		again, _ := haWaitRole(t, in, "leader", 10*time.Second)
+		if _, ok := in.lastRoleChange("fenced"); !ok || again.Epoch <= term.Epoch {
+			t.Errorf("after MariaDB's crash: epoch %d -> %d, role changes %+v; want a fence and a later epoch", term.Epoch, again.Epoch, in.roleChanges())
+		}
+		var epoch int64
+		var holder string
+		if err := db.QueryRow("SELECT epoch, holder FROM "+table+" WHERE name = 'relay-k'").Scan(&epoch, &holder); err != nil {
+			t.Fatal(err)
+		}
+		if epoch != again.Epoch || holder != again.Holder {
+			t.Errorf("row token %s %d, want the leader's %s %d", holder, epoch, again.Holder, again.Epoch)
+		}
+	} else if !strings.Contains(p2.output(), "reconnecting") {
 		t.Errorf("no reconnect logged:\n%s", p2.output())
 	}
 	if err := p2.cmd.Process.Signal(syscall.SIGTERM); err != nil {

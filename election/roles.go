@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -89,7 +90,7 @@ func (r *Roles) Run(ctx context.Context) error {
 			continue
 		}
 		r.change(Change{Role: RoleLeader, Epoch: epoch, Term: t, Reason: "lock granted"})
-		err = r.lead(ctx, t, epoch)
+		reported, err := r.lead(ctx, t, epoch)
 		fenced := t.Err()
 		if ctx.Err() != nil || fenced == nil {
 			t.Release()
@@ -100,7 +101,9 @@ func (r *Roles) Run(ctx context.Context) error {
 			}
 			return err
 		}
-		r.change(Change{Role: RoleFenced, Epoch: epoch, Term: t, Reason: fenced.Error()})
+		if !reported {
+			r.change(Change{Role: RoleFenced, Epoch: epoch, Term: t, Reason: fenced.Error()})
+		}
 		if err != nil && !errors.Is(err, ErrFenced) {
 			r.Logger.Info().AnErr("lead_error", err).Msg("the relay stopped after the fence")
 		}
@@ -114,18 +117,35 @@ func (r *Roles) Run(ctx context.Context) error {
 	}
 }
 
-// lead runs Lead with a ctx that the term's loss cancels.
-func (r *Roles) lead(ctx context.Context, t *Term, epoch uint64) error {
+// lead runs Lead with a ctx that the term's loss cancels. The loss is reported (RoleFenced)
+// the moment it happens, not when Lead returns: Lead may take a while to wind down (a save
+// blocked on a cut-off writer ends at its own timeout) while nothing is sent any more, and
+// until then /status, the metrics and the log would still call this process the leader, past
+// the standby's takeover. reported says whether it did so.
+func (r *Roles) lead(ctx context.Context, t *Term, epoch uint64) (bool, error) {
 	lctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	var mu sync.Mutex
+	returned, reported := false, false
 	go func() {
 		select {
 		case <-t.Lost():
+			mu.Lock()
+			if !returned && ctx.Err() == nil {
+				reported = true
+				r.change(Change{Role: RoleFenced, Epoch: epoch, Term: t, Reason: t.Err().Error()})
+			}
+			mu.Unlock()
 			cancel(t.Err())
 		case <-lctx.Done():
 		}
 	}()
-	return r.Lead(lctx, t, epoch)
+	err := r.Lead(lctx, t, epoch)
+	mu.Lock()
+	returned = true
+	rep := reported
+	mu.Unlock()
+	cancel(nil)
+	return rep, err
 }
 
 // checkSuperseded asks Superseded until the writer answers; it returns the error that ends Run,

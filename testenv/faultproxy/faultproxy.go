@@ -1,6 +1,7 @@
 // Package faultproxy is a loopback TCP proxy for fault-injection tests: it forwards connections
 // to a target and can, switched at runtime, refuse new connections, reset every open one, add
-// latency, or blackhole traffic (accept, but never forward or answer).
+// latency, or blackhole traffic (accept, but never forward or answer). A Tap sees what was
+// forwarded, for tests that attribute traffic (testenv/kafkatap).
 package faultproxy
 
 import (
@@ -37,10 +38,37 @@ func (m Mode) String() string {
 	return fmt.Sprintf("mode(%d)", int(m))
 }
 
+// Direction is which way a forwarded chunk went.
+type Direction int
+
+const (
+	// Upstream is client to target.
+	Upstream Direction = iota
+	// Downstream is target to client.
+	Downstream
+)
+
+// Chunk is bytes the proxy just forwarded, as a tap sees them.
+type Chunk struct {
+	// Conn numbers the proxied connection (1 for the first accepted), so a tap can keep a
+	// parser per connection.
+	Conn uint64
+	Dir  Direction
+	// Data is only valid during the tap call: a tap that keeps it must copy it.
+	Data []byte
+	// At is when the write to the other side returned.
+	At time.Time
+}
+
+// Tap sees every chunk after it was forwarded. It is called from the connection's copier
+// goroutine, concurrently for different connections and directions, and must not block.
+type Tap func(Chunk)
+
 // Proxy is a running proxy. All methods are safe for concurrent use.
 type Proxy struct {
 	ln     net.Listener
 	target string
+	tap    Tap
 
 	mu      sync.Mutex
 	mode    Mode
@@ -56,6 +84,7 @@ type Proxy struct {
 
 // pair is one proxied connection: the client's side and (once dialed) the target's.
 type pair struct {
+	id             uint64
 	client, server net.Conn
 	blackholed     bool
 	once           sync.Once
@@ -93,6 +122,18 @@ func Listen(addr, target string) (*Proxy, error) {
 
 // New starts a proxy on a free loopback port forwarding to target. See Listen.
 func New(target string) (*Proxy, error) { return Listen("127.0.0.1:0", target) }
+
+// NewTapped is New with tap called for every forwarded chunk, both ways (see Tap).
+func NewTapped(target string, tap Tap) (*Proxy, error) {
+	p, err := New(target)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	p.tap = tap
+	p.mu.Unlock()
+	return p, nil
+}
 
 // Addr is the proxy's "127.0.0.1:port". It does not block.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
@@ -203,7 +244,7 @@ func (p *Proxy) acceptLoop() {
 			resetConn(c)
 			continue
 		}
-		pr := &pair{client: c, blackholed: p.mode == Blackhole}
+		pr := &pair{id: uint64(p.accepted), client: c, blackholed: p.mode == Blackhole}
 		p.conns[pr] = struct{}{}
 		p.wg.Add(1)
 		p.mu.Unlock()
@@ -260,15 +301,18 @@ func (p *Proxy) serve(pr *pair) {
 		return
 	}
 	done := make(chan struct{}, 2)
-	go func() { p.copy(pr, s, pr.client); done <- struct{}{} }()
-	go func() { p.copy(pr, pr.client, s); done <- struct{}{} }()
+	go func() { p.copy(pr, Upstream, s, pr.client); done <- struct{}{} }()
+	go func() { p.copy(pr, Downstream, pr.client, s); done <- struct{}{} }()
 	<-done // one direction ended: end both, as a proxy that lost a side does
 	pr.reset()
 	<-done
 }
 
 // copy forwards src to dst chunk by chunk, applying latency and blackholing before each write.
-func (p *Proxy) copy(pr *pair, dst, src net.Conn) {
+func (p *Proxy) copy(pr *pair, dir Direction, dst, src net.Conn) {
+	p.mu.Lock()
+	tap := p.tap
+	p.mu.Unlock()
 	buf := make([]byte, 32<<10)
 	for {
 		// Check before reading, so a blackholed connection leaves bytes unread.
@@ -286,6 +330,9 @@ func (p *Proxy) copy(pr *pair, dst, src net.Conn) {
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
+			}
+			if tap != nil {
+				tap(Chunk{Conn: pr.id, Dir: dir, Data: buf[:n], At: time.Now()})
 			}
 		}
 		if err != nil {
