@@ -6,7 +6,9 @@
 // gtid_strict_mode, in GTID domain 0 with server ids 1 (first primary) and 2 (first replica).
 //
 // The replica replicates as root (which has an empty password on loopback) with
-// MASTER_USE_GTID=slave_pos. Promote is a planned switchover; PromoteAfterCrash is the failover
+// MASTER_USE_GTID=slave_pos. A replica is read_only, which root (and any account with READ_ONLY
+// ADMIN) ignores: write to Primary, or connect as an account without that privilege to see
+// writes to a replica refused. Promote is a planned switchover; PromoteAfterCrash is the failover
 // after the primary died, which may lose the transactions the replica had not received.
 package replication
 
