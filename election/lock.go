@@ -187,7 +187,10 @@ func (e *Elector) tryAcquire(ctx context.Context) (*Term, error) {
 	}()
 	// A standby's connection idles too: the same timeout, so a standby cut off leaves nothing
 	// behind on the server either.
-	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION wait_timeout = %d", int(e.idle.Seconds()))); err != nil {
+	sctx, cancel := context.WithTimeout(ctx, acquireWait+10*time.Second) // as each GET_LOCK: a connection cut off right after its dial must not hold the standby
+	_, err = conn.ExecContext(sctx, fmt.Sprintf("SET SESSION wait_timeout = %d", int(e.idle.Seconds())))
+	cancel()
+	if err != nil {
 		return nil, fmt.Errorf("leader lock on %s: set the lock connection's wait_timeout: %w", e.cfg.Addr, err)
 	}
 	e.setWaitErr(nil)
@@ -213,12 +216,24 @@ func (e *Elector) tryAcquire(ctx context.Context) (*Term, error) {
 			continue
 		}
 		if got.Int64 == 1 {
+			// The first proof is this query's send time, as for every ping (Term.watch): the
+			// server answered it, and started the idle timer that would free a cut-off
+			// leader's lock, no earlier than that. Its answer arrives later, by up to a round
+			// trip that a slow link makes long. Bounded by the lease: a link that slow leaves
+			// nothing to lead with.
+			sent := time.Now()
+			idctx, cancel := context.WithTimeout(ctx, e.cfg.Lease)
 			var id uint64
-			if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+			err := conn.QueryRowContext(idctx, "SELECT CONNECTION_ID()").Scan(&id)
+			cancel()
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, nil
+				}
 				return nil, fmt.Errorf("leader lock on %s: connection id: %w", e.cfg.Addr, err)
 			}
 			keep = true
-			return newTerm(e, conn, id, time.Now()), nil
+			return newTerm(e, conn, id, sent), nil
 		}
 	}
 	return nil, nil

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxd/outboxd/testenv/faultproxy"
 	"github.com/outboxd/outboxd/testenv/mariadb"
 )
 
@@ -56,5 +57,30 @@ func TestStandbySurvivesAKilledWait(t *testing.T) {
 		r.t.Release()
 	case <-time.After(10 * time.Second):
 		t.Fatal("the standby did not take the released lock")
+	}
+}
+
+// The lease of a new term counts from when its first proof was sent, not from when its answer
+// arrived: the server's idle timer (which frees the lock of a leader cut off) starts when the
+// server answered, which is up to a one-way trip before the answer arrives. Counting from the
+// arrival would let a leader on a slow link fence later than the inequality assumes.
+func TestTermLeaseCountsFromTheProofSent(t *testing.T) {
+	srv := mariadb.StartT(t, mariadb.Options{})
+	px, err := faultproxy.New(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	e := newElector(t, openPool(t, px.Addr()), 5*time.Second, time.Second)
+	const oneWay = 300 * time.Millisecond
+	px.SetLatency(oneWay)
+	term := acquire(t, e, 15*time.Second)
+	got := time.Now()
+	defer term.Release()
+	if d := got.Sub(term.Began()); d < 2*oneWay-50*time.Millisecond {
+		t.Errorf("the term's lease starts %s before Acquire returned, want at least the last query's round trip %s", d, 2*oneWay)
+	}
+	if err := term.Check(); err != nil {
+		t.Errorf("Check: %v", err)
 	}
 }
