@@ -103,3 +103,45 @@ func TestHAKilledLockConnectionsWhileRowsFlow(t *testing.T) {
 	}
 	t.Logf("%d rows over 4 kills", len(committed))
 }
+
+// Without ha, every process claims the mysql store's row at start: the newest wins. The older
+// one, still running, stops at its next save with "superseded" (halted: it sends nothing more),
+// and the newer one delivers everything from the checkpoint on.
+func TestNoHANewestProcessSupersedesTheOlder(t *testing.T) {
+	srv := mariadb.StartT(t, mariadb.Options{})
+	w := newWorld(t, srv)
+	kc := kafkaCluster(t, "t")
+	o := simpleCfg(t, w, kc, w.position())
+	useMySQLStore(w, &o, "noha")
+	old := startRelay(t, o, daemon.Options{})
+	var committed []string
+	commit := func(from, to int) {
+		for i := from; i < to; i++ {
+			id := fmt.Sprintf("ev%03d", i)
+			w.commit(row{EventID: id, Key: fmt.Sprintf("k%d", i%3), Topic: "t", Payload: []byte(id)})
+			committed = append(committed, id)
+		}
+	}
+	commit(0, 20)
+	c := newConsumer(t, kc, "t")
+	c.waitForEvent("ev019", 20*time.Second)
+	o2 := o
+	o2.ServerID = 0 // a replica id of its own, as a second instance on another host would have
+	newer := startRelay(t, o2, daemon.Options{})
+	time.Sleep(2 * time.Second) // the newer one claimed the row and streams
+	commit(20, 40)
+	select {
+	case err := <-old.done:
+		close(old.done)
+		if err == nil || !strings.Contains(err.Error(), "superseded") {
+			t.Fatalf("the older process stopped with %v, want superseded", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the older process went on after the newer claimed the row")
+	}
+	c.waitForEvent("ev039", 20*time.Second)
+	checkPerKeyOrder(t, c.settle(500*time.Millisecond), committed)
+	if err := newer.stop(t); err != nil {
+		t.Errorf("the newer process's stop: %v", err)
+	}
+}
