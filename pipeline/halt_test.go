@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outboxd/outboxd/binlog"
-	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/sink"
 )
@@ -40,23 +38,10 @@ func (s *countingSink) Send(ctx context.Context, msgs []*sink.Message) error {
 
 func (s *countingSink) Close() error { return nil }
 
-// countingSaver counts saves.
-type countingSaver struct {
-	mu    sync.Mutex
-	saves []checkpoint.Checkpoint
-}
-
-func (c *countingSaver) Save(cp checkpoint.Checkpoint) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.saves = append(c.saves, cp)
-	return nil
-}
-
-func (c *countingSaver) count() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.saves)
+func (m *memSaver) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.saves)
 }
 
 func haltPipeline(t *testing.T, s sink.Sink, saver Saver, guard func() error) *Pipeline {
@@ -78,7 +63,7 @@ func haltPipeline(t *testing.T, s sink.Sink, saver Saver, guard func() error) *P
 func TestHaltCauseStopsWithoutDrainOrSave(t *testing.T) {
 	s := &countingSink{held: make(chan struct{}, 1)}
 	s.hold.Store(true)
-	saver := &countingSaver{}
+	saver := &memSaver{}
 	p := haltPipeline(t, s, saver, nil)
 	in := make(chan *binlog.Txn, 8)
 	for i := 1; i <= 5; i++ {
@@ -119,7 +104,7 @@ func TestHaltCauseStopsWithoutDrainOrSave(t *testing.T) {
 func TestHaltCauseNeverSavesWhenIdle(t *testing.T) {
 	for i := range 200 {
 		s := &countingSink{}
-		saver := &countingSaver{}
+		saver := &memSaver{}
 		p := haltPipeline(t, s, saver, nil)
 		in := make(chan *binlog.Txn)
 		ctx, cancel := context.WithCancelCause(context.Background())
@@ -149,7 +134,7 @@ func TestFailingGuardHaltsBeforeTheNextSend(t *testing.T) {
 		return nil
 	}
 	s := &countingSink{}
-	saver := &countingSaver{}
+	saver := &memSaver{}
 	p := haltPipeline(t, s, saver, guard)
 	in := make(chan *binlog.Txn, 8)
 	in <- txn(1, "k:1")
