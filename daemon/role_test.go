@@ -15,6 +15,7 @@ import (
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/election"
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/pipeline"
 	"github.com/outboxd/outboxd/sink"
 )
@@ -171,5 +172,44 @@ func TestSupersededSaveHaltsTheSession(t *testing.T) {
 	// The send in flight when the session ended may complete; nothing after it may start.
 	if n := s.calls.Load() - stopped; n > 0 {
 		t.Errorf("%d sends started after the superseded save ended the session (%d before), want 0", n, stopped)
+	}
+}
+
+func gauge(t *testing.T, m *metrics.Metrics, name string) float64 {
+	t.Helper()
+	fams, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == name {
+			return f.Metric[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("%s not registered", name)
+	return 0
+}
+
+// outboxd_leader follows the role; outboxd_leader_epoch is the current or last term's epoch,
+// as its help and the README say: a standby after a term keeps showing the epoch it led with.
+func TestRoleMetrics(t *testing.T) {
+	m := metrics.New(metrics.Options{LockName: "outboxd.x"})
+	var h roleHolder
+	h.set(roleState{Role: election.RoleStandby}, m)
+	if gauge(t, m, "outboxd_leader") != 0 || gauge(t, m, "outboxd_leader_epoch") != 0 {
+		t.Fatal("a standby that never led")
+	}
+	h.set(roleState{Role: election.RoleLeader, Epoch: 3}, m)
+	if gauge(t, m, "outboxd_leader") != 1 || gauge(t, m, "outboxd_leader_epoch") != 3 {
+		t.Fatal("leader at epoch 3")
+	}
+	h.set(roleState{Role: election.RoleFenced, Epoch: 3}, m)
+	h.set(roleState{Role: election.RoleStandby}, m)
+	if l, e := gauge(t, m, "outboxd_leader"), gauge(t, m, "outboxd_leader_epoch"); l != 0 || e != 3 {
+		t.Fatalf("standby after leading epoch 3: leader %v, epoch %v; want 0 and 3", l, e)
+	}
+	h.set(roleState{Role: election.RoleLeader, Epoch: 5}, m)
+	if gauge(t, m, "outboxd_leader_epoch") != 5 {
+		t.Fatal("leader at epoch 5")
 	}
 }
