@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outboxd/outboxd/binlog"
+	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/election"
 	"github.com/outboxd/outboxd/metrics"
@@ -110,8 +111,11 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 		}
 		start = pl.Acked()
 		if errors.Is(err, pipeline.ErrHalt) || errors.Is(context.Cause(ctx), pipeline.ErrHalt) {
-			log.Warn().Str("acked_gtid_set", start.String()).Str("gtid_set", r.saver.state().last.GTIDSet).
-				Msg("halted: lost the leader lock; nothing more is sent or saved in this term")
+			msg := "halted: lost the leader lock; nothing more is sent or saved in this term"
+			if errors.Is(err, checkpoint.ErrSuperseded) && !errors.Is(context.Cause(ctx), pipeline.ErrHalt) {
+				msg = "halted: another process claimed the checkpoint row (superseded); nothing more is sent or saved"
+			}
+			log.Warn().Str("acked_gtid_set", start.String()).Str("gtid_set", r.saver.state().last.GTIDSet).Msg(msg)
 			return err
 		}
 		if err == nil || ctx.Err() != nil {

@@ -31,8 +31,9 @@ type roleState struct {
 // roleHolder keeps the current roleState. Safe for concurrent use; the zero value is a
 // process that does not lead yet.
 type roleHolder struct {
-	mu sync.Mutex
-	st roleState
+	mu        sync.Mutex
+	st        roleState
+	lastEpoch uint64 // of the last term led, for outboxd_leader_epoch
 	// ha is set with ha.enabled: the lock's name, this process's id, the elector.
 	ha *election.Elector
 }
@@ -40,8 +41,13 @@ type roleHolder struct {
 func (h *roleHolder) set(st roleState, m *metrics.Metrics) {
 	h.mu.Lock()
 	h.st = st
+	if st.Epoch > 0 {
+		h.lastEpoch = st.Epoch
+	}
+	epoch := h.lastEpoch
 	h.mu.Unlock()
-	m.SetLeader(st.Role == election.RoleLeader, st.Epoch)
+	// outboxd_leader_epoch is the current or last term's: a standby that led keeps its epoch.
+	m.SetLeader(st.Role == election.RoleLeader, epoch)
 }
 
 func (h *roleHolder) get() roleState {

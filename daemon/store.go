@@ -72,7 +72,8 @@ func checkpointTable(cfg *config.Config) binlog.TableRef {
 
 // storeFault ends a session when a save of the mysql store fails in a way that waiting with
 // reading paused cannot fix: a writer that is away takes the reconnect path (as a lost stream
-// does), a misconfigured table or grant or a superseded row stops the daemon with the fix. The
+// does), a misconfigured table or grant stops the daemon with the fix, a superseded row halts it
+// (pipeline.ErrHalt: nothing more is sent) and stops it. The
 // file store's failures never land here: they keep pipeline's pause-and-retry for
 // SaveFailureLimit (30 s). Safe for concurrent use.
 type storeFault struct {
@@ -85,6 +86,12 @@ func (f *storeFault) report(err error) {
 	if !errors.Is(err, checkpoint.ErrUnreachable) && !errors.Is(err, checkpoint.ErrStoreMisconfigured) &&
 		!errors.Is(err, checkpoint.ErrSuperseded) {
 		return // transient (a lock wait): the pipeline retries
+	}
+	if errors.Is(err, checkpoint.ErrSuperseded) {
+		// Another process claimed the row: it relays this checkpoint now. Halt as after a
+		// fence (no drain of the queued batches into the broker beside it, no final save,
+		// which would be refused anyway).
+		err = fmt.Errorf("%w: %w", pipeline.ErrHalt, err)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -143,8 +143,8 @@ func (e *Elector) setWaitErr(err error) {
 
 // Acquire blocks until this process holds the lock and returns the Term, or until ctx ends
 // (ctx.Err()). A server that cannot be reached is waited for with backoff (logged, and
-// reported by WaitError), never returned: a standby waits for as long as it runs. An error is
-// returned only for a server that refuses the lock functions.
+// reported by WaitError), never returned: a standby waits for as long as it runs, and a wait
+// killed on the server is simply waited again.
 func (e *Elector) Acquire(ctx context.Context) (*Term, error) {
 	log := e.cfg.Logger
 	backoff := time.Second
@@ -157,10 +157,6 @@ func (e *Elector) Acquire(ctx context.Context) (*Term, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		var fatal *refusedError
-		if errors.As(err, &fatal) {
-			return nil, err
-		}
 		e.setWaitErr(err)
 		log.Warn().Err(err).Stringer("retry_in", backoff).Str("lock_name", e.cfg.LockName).Msg("cannot wait for the leader lock: writer not reachable, retrying")
 		select {
@@ -172,11 +168,9 @@ func (e *Elector) Acquire(ctx context.Context) (*Term, error) {
 	}
 }
 
-// refusedError is a server that answered but refuses what the elector needs.
-type refusedError struct{ err error }
-
-func (r *refusedError) Error() string { return r.err.Error() }
-func (r *refusedError) Unwrap() error { return r.err }
+// nullPause is how long a standby waits before it asks again after GET_LOCK returned NULL, so
+// a max_statement_time that kills every wait at once does not make it spin.
+const nullPause = 100 * time.Millisecond
 
 // tryAcquire takes a connection, sets its idle timeout and waits on GET_LOCK until it is granted
 // (a Term) or the connection fails (an error) or ctx ends (nil, nil).
@@ -193,7 +187,10 @@ func (e *Elector) tryAcquire(ctx context.Context) (*Term, error) {
 	}()
 	// A standby's connection idles too: the same timeout, so a standby cut off leaves nothing
 	// behind on the server either.
-	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION wait_timeout = %d", int(e.idle.Seconds()))); err != nil {
+	sctx, cancel := context.WithTimeout(ctx, acquireWait+10*time.Second) // as each GET_LOCK: a connection cut off right after its dial must not hold the standby
+	_, err = conn.ExecContext(sctx, fmt.Sprintf("SET SESSION wait_timeout = %d", int(e.idle.Seconds())))
+	cancel()
+	if err != nil {
 		return nil, fmt.Errorf("leader lock on %s: set the lock connection's wait_timeout: %w", e.cfg.Addr, err)
 	}
 	e.setWaitErr(nil)
@@ -209,15 +206,34 @@ func (e *Elector) tryAcquire(ctx context.Context) (*Term, error) {
 			return nil, fmt.Errorf("leader lock on %s: GET_LOCK(%q): %w", e.cfg.Addr, e.cfg.LockName, err)
 		}
 		if !got.Valid {
-			return nil, &refusedError{fmt.Errorf("leader lock on %s: GET_LOCK(%q) returned NULL (an error on the server, or a killed wait)", e.cfg.Addr, e.cfg.LockName)}
+			// The wait was killed on the server (KILL QUERY, a max_statement_time shorter than
+			// the wait): the connection is fine and the lock not ours. Wait again; ending the
+			// standby here would leave no one to take over.
+			e.cfg.Logger.Debug().Str("lock_name", e.cfg.LockName).Msg("GET_LOCK returned NULL (the wait was killed on the server); waiting again")
+			if !sleep(ctx, nullPause) {
+				return nil, nil
+			}
+			continue
 		}
 		if got.Int64 == 1 {
+			// The first proof is this query's send time, as for every ping (Term.watch): the
+			// server answered it, and started the idle timer that would free a cut-off
+			// leader's lock, no earlier than that. Its answer arrives later, by up to a round
+			// trip that a slow link makes long. Bounded by the lease: a link that slow leaves
+			// nothing to lead with.
+			sent := time.Now()
+			idctx, cancel := context.WithTimeout(ctx, e.cfg.Lease)
 			var id uint64
-			if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+			err := conn.QueryRowContext(idctx, "SELECT CONNECTION_ID()").Scan(&id)
+			cancel()
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, nil
+				}
 				return nil, fmt.Errorf("leader lock on %s: connection id: %w", e.cfg.Addr, err)
 			}
 			keep = true
-			return newTerm(e, conn, id, time.Now()), nil
+			return newTerm(e, conn, id, sent), nil
 		}
 	}
 	return nil, nil

@@ -89,6 +89,13 @@ func (r *Roles) Run(ctx context.Context) error {
 			}
 			continue
 		}
+		if ctx.Err() != nil {
+			// Stopped while claiming (Claim may not watch ctx): a process that is shutting
+			// down does not announce itself leader or start a term; the row's bumped epoch is
+			// harmless, the next leader bumps it again.
+			t.Release()
+			return nil
+		}
 		r.change(Change{Role: RoleLeader, Epoch: epoch, Term: t, Reason: "lock granted"})
 		reported, err := r.lead(ctx, t, epoch)
 		fenced := t.Err()

@@ -258,6 +258,15 @@ func (p *Pipeline) Run(ctx context.Context, in <-chan *binlog.Txn) error {
 		p.halted.Store(true)
 		stopRun(err)
 	}
+	// haltedNow sets halted as soon as runCtx's cause is a halt, without waiting for stopDrain's
+	// AfterFunc, which runs in a goroutine of its own: the steps below (the lanes' drain, the
+	// final save) must see the halt when they start, not when that goroutine gets to run.
+	haltedNow := func() {
+		if errors.Is(context.Cause(runCtx), ErrHalt) {
+			p.halted.Store(true)
+			cancelSend()
+		}
+	}
 
 	lanes, lanesCtx := errgroup.WithContext(sendCtx)
 	for _, ls := range p.lanes {
@@ -275,6 +284,7 @@ func (p *Pipeline) Run(ctx context.Context, in <-chan *binlog.Txn) error {
 	stopOnLaneErr := context.AfterFunc(lanesCtx, cancelDispatch)
 	defer stopOnLaneErr()
 	dispatchErr := p.dispatch(dispatchCtx, in)
+	haltedNow()
 
 	for _, ls := range p.lanes {
 		for _, l := range ls {
@@ -283,6 +293,7 @@ func (p *Pipeline) Run(ctx context.Context, in <-chan *binlog.Txn) error {
 	}
 	laneErr := lanes.Wait()
 	p.tracker.close()
+	haltedNow()
 	close(saverDone)
 	saveErr := <-saverErr
 

@@ -1,0 +1,179 @@
+package checkpoint
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/testenv/mariadb"
+)
+
+// fenceStores returns n stores on one row of a fresh table, each on a pool of its own (as n
+// processes), and a root pool to look at the row.
+func fenceStores(t *testing.T, n int) ([]*MySQLStore, func(q string, args ...any)) {
+	t.Helper()
+	srv := mariadb.StartT(t, mariadb.Options{})
+	ctx := t.Context()
+	root, err := srv.DB(ctx, "outboxd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	if _, err := root.ExecContext(ctx, CreateTableSQL("outboxd.checkpoint")); err != nil {
+		t.Fatal(err)
+	}
+	stores := make([]*MySQLStore, n)
+	for i := range stores {
+		// As server.Open opens the daemon's pool: no parseTime (the store reads DATETIME as text).
+		db, err := sql.Open("mysql", "root@tcp("+srv.Addr+")/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := OpenMySQL(MySQLConfig{DB: db, Table: "outboxd.checkpoint", Name: "orders", Addr: srv.Addr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		stores[i] = s
+	}
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := root.ExecContext(ctx, q, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return stores, exec
+}
+
+func cp(set string) Checkpoint {
+	return Checkpoint{Flavor: gtid.MariaDB, GTIDSet: set, SavedAt: time.Now().UTC().Truncate(time.Microsecond)}
+}
+
+func loadSet(t *testing.T, s *MySQLStore) string {
+	t.Helper()
+	c, err := s.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c == nil {
+		return "<none>"
+	}
+	return c.GTIDSet
+}
+
+func token(t *testing.T, s *MySQLStore) (uint64, string) {
+	t.Helper()
+	epoch, holder, found, err := s.Token(context.Background())
+	if err != nil || !found {
+		t.Fatalf("token: found %v, %v", found, err)
+	}
+	return epoch, holder
+}
+
+// Claim creates the row with no position (loaded as no checkpoint) and makes the claimer its
+// only writer; a later claim supersedes it: the old holder's Save changes nothing and wraps
+// ErrSuperseded, however late it comes.
+func TestMySQLClaimFencesTheOlderHolder(t *testing.T) {
+	st, _ := fenceStores(t, 2)
+	a, b := st[0], st[1]
+	if got := loadSet(t, a); got != "<none>" {
+		t.Fatalf("no row: Load = %s", got)
+	}
+	ea, err := a.Claim("holder-a")
+	if err != nil || ea != 1 {
+		t.Fatalf("first claim: epoch %d, %v; want 1", ea, err)
+	}
+	if got := loadSet(t, a); got != "<none>" {
+		t.Fatalf("a claimed row without a position loads as %s, want no checkpoint", got)
+	}
+	if err := a.Save(cp("0-1-5")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Save(cp("0-1-5")); err != nil { // no row changed: still ours, not an error
+		t.Fatalf("saving the same position again: %v", err)
+	}
+	eb, err := b.Claim("holder-b")
+	if err != nil || eb != 2 {
+		t.Fatalf("second claim: epoch %d, %v; want 2", eb, err)
+	}
+	if got := loadSet(t, b); got != "0-1-5" {
+		t.Fatalf("the new holder loads %s, want the old holder's last save 0-1-5", got)
+	}
+	err = a.Save(cp("0-1-9"))
+	if !errors.Is(err, ErrSuperseded) {
+		t.Fatalf("the superseded holder's Save returned %v, want ErrSuperseded", err)
+	}
+	if got := loadSet(t, b); got != "0-1-5" {
+		t.Fatalf("a superseded Save moved the row to %s", got)
+	}
+	if e, h := token(t, b); e != 2 || h != "holder-b" {
+		t.Fatalf("token %d/%s after a superseded save, want 2/holder-b", e, h)
+	}
+	if err := b.Save(cp("0-1-7")); err != nil {
+		t.Fatalf("the current holder's Save: %v", err)
+	}
+	if got := loadSet(t, a); got != "0-1-7" {
+		t.Fatalf("row %s, want 0-1-7", got)
+	}
+}
+
+// The epoch alone is no token: a failover that lost the last claim can issue the same epoch to
+// another process; the holder tells them apart. A deleted row is superseded too.
+func TestMySQLSaveNeedsEpochAndHolder(t *testing.T) {
+	st, exec := fenceStores(t, 1)
+	a := st[0]
+	if _, err := a.Claim("holder-a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Save(cp("0-1-3")); err != nil {
+		t.Fatal(err)
+	}
+	exec("UPDATE checkpoint SET holder = 'holder-x' WHERE name = 'orders'") // same epoch, another holder
+	if err := a.Save(cp("0-1-4")); !errors.Is(err, ErrSuperseded) {
+		t.Fatalf("Save with the epoch matching but not the holder: %v, want ErrSuperseded", err)
+	}
+	if got := loadSet(t, a); got != "0-1-3" {
+		t.Fatalf("row moved to %s", got)
+	}
+	exec("DELETE FROM checkpoint WHERE name = 'orders'")
+	if err := a.Save(cp("0-1-4")); !errors.Is(err, ErrSuperseded) {
+		t.Fatalf("Save on a deleted row: %v, want ErrSuperseded", err)
+	}
+	if got := loadSet(t, a); got != "<none>" {
+		t.Fatalf("a Save recreated the deleted row: %s", got)
+	}
+}
+
+// Overwrite (checkpoint set, migrate) writes the position whoever holds the row and bumps the
+// epoch, so the running holder cannot write over it.
+func TestMySQLOverwriteSupersedesTheHolder(t *testing.T) {
+	st, _ := fenceStores(t, 2)
+	a, op := st[0], st[1]
+	if _, err := a.Claim("holder-a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Save(cp("0-1-8")); err != nil {
+		t.Fatal(err)
+	}
+	if err := op.Overwrite(cp("0-1-2"), "operator"); err != nil {
+		t.Fatal(err)
+	}
+	if e, h := token(t, op); e != 2 || h != "operator" {
+		t.Fatalf("token %d/%s after Overwrite, want 2/operator", e, h)
+	}
+	if err := a.Save(cp("0-1-9")); !errors.Is(err, ErrSuperseded) {
+		t.Fatalf("the holder's Save after an Overwrite: %v, want ErrSuperseded", err)
+	}
+	if got := loadSet(t, a); got != "0-1-2" {
+		t.Fatalf("row %s, want the operator's 0-1-2", got)
+	}
+	if e, err := a.Claim("holder-a2"); err != nil || e != 3 {
+		t.Fatalf("claim after Overwrite: %d, %v; want 3", e, err)
+	}
+	if got := loadSet(t, a); got != "0-1-2" {
+		t.Fatalf("a claim changed the position to %s", got)
+	}
+}
