@@ -80,6 +80,12 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 			err = startupStopped(ctx, err, log)
 		}
 	}()
+	if o.FromGTID != "" && cfg.HA.Enabled {
+		// A standby would apply it at its first term, maybe hours later, moving the shared
+		// checkpoint back then; the row is what every instance follows.
+		return fmt.Errorf("--from-gtid is refused with ha.enabled: set the position every instance resumes from with "+
+			"`outboxd checkpoint set --gtid %s --ignore-leader` (the running leader is superseded and restarts from it)", o.FromGTID)
+	}
 	if r.dlEvents, r.audit, err = deadLetterOverride(cfg, o.DeadLetterEvents, log); err != nil {
 		return err
 	}

@@ -171,10 +171,10 @@ func (r *relay) claimAlone(ctx context.Context) (uint64, error) {
 	backoff := reconnectInitial
 	for {
 		epoch, err := ms.Claim(holder)
-		if err == nil || !errors.Is(err, checkpoint.ErrUnreachable) {
+		if err == nil || errors.Is(err, checkpoint.ErrStoreMisconfigured) {
 			return epoch, err
 		}
-		r.log.Warn().Err(err).Stringer("retry_in", backoff).Msg("checkpoint writer not reachable, waiting to claim the checkpoint row")
+		r.log.Warn().Err(err).Stringer("retry_in", backoff).Msg("checkpoint row not claimed (writer unreachable, or a lock wait), retrying")
 		if !waitBackoff(ctx, &backoff) {
 			return 0, nil
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/outboxd/outboxd/binlog"
 	"github.com/outboxd/outboxd/checkpoint"
+	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/election"
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/metrics"
@@ -211,5 +213,25 @@ func TestRoleMetrics(t *testing.T) {
 	h.set(roleState{Role: election.RoleLeader, Epoch: 5}, m)
 	if gauge(t, m, "outboxd_leader_epoch") != 5 {
 		t.Fatal("leader at epoch 5")
+	}
+}
+
+// --from-gtid with ha is refused before anything connects: a standby would apply it at its
+// first term, moving the shared checkpoint back; checkpoint set is the way.
+func TestFromGTIDRefusedWithHA(t *testing.T) {
+	cfg, err := config.Parse([]byte(`
+source: {flavor: mariadb, addr: 127.0.0.1:1, user: u, server_id: 9}
+tables: [{table: s.outbox_event}]
+sinks: {main: {type: kafka, brokers: ["127.0.0.1:1"]}}
+routes: [{sink: main}]
+checkpoint: {store: mysql, name: orders}
+ha: {enabled: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = Run(t.Context(), cfg, Options{FromGTID: "0-1-5", Logger: zerolog.Nop()})
+	if err == nil || !strings.Contains(err.Error(), "--from-gtid is refused with ha.enabled") || !strings.Contains(err.Error(), "checkpoint set --gtid 0-1-5 --ignore-leader") {
+		t.Fatalf("Run = %v", err)
 	}
 }

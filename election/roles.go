@@ -40,7 +40,8 @@ type Roles struct {
 	Elector *Elector
 	// Claim makes this process the checkpoint's writer once the lock is granted (it bumps the
 	// epoch, checkpoint.MySQLStore.Claim) and returns the epoch. An error wrapping
-	// checkpoint.ErrUnreachable gives the lock back and waits again; any other error ends Run.
+	// checkpoint.ErrStoreMisconfigured ends Run; any other (unreachable, a lock wait) gives
+	// the lock back and competes again.
 	Claim func(ctx context.Context) (uint64, error)
 	// Lead relays while the term lasts. Its ctx ends when Run's ctx ends (a shutdown: drain and
 	// save as always) or when the term is lost, with the term's error as the cause (wrapping
@@ -80,9 +81,10 @@ func (r *Roles) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			if !errors.Is(err, checkpoint.ErrUnreachable) {
+			if errors.Is(err, checkpoint.ErrStoreMisconfigured) {
 				return fmt.Errorf("claim the checkpoint after taking leader lock %q: %w", r.Elector.LockName(), err)
 			}
+			// Unreachable, a lock wait or a deadlock: give the lock back and compete again.
 			reason = "the checkpoint could not be claimed: " + err.Error()
 			if !sleep(ctx, time.Second) {
 				return nil

@@ -132,13 +132,13 @@ func (t *Term) watch() {
 	}
 }
 
-// Release ends the term: it stops the pings, frees the lock and closes the lock connection. It
-// blocks for at most a second (a server that is away frees the lock when the connection
-// drops). Releasing twice is a no-op.
+// Release ends the term: it stops the pings and closes the lock connection, which frees the
+// lock on the server (a server that is away frees it when it notices the connection gone). It
+// blocks while a ping is in flight, at most until the lease ends. Releasing twice is a no-op.
 func (t *Term) Release() {
 	t.stopOnce.Do(func() {
 		close(t.stop)
-		<-t.done // the watcher closed the connection unless it was still usable...
+		<-t.done // the watcher returns and closes the connection
 	})
 	t.end(fmt.Errorf("%w: released", ErrFenced))
 }
