@@ -307,6 +307,9 @@ func (o Options) args(s *Server, port int) []string {
 		"--datadir=" + s.dataDir(),
 		"--socket=" + s.socket(),
 		"--pid-file=" + filepath.Join(s.Dir, "mysqld.pid"),
+		// Its own temp files beside its data: a shared /tmp that another process cleans
+		// under it fails queries with Error 6 on #sql-temptable files.
+		"--tmpdir=" + s.Dir,
 		"--port=" + strconv.Itoa(port),
 		"--bind-address=127.0.0.1",
 		"--skip-name-resolve",
