@@ -13,10 +13,12 @@
 //
 //	IdleTimeout > Lease + LongestSend
 //
-// Timeouts derives IdleTimeout that way. The takeover time it implies: after a crash (the
-// kernel closes the socket, the server frees the lock at once) a standby leads within its next
-// GET_LOCK wait (about a second) plus its start-up queries; after a network cut, within
-// IdleTimeout plus that.
+// Timeouts derives IdleTimeout that way. When the server frees the lock of a live leader (its
+// lock connection is killed or reset, the server restarts), the old leader learns it at its
+// next ping, so a new leader waits one ping interval before it leads. The takeover time this
+// implies: after a crash (the kernel closes the socket, the server frees the lock at once) a
+// standby leads within its GET_LOCK wait plus one ping interval plus its start-up queries;
+// after a network cut, within IdleTimeout plus that.
 package election
 
 import (
@@ -73,8 +75,8 @@ func Timeouts(lease, longestSend time.Duration) (ping, idle time.Duration) {
 // a FIN (the server frees the lock after idle, the standby's GET_LOCK wait returns within
 // acquireWait), start-up queries aside. Pure.
 func Takeover(lease, longestSend time.Duration) time.Duration {
-	_, idle := Timeouts(lease, longestSend)
-	return idle + acquireWait
+	ping, idle := Timeouts(lease, longestSend)
+	return idle + acquireWait + ping // a new leader settles one ping interval (Roles.Run)
 }
 
 // acquireWait is how long one GET_LOCK waits on the server before the standby asks again (and

@@ -91,10 +91,15 @@ func (r *Roles) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		if ctx.Err() != nil {
-			// Stopped while claiming (Claim may not watch ctx): a process that is shutting
-			// down does not announce itself leader or start a term; the row's bumped epoch is
-			// harmless, the next leader bumps it again.
+		// The lock may have been freed under a live leader: the server dropped its lock
+		// connection (a KILL, a restart, a reset) and the old leader learns it at its next
+		// ping, sending meanwhile. Waiting one ping interval before leading lets it stop first
+		// (its saves already fail: the claim moved the epoch). A crash costs the same wait.
+		settled := sleep(ctx, r.Elector.ping)
+		if !settled || ctx.Err() != nil {
+			// Stopped while claiming (Claim may not watch ctx) or settling: a process that is
+			// shutting down does not announce itself leader or start a term; the row's bumped
+			// epoch is harmless, the next leader bumps it again.
 			t.Release()
 			return nil
 		}
