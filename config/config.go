@@ -81,8 +81,19 @@ type Config struct {
 
 // Source is the MySQL/MariaDB server whose binlog outboxd reads.
 type Source struct {
-	Flavor   gtid.Flavor `yaml:"flavor"`
-	Addr     string      `yaml:"addr"`
+	Flavor gtid.Flavor `yaml:"flavor"`
+	// Addr is the server's host:port. With Addrs it is Addrs[0] after ApplyDefaults.
+	Addr string `yaml:"addr"`
+	// Addrs are candidate servers of one replication topology (a primary and its replicas, in
+	// the order to try): after a lost connection outboxd streams from the first that is
+	// reachable, passes the checks and has every transaction of its checkpoint. Exclusive with
+	// Addr in the file; after ApplyDefaults it holds Addr when only Addr was given.
+	Addrs []string `yaml:"addrs"`
+	// OnMissingGTIDs is what happens when no candidate has every transaction of the checkpoint
+	// (an asynchronous failover discarded some outboxd already delivered): OnMissingStop
+	// (default) stops with the GTIDs; OnMissingContinue logs and counts them, and resumes from
+	// the newest transaction both histories share.
+	OnMissingGTIDs string `yaml:"on_missing_gtids"`
 	User     string      `yaml:"user"`
 	Password string      `yaml:"password"`
 	// PasswordFile names a file holding the password (one trailing newline is trimmed); it is
@@ -264,6 +275,12 @@ func (c *Config) LockName() string {
 	}
 	return "outboxd." + c.Checkpoint.Name
 }
+
+// source.on_missing_gtids values.
+const (
+	OnMissingStop     = "stop"
+	OnMissingContinue = "continue"
+)
 
 // DefaultHALease is ha.lease's default.
 const DefaultHALease = 5 * time.Second
@@ -461,6 +478,13 @@ func (c *Config) ApplyDefaults() {
 	}
 	setDefaultDur(&c.Source.ReadTimeout, DefaultSourceReadTimeout)
 	setDefaultDur(&c.Source.MinBinlogRetention, DefaultMinBinlogRetention)
+	switch {
+	case len(c.Source.Addrs) == 0 && c.Source.Addr != "":
+		c.Source.Addrs = []string{c.Source.Addr}
+	case len(c.Source.Addrs) > 0 && c.Source.Addr == "":
+		c.Source.Addr = c.Source.Addrs[0]
+	}
+	setDefault(&c.Source.OnMissingGTIDs, OnMissingStop)
 	if c.Pipeline.MaxInflightEvents == 0 {
 		c.Pipeline.MaxInflightEvents = DefaultMaxInflightEvents
 	}

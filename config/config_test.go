@@ -61,7 +61,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &Config{
-		Source: Source{Flavor: gtid.MariaDB, Addr: "127.0.0.1:3306", User: "outboxd", ServerID: 4242, Start: "latest",
+		Source: Source{Flavor: gtid.MariaDB, Addr: "127.0.0.1:3306", Addrs: []string{"127.0.0.1:3306"}, OnMissingGTIDs: OnMissingStop, User: "outboxd", ServerID: 4242, Start: "latest",
 			ReadTimeout: 10 * time.Second, MinBinlogRetention: 24 * time.Hour},
 		Tables: []Table{{Table: "shop.outbox_event", Columns: Columns{
 			EventID: "event_id", Key: "biz_key", Topic: "topic", Payload: "payload", EventType: "event_type", Headers: "headers"}}},
@@ -136,7 +136,7 @@ func TestFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &Config{
-		Source: Source{Flavor: gtid.MySQL, Addr: "db.internal:3307", User: "relay", Password: "p#w: x",
+		Source: Source{Flavor: gtid.MySQL, Addr: "db.internal:3307", Addrs: []string{"db.internal:3307"}, OnMissingGTIDs: OnMissingStop, User: "relay", Password: "p#w: x",
 			ServerID: 4294967295, Start: "3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5", ReadTimeout: 45 * time.Second, MinBinlogRetention: 24 * time.Hour},
 		Tables: []Table{
 			{Table: "shop.outbox_event", Columns: Columns{EventID: "id2", Key: "biz_key", Topic: "t", Payload: "body", EventType: "et", Headers: "h"}},

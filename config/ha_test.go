@@ -45,3 +45,27 @@ func TestHAValidation(t *testing.T) {
 		}
 	}
 }
+
+func TestSourceAddrs(t *testing.T) {
+	one := strings.Replace(minimal, "  addr: 127.0.0.1:3306\n", "  addrs: [\"10.0.0.1:3306\", \"10.0.0.2:3306\"]\n  on_missing_gtids: continue\n", 1)
+	c, err := parse([]byte(one), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Source.Addr != "10.0.0.1:3306" || len(c.Source.Addrs) != 2 || c.Source.OnMissingGTIDs != OnMissingContinue {
+		t.Fatalf("source %+v", c.Source)
+	}
+	if c.Checkpoint.Path == "" {
+		t.Fatal("defaults not applied")
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{strings.Replace(minimal, "  addr: 127.0.0.1:3306\n", "  addr: 127.0.0.1:3306\n  addrs: [\"10.0.0.1:3306\"]\n", 1), "source.addrs (line 5): and source.addr are both set"},
+		{strings.Replace(minimal, "  addr: 127.0.0.1:3306\n", "  addrs: [\"10.0.0.1:3306\", \"nope\"]\n", 1), "source.addrs[1]"},
+		{strings.Replace(minimal, "  addr: 127.0.0.1:3306\n", "  addrs: [\"10.0.0.1:3306\", \"10.0.0.1:3306\"]\n", 1), "listed twice"},
+		{strings.Replace(minimal, "  addr: 127.0.0.1:3306\n", "  addr: 127.0.0.1:3306\n  on_missing_gtids: skip\n", 1), "source.on_missing_gtids (line 5): \"skip\" is not allowed"},
+	} {
+		if got := mustFail(t, tc.yaml, noEnv); !strings.Contains(got, tc.want) {
+			t.Errorf("got %s\nwant %s", got, tc.want)
+		}
+	}
+}

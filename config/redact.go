@@ -43,6 +43,7 @@ func (c *Config) Redacted() *Config {
 func (s Source) redacted() Source {
 	s.Password = redact(s.Password)
 	s.SkipChecks = slices.Clone(s.SkipChecks)
+	s.Addrs = slices.Clone(s.Addrs)
 	if s.TLS != nil {
 		t := *s.TLS
 		s.TLS = &t

@@ -83,10 +83,30 @@ func (c *Config) validateSource(p *problems) {
 	default:
 		p.add("source.flavor", "%q is not allowed; use mysql or mariadb", s.Flavor)
 	}
-	if s.Addr == "" {
-		p.add("source.addr", "is required; set the server's host:port, such as 127.0.0.1:3306")
-	} else if err := checkHostPort(s.Addr); err != nil {
-		p.add("source.addr", "%v", err)
+	switch {
+	case s.Addr == "":
+		p.add("source.addr", "is required; set the server's host:port, such as 127.0.0.1:3306 (or source.addrs: a list of candidates)")
+	case len(s.Addrs) > 0 && s.Addrs[0] != s.Addr:
+		p.add("source.addrs", "and source.addr are both set; keep one: addr for one server, addrs for candidates tried in order")
+	default:
+		seen := map[string]bool{}
+		for i, a := range s.Addrs {
+			field := "source.addr"
+			if len(s.Addrs) > 1 {
+				field = fmt.Sprintf("source.addrs[%d]", i)
+			}
+			if err := checkHostPort(a); err != nil {
+				p.add(field, "%v", err)
+			} else if seen[a] {
+				p.add(field, "%q is listed twice", a)
+			}
+			seen[a] = true
+		}
+	}
+	switch s.OnMissingGTIDs {
+	case OnMissingStop, OnMissingContinue:
+	default:
+		p.add("source.on_missing_gtids", "%q is not allowed; use stop (default: exit naming the GTIDs no candidate has) or continue (log and count them, resume from the newest transaction both histories share)", s.OnMissingGTIDs)
 	}
 	if s.User == "" {
 		p.add("source.user", "is required; set a user with REPLICATION SLAVE and REPLICATION CLIENT")
