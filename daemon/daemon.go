@@ -95,15 +95,16 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 	}
 	defer store.Close()
 
-	db, err := openSource(ctx, cfg, log)
+	addr, db, err := openSource(ctx, cfg, log)
 	if err != nil {
-		return fmt.Errorf("connect to source %s: %w", cfg.Source.Addr, err)
+		return fmt.Errorf("connect to source %s: %w", strings.Join(cfg.Source.Addrs, ", "), err)
 	}
-	defer db.Close()
-	r.db = db
+	r.src = newSources(cfg, nil, log)
+	r.src.adopt(addr, db)
+	defer r.src.close()
 	// Before anything reads positions: log_bin off or the wrong flavor would otherwise surface
 	// as a confusing GTID error.
-	if err := startPreflight(ctx, db, cfg, log); err != nil {
+	if err := startPreflight(ctx, db, r.src.at(addr), log); err != nil {
 		return err
 	}
 
@@ -127,7 +128,8 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 	r.m = metrics.New(mo)
 	r.saver = newSavedStore(store, r.m)
 	declareSinks(r.m, cfg)
-	if r.reader, err = newReader(ctx, cfg, db, r.m, log); err != nil {
+	r.src.m = r.m
+	if _, err := r.src.reader(ctx, addr); err != nil {
 		return err
 	}
 
@@ -144,7 +146,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 		}
 		r.role.set(roleState{Role: election.RoleLeader, Epoch: epoch, Since: time.Now(), Reason: "ha disabled"}, r.m)
 	}
-	r.ops = &ops{cfg: cfg, m: r.m, sinks: sinks, db: db, saved: r.saver, started: started, version: o.Version, log: log, role: &r.role}
+	r.ops = &ops{cfg: cfg, m: r.m, sinks: sinks, src: r.src, saved: r.saver, started: started, version: o.Version, log: log, role: &r.role}
 	// The operator side (admin server, position sampler, heartbeat row) lives as long as Run
 	// and never decides its outcome.
 	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
@@ -519,11 +521,37 @@ func deadLetterOverride(cfg *config.Config, ids []string, log zerolog.Logger) (m
 	return set, audit, nil
 }
 
-// openSource connects to the source for the start-up queries. A server that is restarting or
-// a network that is briefly away is waited for with the reconnect backoff, as a lost stream
-// is; a refused login is a configuration error and ends the run at once.
-func openSource(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*sql.DB, error) {
-	return openWithBackoff(ctx, sourceConn(cfg), "source", log)
+// openSource connects to the source for the start-up queries: to the first of source.addrs
+// that answers, in order. A server that is restarting or a network that is briefly away is
+// waited for with the reconnect backoff, as a lost stream is; a refused login is a
+// configuration error and ends the run at once. It returns the address it reached.
+func openSource(ctx context.Context, cfg *config.Config, log zerolog.Logger) (string, *sql.DB, error) {
+	if len(cfg.Source.Addrs) <= 1 {
+		db, err := openWithBackoff(ctx, sourceConn(cfg), "source", log)
+		return cfg.Source.Addr, db, err
+	}
+	backoff := reconnectInitial
+	for {
+		var errs []error
+		for _, addr := range cfg.Source.Addrs {
+			c := *cfg
+			c.Source.Addr = addr
+			db, err := server.Open(ctx, sourceConn(&c))
+			if err == nil {
+				return addr, db, nil
+			}
+			var me *mysqldriver.MySQLError
+			if errors.As(err, &me) || ctx.Err() != nil {
+				return "", nil, fmt.Errorf("%s: %w", addr, err)
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+		}
+		err := errors.Join(errs...)
+		log.Warn().Err(err).Stringer("backoff", backoff).Msg("no source candidate reachable at start, retrying")
+		if !waitBackoff(ctx, &backoff) {
+			return "", nil, err
+		}
+	}
 }
 
 // openWithBackoff is openSource for any server; what names it in the log.

@@ -37,7 +37,7 @@ type ops struct {
 	cfg     *config.Config
 	m       *metrics.Metrics
 	sinks   map[string]sink.Sink
-	db      *sql.DB
+	src     *sources    // the source candidates; the sampler queries the current one
 	saved   *savedStore // the checkpoint on disk
 	started time.Time
 	version string
@@ -56,6 +56,11 @@ func (o *ops) setPipeline(pl *pipeline.Pipeline) {
 	o.pl = pl
 	o.mu.Unlock()
 	o.m.SetPipeline(pl)
+}
+
+func (o *ops) sourceAddr() string {
+	addr, _ := o.src.current()
+	return addr
 }
 
 // clearPipeline detaches the last session's pipeline when a term as leader ends: a standby
@@ -127,7 +132,8 @@ func (o *ops) sampleLoop(ctx context.Context) {
 		}
 		if pl := o.pipeline(); pl != nil && o.role.leading() {
 			qctx, cancel := context.WithTimeout(ctx, sampleInterval)
-			pos, err := server.Position(qctx, o.db, o.cfg.Source.Flavor)
+			_, db := o.src.current()
+			pos, err := server.Position(qctx, db, o.cfg.Source.Flavor)
 			cancel()
 			if err == nil {
 				now := time.Now()
@@ -194,7 +200,8 @@ func (o *ops) ready(ctx context.Context) []string {
 		}
 	default:
 		if up, why := o.m.Source(); !up {
-			msg := "source " + o.cfg.Source.Addr + ": binlog stream not connected"
+			addr, _ := o.src.current()
+			msg := "source " + addr + ": binlog stream not connected"
 			if why != "" {
 				msg += ": " + why
 			}
@@ -236,7 +243,7 @@ func (o *ops) status(context.Context) admin.Status {
 		Flavor:               string(o.cfg.Source.Flavor),
 		StartedAt:            o.started.UTC(),
 		UptimeSeconds:        now.Sub(o.started).Seconds(),
-		Source:               admin.Source{Addr: o.cfg.Source.Addr, Connected: connected, LastError: why},
+		Source:               admin.Source{Addr: o.sourceAddr(), Connected: connected, LastError: why},
 		CheckpointGTIDSet:    saved.last.GTIDSet,
 		CheckpointSavedAt:    saved.last.SavedAt.UTC(),
 		CheckpointCommitTime: saved.last.CommitTime.UTC(),

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -14,6 +13,7 @@ import (
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/election"
+	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/pipeline"
 	"github.com/outboxd/outboxd/router"
@@ -26,12 +26,11 @@ type relay struct {
 	cfg    *config.Config
 	o      Options
 	log    zerolog.Logger
-	db     *sql.DB
+	src    *sources // the candidates of source.addrs and the one streaming now
 	sinks  map[string]sink.Sink
 	router *router.Router
 	m      *metrics.Metrics
 	saver  *savedStore
-	reader *binlog.Reader
 	ops    *ops
 	role   roleHolder
 
@@ -65,7 +64,7 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 	if r.replayed {
 		fromGTID = ""
 	}
-	start, origin, err := ResolveStart(ctx, r.db, cfg, r.saver.store, fromGTID, r.o.Force)
+	start, origin, err := r.resolve(ctx, fromGTID)
 	if err != nil {
 		return startupStopped(ctx, err, log)
 	}
@@ -105,7 +104,13 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 		r.ops.setPipeline(pl)
 		began := time.Now()
 		sessCtx, endSession := r.saver.fault.session(ctx)
-		err = runSession(sessCtx, r.reader, pl, start)
+		addr, db := r.src.current()
+		reader, err := r.src.reader(ctx, addr)
+		if err != nil {
+			endSession()
+			return err
+		}
+		err = runSession(sessCtx, reader, pl, start)
 		if serr := endSession(); serr != nil {
 			err = serr // the store ended the session (mysql store: writer away, or misconfigured)
 		}
@@ -124,7 +129,7 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 		}
 		if errors.Is(err, binlog.ErrGTIDNotOnServer) {
 			// Purged while we were away (or streaming): name what is gone, as at start.
-			if perr := checkPurged(ctx, r.db, cfg.Source.Flavor, start, "the acknowledged position", cfg.Checkpoint.Where()); errors.Is(perr, ErrStartPurged) {
+			if perr := checkPurged(ctx, db, cfg.Source.Flavor, start, "the acknowledged position", cfg.Checkpoint.Where()); errors.Is(perr, ErrStartPurged) {
 				err = fmt.Errorf("%w (the stream stopped with: %w)", perr, err)
 			}
 		}
@@ -143,20 +148,17 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 		}
 		log.Warn().Err(err).Stringer("retry_in", backoff).Str("gtid_set", start.String()).
 			Msg("source connection lost; in-flight sends drained, reconnecting from the acknowledged position")
-		if !waitBackoff(ctx, &backoff) {
-			r.saver.logStopped(log, start)
-			return nil
-		}
-		pingWriter(ctx, r.saver.store, log)
-		if err := reverify(ctx, r.db, cfg, log); err != nil || ctx.Err() != nil {
-			// A server that came back with settings outboxd cannot read stops it; a shutdown
-			// during the re-check is no error.
+		next, err := r.reconnect(ctx, start, &backoff)
+		if err != nil || ctx.Err() != nil {
+			// A server that came back with settings outboxd cannot read stops it, so does a
+			// position no candidate has (on_missing_gtids: stop); a shutdown is no error.
 			r.saver.logStopped(log, start)
 			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
+		start = next
 		if err := resumeSaved(ctx, r.saver, start, log); err != nil || ctx.Err() != nil {
 			r.saver.logStopped(log, start)
 			return err
@@ -181,4 +183,96 @@ func haltOnFence(ctx context.Context) (context.Context, func()) {
 		stop()
 		cancel(nil)
 	}
+}
+
+// resolve picks the candidate to stream from and the start position: the first candidate
+// that has every transaction of the checkpoint (any candidate without one, or with
+// --from-gtid), then ResolveStart on it. When none has them: with on_missing_gtids: continue
+// the newest position the first such candidate shares with the checkpoint (logged, counted);
+// with stop, ResolveStart's own refusal of a checkpoint ahead of the server, with what every
+// candidate lacks. Unreachable candidates are waited for with the reconnect backoff.
+func (r *relay) resolve(ctx context.Context, fromGTID string) (gtid.Set, string, error) {
+	var cp gtid.Set
+	hasCP := false
+	if fromGTID == "" {
+		c, err := r.saver.store.Load()
+		if err != nil {
+			return gtid.Set{}, "", err
+		}
+		if c != nil && c.Flavor == r.cfg.Source.Flavor {
+			if cp, err = c.Set(); err == nil {
+				hasCP = true
+			}
+		}
+	}
+	backoff := reconnectInitial
+	verified, _ := r.src.current() // Run's preflight checked it
+	for {
+		ch, err := r.src.pick(ctx, cp, hasCP, verified)
+		verified = ""
+		switch {
+		case err == nil && ch.resume != nil:
+			r.gaveUp(cp, ch)
+			return ch.resume.Shared, originMissingContinue, nil
+		case err == nil:
+			return ResolveStart(ctx, ch.db, r.src.at(ch.addr), r.saver.store, fromGTID, r.o.Force)
+		case errors.Is(err, ErrMissingGTIDs):
+			// The refusal as for one server (ErrStartAhead, the fix), then every candidate.
+			addr, db := r.src.current()
+			if _, _, rerr := ResolveStart(ctx, db, r.src.at(addr), r.saver.store, fromGTID, r.o.Force); rerr != nil {
+				return gtid.Set{}, "", fmt.Errorf("%w\n%w", rerr, err)
+			}
+			return gtid.Set{}, "", err
+		case !errors.Is(err, binlog.ErrDisconnected) || ctx.Err() != nil:
+			return gtid.Set{}, "", err
+		}
+		r.log.Warn().Err(err).Stringer("retry_in", backoff).Msg("no source candidate to start from yet, retrying")
+		if !waitBackoff(ctx, &backoff) {
+			return gtid.Set{}, "", ctx.Err()
+		}
+	}
+}
+
+// originMissingContinue is the origin of a start cut back by on_missing_gtids: continue.
+const originMissingContinue = "on_missing_gtids: continue"
+
+// reconnect waits out the backoff and picks the candidate to stream from next, for the
+// acknowledged position start; it returns the position to stream from (start, or the shared
+// position under on_missing_gtids: continue, saved as the checkpoint before anything
+// streams). It waits while no candidate is reachable; other errors end the run. It returns
+// start and nil when ctx ends.
+func (r *relay) reconnect(ctx context.Context, start gtid.Set, backoff *time.Duration) (gtid.Set, error) {
+	for {
+		if !waitBackoff(ctx, backoff) {
+			return start, nil
+		}
+		pingWriter(ctx, r.saver.store, r.log)
+		ch, err := r.src.pick(ctx, start, true, "")
+		if err == nil {
+			if ch.resume == nil {
+				return start, nil
+			}
+			r.gaveUp(start, ch)
+			next := ch.resume.Shared
+			c := checkpoint.Checkpoint{Flavor: next.Flavor(), GTIDSet: next.String(), SavedAt: time.Now().UTC()}
+			if err := r.saver.Save(c); err != nil {
+				return start, fmt.Errorf("save the position %s (%s) before streaming from %s: %w: %w", next, originMissingContinue, ch.addr, pipeline.ErrCheckpointSave, err)
+			}
+			return next, nil
+		}
+		if !errors.Is(err, binlog.ErrDisconnected) || ctx.Err() != nil {
+			return start, err
+		}
+		r.log.Warn().Err(err).Stringer("retry_in", *backoff).Msg("no source candidate to stream from yet, retrying")
+	}
+}
+
+// gaveUp logs, once per lacking domain or source, the transactions outboxd delivered that the
+// chosen candidate no longer has, and counts them.
+func (r *relay) gaveUp(pos gtid.Set, ch choice) {
+	for _, line := range ch.resume.Lines {
+		r.log.Error().Str("source", ch.addr).Str("position", pos.String()).Str("resume_from", ch.resume.Shared.String()).
+			Str("missing", line).Msg("on_missing_gtids: continue: these transactions were delivered, and the database no longer has them; resuming from the newest position both histories share")
+	}
+	r.m.MissingTransactions(ch.resume.Count)
 }

@@ -35,11 +35,12 @@ func (o *ops) sampleRetention(ctx context.Context, st *retentionSampler) {
 	defer cancel()
 	// Each gauge on its own: the retention (and the alert on it) must not depend on the dump
 	// connection the oldest binlog's age needs.
-	r, err := server.BinlogRetention(qctx, o.db)
+	addr, db := o.src.current()
+	r, err := server.BinlogRetention(qctx, db)
 	if err == nil {
 		o.m.SetBinlogRetention(r.Period)
 		var oldest server.OldestBinlog
-		if oldest, _, err = server.OldestBinlogFile(qctx, o.db, sourceConn(o.cfg)); err == nil {
+		if oldest, _, err = server.OldestBinlogFile(qctx, db, sourceConn(o.src.at(addr))); err == nil {
 			o.m.SetOldestBinlog(oldest.Created)
 		}
 	}

@@ -264,6 +264,24 @@ func (s Set) Subtract(o Set) Set {
 	return out
 }
 
+// Count is the number of transactions a MySQL set names (the sum of its intervals' lengths);
+// 0 for a MariaDB set, whose positions do not say how many transactions precede them. Pure.
+func (s Set) Count() uint64 {
+	m, ok := s.s.(*mysql.MysqlGTIDSet)
+	if !ok {
+		return 0
+	}
+	var n uint64
+	for _, tags := range *m {
+		for _, ivs := range tags {
+			for _, iv := range ivs {
+				n += uint64(iv.Stop - iv.Start)
+			}
+		}
+	}
+	return n
+}
+
 func (s Set) mysqlSet() *mysql.MysqlGTIDSet   { return s.s.(*mysql.MysqlGTIDSet) }
 func (s Set) mariaSet() *mysql.MariadbGTIDSet { return s.s.(*mysql.MariadbGTIDSet) }
 

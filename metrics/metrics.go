@@ -107,6 +107,7 @@ type Metrics struct {
 	leader          prometheus.Gauge
 	leaderEpoch     prometheus.Gauge
 	fences          prometheus.Counter
+	missingTxns     prometheus.Counter
 	limitEvents     prometheus.Gauge
 	limitBytes      prometheus.Gauge
 	readToAck       prometheus.Histogram
@@ -238,6 +239,8 @@ func New(o Options) *Metrics {
 		Help: "The fencing epoch of this process's current or last term as leader (the checkpoint row's epoch it writes with; 0 for the file store)."})
 	m.fences = counter("outboxd_fences_total",
 		"Times this process, as leader, lost its lock (lease passed without proof, lock connection dropped) and stopped reading, sending and saving.")
+	m.missingTxns = counter("outboxd_missing_transactions_total",
+		"Transactions outboxd had delivered that no source candidate has any more (an asynchronous failover discarded them), given up under source.on_missing_gtids: continue.")
 	m.limitEvents = gauge("outboxd_inflight_events_limit",
 		"pipeline.max_inflight_events in effect: outboxd_inflight_events reaching it means reading waits for acknowledgements.")
 	m.limitBytes = gauge("outboxd_inflight_bytes_limit",
@@ -312,7 +315,7 @@ func New(o Options) *Metrics {
 		m.binlogEvents, m.binlogBytes, m.heartbeats, m.eventsRead, m.delivered, m.failed,
 		m.deadLetters, m.sendDuration, m.retries, m.checkpointSaves, m.checkpointFails, m.checkpointTS,
 		m.sourceConnected, m.sinkUp, m.topicMissing, m.txnsBehind, m.txnsSkipped,
-		m.reconnects, m.leader, m.leaderEpoch, m.fences, m.limitEvents, m.limitBytes, m.readToAck, m.commitToAck, m.tableDelivered, m.tableDead,
+		m.reconnects, m.leader, m.leaderEpoch, m.fences, m.missingTxns, m.limitEvents, m.limitBytes, m.readToAck, m.commitToAck, m.tableDelivered, m.tableDead,
 		m.binlogRetention,
 	)
 	m.reg.MustRegister(computed...)
@@ -412,6 +415,14 @@ func (m *Metrics) SetLeader(leading bool, epoch uint64) {
 		m.leader.Set(0)
 	}
 	m.leaderEpoch.Set(float64(epoch))
+}
+
+// MissingTransactions counts n delivered transactions the database no longer has.
+func (m *Metrics) MissingTransactions(n uint64) {
+	if m == nil {
+		return
+	}
+	m.missingTxns.Add(float64(n))
 }
 
 // Fenced counts one loss of the leader lock.

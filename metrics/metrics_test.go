@@ -110,6 +110,7 @@ func TestEveryContractMetricIsRegistered(t *testing.T) {
 		"outboxd_leader":                              dto.MetricType_GAUGE,
 		"outboxd_leader_epoch":                        dto.MetricType_GAUGE,
 		"outboxd_fences_total":                        dto.MetricType_COUNTER,
+		"outboxd_missing_transactions_total":          dto.MetricType_COUNTER,
 		"outboxd_inflight_events_limit":               dto.MetricType_GAUGE,
 		"outboxd_inflight_bytes_limit":                dto.MetricType_GAUGE,
 		"outboxd_read_to_ack_seconds":                 dto.MetricType_HISTOGRAM,

@@ -328,3 +328,29 @@ func (r *ColumnReader) Columns(ctx context.Context, schema, table string) ([]str
 	}
 	return names, nil
 }
+
+// Replicating reports whether the server is a replica whose replication threads run (either
+// of them): one that lacks a transaction may still receive it. MySQL 8.0.22+ is asked with
+// SHOW REPLICA STATUS, MariaDB and older MySQL with SHOW SLAVE STATUS (MariaDB: the default
+// connection). It needs REPLICATION CLIENT (or SLAVE MONITOR) and blocks on one query.
+func Replicating(ctx context.Context, db *sql.DB, f gtid.Flavor) (bool, error) {
+	q, io, sqlT := "SHOW SLAVE STATUS", "Slave_IO_Running", "Slave_SQL_Running"
+	if f == gtid.MySQL {
+		q, io, sqlT = "SHOW REPLICA STATUS", "Replica_IO_Running", "Replica_SQL_Running"
+	}
+	rows, err := db.QueryContext(ctx, q)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", q, err)
+	}
+	defer rows.Close()
+	all, err := scanAll(rows)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", q, err)
+	}
+	for _, r := range all {
+		if strings.EqualFold(r[io], "Yes") || strings.EqualFold(r[io], "Connecting") || strings.EqualFold(r[sqlT], "Yes") {
+			return true, nil
+		}
+	}
+	return false, nil
+}

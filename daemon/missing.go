@@ -1,0 +1,108 @@
+package daemon
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/outboxd/outboxd/gtid"
+)
+
+// missingOn is what of a position (the acknowledged set: transactions outboxd already
+// delivered) a server's history lacks. After an asynchronous failover the promoted replica may
+// lack the old primary's last transactions: outboxd delivered them, the database no longer has
+// them.
+type missingOn struct {
+	// Lines name the lacking transactions, one line per domain or source, for messages.
+	Lines []string
+	// Count is how many transactions that is (MariaDB: sequence numbers of the old server in
+	// the domain, an upper bound when another server wrote in between).
+	Count uint64
+	// Behind is set when the server's history has not moved past what it lacks (MariaDB: no
+	// later sequence number in the domain): a replica still catching up may get them yet.
+	Behind bool
+	// Shared is the newest position both histories share: the position with each lacking
+	// domain (or source) cut back to what the server has. Streaming from it re-delivers what
+	// follows on the server. SharedOK is false when it is not known (MariaDB: the server never
+	// logged a transaction of the position's server in that domain).
+	Shared   gtid.Set
+	SharedOK bool
+}
+
+// lacks reports whether anything is missing.
+func (m missingOn) lacks() bool { return len(m.Lines) > 0 }
+
+// MariaDBMissing compares pos with a server's @@gtid_binlog_state (the last sequence number each
+// server id wrote in each domain). A GTID d-s-n of pos is on the server when server s's last in
+// domain d is at least n (a server's own numbers only grow, and under gtid_strict_mode a domain's
+// numbers do too): this sees a diverged history that a set comparison cannot, such as 0-2-105
+// "containing" 0-1-105 after a failover although the server never had 0-1-105. The shared
+// position of such a domain is d-s-m, server s's last there. Pure.
+func MariaDBMissing(pos gtid.Set, state string) (missingOn, error) {
+	want, err := mariaPositions(pos)
+	if err != nil {
+		return missingOn{}, err
+	}
+	last, err := parseBinlogState(state)
+	if err != nil {
+		return missingOn{}, err
+	}
+	maxSeq := map[uint32]uint64{}
+	for k, n := range last {
+		maxSeq[k[0]] = max(maxSeq[k[0]], n)
+	}
+	var out missingOn
+	out.SharedOK = true
+	shared := make([]string, 0, len(want))
+	for _, g := range orderedPositions(want) {
+		m, ok := last[[2]uint32{g.domain, g.server}]
+		if ok && m >= g.seq {
+			shared = append(shared, g.String())
+			continue
+		}
+		from := mariaGTID{g.domain, g.server, m + 1}
+		out.Lines = append(out.Lines, fmt.Sprintf("domain %d: %s..%s (the server's last of server id %d there is %s)",
+			g.domain, from, g, g.server, lastText(g, m, ok)))
+		out.Count += g.seq - m
+		if maxSeq[g.domain] < g.seq {
+			out.Behind = true // nothing newer in the domain: it may still replicate them
+		}
+		if !ok || m == 0 {
+			out.SharedOK = false
+			continue
+		}
+		shared = append(shared, mariaGTID{g.domain, g.server, m}.String())
+	}
+	if !out.lacks() {
+		return missingOn{Shared: pos, SharedOK: true}, nil
+	}
+	if out.SharedOK {
+		if out.Shared, err = gtid.Parse(gtid.MariaDB, strings.Join(shared, ",")); err != nil {
+			return missingOn{}, err
+		}
+	}
+	return out, nil
+}
+
+func lastText(g mariaGTID, m uint64, ok bool) string {
+	if !ok {
+		return "none"
+	}
+	return mariaGTID{g.domain, g.server, m}.String()
+}
+
+// MySQLMissing compares pos with a server's @@gtid_executed: what pos has beyond it is missing
+// (server UUIDs tell histories apart, so set difference is exact), and the shared position is
+// their intersection. Whether the server is a replica still catching up cannot be told from
+// the sets: Behind stays false. Pure.
+func MySQLMissing(pos, executed gtid.Set) missingOn {
+	extra := pos.Subtract(executed)
+	if extra.IsEmpty() {
+		return missingOn{Shared: pos, SharedOK: true}
+	}
+	return missingOn{
+		Lines:    []string{strings.ReplaceAll(extra.String(), "\n", "") + " (not in @@gtid_executed)"},
+		Count:    extra.Count(),
+		Shared:   pos.Subtract(extra),
+		SharedOK: true,
+	}
+}

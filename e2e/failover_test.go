@@ -1,0 +1,210 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/outboxd/outboxd/testenv/replication"
+)
+
+// failoverWorld is a replicated pair (GTID replication, log_slave_updates), an outbox table
+// created on the primary, one kfake cluster and outboxd's config with source.addrs.
+type failoverWorld struct {
+	t    *testing.T
+	pair *replication.Pair
+	w    *world // on the current primary; switched by onPrimary
+	o    cfgOpts
+	kc   *consumer
+	ids  []string
+	// admin is outboxd's admin.listen.
+	admin string
+}
+
+func newFailoverWorld(t *testing.T, addrs func(p *replication.Pair) []string, extraSource string) (*failoverWorld, string) {
+	t.Helper()
+	pair := replication.StartPair(t, replication.Options{})
+	w := newWorld(t, pair.Primary())
+	kc := kafkaCluster(t, "t")
+	o := simpleCfg(t, w, kc, w.position())
+	o.Source = extraSource
+	admin := admFreeAddr(t)
+	o.Extra += fmt.Sprintf("admin: {listen: %q}\n", admin)
+	y := o.yaml()
+	list := make([]string, 0, 2)
+	for _, a := range addrs(pair) {
+		list = append(list, fmt.Sprintf("%q", a))
+	}
+	y = strings.Replace(y, "  addr: "+pair.Primary().Addr+"\n", "  addrs: ["+strings.Join(list, ", ")+"]\n", 1)
+	path := filepath.Join(o.Dir, "outboxd.yaml")
+	if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return &failoverWorld{t: t, pair: pair, w: w, o: o, kc: newConsumer(t, kc, "t"), admin: admin}, path
+}
+
+// commit commits rows ev<from>..ev<to-1>, one transaction each, on the current primary.
+func (f *failoverWorld) commit(from, to int) string {
+	var g string
+	for i := from; i < to; i++ {
+		id := fmt.Sprintf("ev%03d", i)
+		g = f.w.commit(row{EventID: id, Key: fmt.Sprintf("k%d", i%4), Topic: "t", Payload: []byte(id)})
+		f.ids = append(f.ids, id)
+	}
+	return g
+}
+
+// onPrimary points the world's writes at the pair's current primary.
+func (f *failoverWorld) onPrimary() {
+	f.t.Helper()
+	db, err := f.pair.Primary().DB(context.Background(), "")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { db.Close() })
+	f.w = &world{t: f.t, srv: f.pair.Primary(), db: db, schema: f.w.schema}
+}
+
+func primaryFirst(p *replication.Pair) []string { return []string{p.Primary().Addr, p.Replica().Addr} }
+
+// A planned switchover while outboxd streams: writes stop, the replica is promoted, the old
+// primary goes down for maintenance; outboxd, with source.addrs, continues on the new primary.
+// Every row arrives once per run, in per-key order.
+func TestFailoverSwitchover(t *testing.T) {
+	f, path := newFailoverWorld(t, primaryFirst, "")
+	p := startBinary(t, "run", "--config", path)
+	f.commit(0, 40)
+	f.kc.waitFor(40, 30*time.Second)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	old := f.pair.Primary()
+	if err := f.pair.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Stop(); err != nil { // maintenance: the old primary goes away
+		t.Fatal(err)
+	}
+	f.onPrimary()
+	last := f.commit(40, 80)
+	f.kc.waitForEvent("ev079", 60*time.Second)
+	checkPerKeyOrder(t, f.kc.settle(500*time.Millisecond), f.ids)
+	waitCheckpoint(t, f.o.Dir, f.w.position(), 20*time.Second)
+	if !strings.Contains(p.output(), "streaming from another source candidate") || !strings.Contains(p.output(), f.pair.Primary().Addr) {
+		t.Fatalf("no switch to %s logged:\n%s", f.pair.Primary().Addr, p.output())
+	}
+	if gtidSeq(t, last) <= 40 {
+		t.Fatalf("last GTID %s: the new primary's writes were expected past the old history", last)
+	}
+}
+
+// outboxd reads the replica (with log_slave_updates). The primary crashes and the replica is
+// promoted: everything outboxd delivered exists on the new primary (it only ever relayed what
+// reached the replica), so it just goes on: no phantom events, no missing transactions.
+func TestFailoverReadingTheReplica(t *testing.T) {
+	f, path := newFailoverWorld(t, func(p *replication.Pair) []string { return []string{p.Replica().Addr} }, "")
+	p := startBinary(t, "run", "--config", path)
+	f.commit(0, 30)
+	f.kc.waitFor(30, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := f.pair.PromoteAfterCrash(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.onPrimary()
+	f.commit(30, 50)
+	rs := f.kc.waitForEvent("ev049", 60*time.Second)
+	checkPerKeyOrder(t, f.kc.settle(500*time.Millisecond), f.ids)
+	have := map[string]bool{}
+	rows, err := f.w.db.Query("SELECT event_id FROM " + f.w.schema + ".outbox_event")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		rows.Scan(&id)
+		have[id] = true
+	}
+	rows.Close()
+	for _, r := range rs {
+		if id := header(r, "event_id"); !have[id] {
+			t.Errorf("delivered %s, which the new primary does not have (a phantom)", id)
+		}
+	}
+	if strings.Contains(p.output(), "no longer has") {
+		t.Fatalf("missing transactions reported while reading the replica:\n%s", p.output())
+	}
+}
+
+// A crash failover that loses transactions: the replica stops replicating, the primary takes
+// ten more transactions that outboxd delivers and checkpoints, then dies; the replica is
+// promoted without them. on_missing_gtids: stop exits naming them; continue logs and counts
+// them and resumes from the last transaction both histories share.
+func TestFailoverCrashLosesDeliveredTransactions(t *testing.T) {
+	for _, mode := range []string{"stop", "continue"} {
+		t.Run(mode, func(t *testing.T) {
+			f, path := newFailoverWorld(t, primaryFirst, "  on_missing_gtids: "+mode+"\n")
+			p := startBinary(t, "run", "--config", path)
+			f.commit(0, 20)
+			f.kc.waitFor(20, 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := f.pair.WaitCaughtUp(ctx); err != nil {
+				t.Fatal(err)
+			}
+			rdb, err := f.pair.Replica().DB(ctx, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rdb.Close()
+			if _, err := rdb.Exec("STOP SLAVE"); err != nil {
+				t.Fatal(err)
+			}
+			lost := f.commit(20, 30) // only on the primary
+			f.kc.waitForEvent("ev029", 30*time.Second)
+			waitCheckpoint(t, f.o.Dir, f.w.position(), 20*time.Second)
+			if err := f.pair.PromoteAfterCrash(ctx); err != nil {
+				t.Fatal(err)
+			}
+			f.onPrimary()
+			if mode == "stop" {
+				code := p.wait(t, 60*time.Second)
+				out := p.output()
+				if code != 1 || !strings.Contains(out, "no source candidate has every transaction outboxd already delivered") ||
+					!strings.Contains(out, ".."+lost) || !strings.Contains(out, "on_missing_gtids: continue") {
+					t.Fatalf("exit %d, want 1 naming the lost transactions up to %s and the remedies:\n%s", code, lost, out)
+				}
+				return
+			}
+			f.commit(30, 45) // the new primary's own
+			f.kc.waitForEvent("ev044", 60*time.Second)
+			rs := f.kc.settle(500 * time.Millisecond)
+			// ev020..ev029 were delivered once (before the crash) and are gone from the
+			// database; ev030.. come from the new primary, in order.
+			checkPerKeyOrder(t, rs, f.ids)
+			out := p.output()
+			if !strings.Contains(out, "on_missing_gtids: continue: these transactions were delivered, and the database no longer has them") {
+				t.Fatalf("the lost transactions were not logged:\n%s", out)
+			}
+			waitCheckpoint(t, f.o.Dir, f.w.position(), 20*time.Second)
+			vals, _ := admScrape(t, f.admin)
+			if got := vals["outboxd_missing_transactions_total"]; got != 10 {
+				t.Errorf("outboxd_missing_transactions_total = %v, want the 10 transactions lost with the old primary", got)
+			}
+			if st, body := admGet(f.admin, "/status"); st != 200 || !strings.Contains(body, f.pair.Primary().Addr) {
+				t.Errorf("/status %d does not name the new primary %s: %s", st, f.pair.Primary().Addr, body)
+			}
+			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			if code := p.wait(t, 30*time.Second); code != 0 {
+				t.Fatalf("exit %d:\n%s", code, out)
+			}
+		})
+	}
+}
