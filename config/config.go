@@ -94,8 +94,8 @@ type Source struct {
 	// (default) stops with the GTIDs; OnMissingContinue logs and counts them, and resumes from
 	// the newest transaction both histories share.
 	OnMissingGTIDs string `yaml:"on_missing_gtids"`
-	User     string      `yaml:"user"`
-	Password string      `yaml:"password"`
+	User           string `yaml:"user"`
+	Password       string `yaml:"password"`
 	// PasswordFile names a file holding the password (one trailing newline is trimmed); it is
 	// read at load and is exclusive with Password.
 	PasswordFile string `yaml:"password_file"`
