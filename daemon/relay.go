@@ -2,11 +2,15 @@ package daemon
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"sync/atomic"
 	"time"
 
+	mysqldriver "github.com/go-sql-driver/mysql"
 	"github.com/rs/zerolog"
 
 	"github.com/outboxd/outboxd/binlog"
@@ -215,7 +219,17 @@ func (r *relay) resolve(ctx context.Context, fromGTID string) (gtid.Set, string,
 			r.gaveUp(cp, ch)
 			return ch.resume.Shared, originMissingContinue, nil
 		case err == nil:
-			return ResolveStart(ctx, ch.db, r.src.at(ch.addr), r.saver.store, fromGTID, r.o.Force)
+			start, origin, err := ResolveStart(ctx, ch.db, r.src.at(ch.addr), r.saver.store, fromGTID, r.o.Force)
+			if err == nil || !transientSQL(err) || ctx.Err() != nil {
+				return start, origin, err
+			}
+			// The connection broke between the pick and the start-up queries (a server
+			// restarting, a reset): as for a lost stream, wait and try again.
+			r.log.Warn().Err(err).Stringer("retry_in", backoff).Msg("start position not resolved: the source connection failed, retrying")
+			if !waitBackoff(ctx, &backoff) {
+				return gtid.Set{}, "", ctx.Err()
+			}
+			continue
 		case errors.Is(err, ErrMissingGTIDs):
 			// The refusal as for one server (ErrStartAhead, the fix), then every candidate.
 			addr, db := r.src.current()
@@ -275,4 +289,17 @@ func (r *relay) gaveUp(pos gtid.Set, ch choice) {
 			Str("missing", line).Msg("on_missing_gtids: continue: these transactions were delivered, and the database no longer has them; resuming from the newest position both histories share")
 	}
 	r.m.MissingTransactions(ch.resume.Count)
+}
+
+// transientSQL reports whether err is a connection that failed (a dropped or reset connection,
+// a timeout, a writer away) rather than an answer: worth a retry with backoff, not an exit.
+func transientSQL(err error) bool {
+	var me *mysqldriver.MySQLError
+	if errors.As(err, &me) {
+		return me.Number == 1053 || me.Number == 1927 // server shutdown, connection killed
+	}
+	var ne net.Error
+	return errors.Is(err, mysqldriver.ErrInvalidConn) || errors.Is(err, driver.ErrBadConn) ||
+		errors.Is(err, checkpoint.ErrUnreachable) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne)
 }
