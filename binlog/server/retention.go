@@ -74,7 +74,7 @@ func BinlogRetention(ctx context.Context, db *sql.DB) (Retention, error) {
 	if err != nil {
 		return Retention{}, fmt.Errorf("read binlog retention (binlog_expire_logs_seconds, expire_logs_days): %w", err)
 	}
-	recs, err := scanAll(rows)
+	recs, err := ScanAll(rows)
 	if err != nil {
 		return Retention{}, fmt.Errorf("read binlog retention (binlog_expire_logs_seconds, expire_logs_days): %w", err)
 	}

@@ -120,7 +120,7 @@ func Purged(ctx context.Context, db *sql.DB, f gtid.Flavor) (gtid.Set, error) {
 	if err != nil {
 		return gtid.Set{}, fmt.Errorf("read Gtid_list of oldest binlog %s: %w", oldest, err)
 	}
-	recs, err := scanAll(rows)
+	recs, err := ScanAll(rows)
 	if err != nil {
 		return gtid.Set{}, fmt.Errorf("read Gtid_list of oldest binlog %s: %w", oldest, err)
 	}
@@ -178,7 +178,7 @@ func BinaryLogs(ctx context.Context, db *sql.DB) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("SHOW BINARY LOGS (needs log_bin=ON and REPLICATION CLIENT): %w", err)
 	}
-	recs, err := scanAll(rows)
+	recs, err := ScanAll(rows)
 	if err != nil {
 		return nil, fmt.Errorf("SHOW BINARY LOGS: %w", err)
 	}
@@ -201,7 +201,7 @@ func BinlogStatus(ctx context.Context, db *sql.DB) (file string, pos uint64, err
 	if err != nil {
 		return "", 0, fmt.Errorf("binlog status: %w", err)
 	}
-	recs, err := scanAll(rows)
+	recs, err := ScanAll(rows)
 	if err != nil {
 		return "", 0, fmt.Errorf("binlog status: %w", err)
 	}
@@ -229,9 +229,9 @@ func queryGTIDVar(ctx context.Context, db *sql.DB, f gtid.Flavor, v string) (gti
 	return set, nil
 }
 
-// scanAll reads every row as column name → text (NULL as ""), for SHOW statements whose columns
+// ScanAll reads every row as column name → text (NULL as ""), for SHOW statements whose columns
 // differ between versions. It closes rows.
-func scanAll(rows *sql.Rows) ([]map[string]string, error) {
+func ScanAll(rows *sql.Rows) ([]map[string]string, error) {
 	defer rows.Close()
 	cols, err := rows.Columns()
 	if err != nil {
@@ -343,7 +343,7 @@ func Replicating(ctx context.Context, db *sql.DB, f gtid.Flavor) (bool, error) {
 		return false, fmt.Errorf("%s: %w", q, err)
 	}
 	defer rows.Close()
-	all, err := scanAll(rows)
+	all, err := ScanAll(rows)
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", q, err)
 	}

@@ -485,7 +485,7 @@ func TestPurgedSeveralServersInADomain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recs, err := scanAll(rows)
+	recs, err := ScanAll(rows)
 	if err != nil {
 		t.Fatal(err)
 	}

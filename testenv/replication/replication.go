@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outboxd/outboxd/binlog/server"
 	"github.com/outboxd/outboxd/testenv/mariadb"
 )
 
@@ -336,26 +337,11 @@ func slaveStatus(ctx context.Context, s *mariadb.Server) (status, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: SHOW SLAVE STATUS: %w", s.Addr, err)
 	}
-	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		return nil, err
+	all, err := server.ScanAll(rows)
+	if err != nil || len(all) == 0 {
+		return status{}, err
 	}
-	st := status{}
-	if rows.Next() {
-		vals := make([]sql.NullString, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			return nil, err
-		}
-		for i, c := range cols {
-			st[c] = vals[i].String
-		}
-	}
-	return st, rows.Err()
+	return status(all[0]), nil
 }
 
 func exec(ctx context.Context, s *mariadb.Server, q string) error {
