@@ -17,8 +17,9 @@ type missingOn struct {
 	// Count is how many transactions that is (MariaDB: sequence numbers of the old server in
 	// the domain, an upper bound when another server wrote in between).
 	Count uint64
-	// Behind is set when the server's history has not moved past what it lacks (MariaDB: no
-	// later sequence number in the domain): a replica still catching up may get them yet.
+	// Behind is set when the server may get what it lacks yet. MariaDBMissing sets it when
+	// the history has not moved past it (no later sequence number in the domain); pick keeps
+	// it only for a running replica (and sets it for any running MySQL replica).
 	Behind bool
 	// Shared is the newest position both histories share: the position with each lacking
 	// domain (or source) cut back to what the server has. Streaming from it re-delivers what

@@ -90,3 +90,20 @@ func TestTransientSQL(t *testing.T) {
 		}
 	}
 }
+
+// MySQL 8.4 tagged GTIDs: a tag is its own sequence, lost or kept apart from the untagged one.
+func TestMySQLMissingTagged(t *testing.T) {
+	const a = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+	pos, err := gtid.Parse(gtid.MySQL, a+":1-50:outbox:1-12")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec, _ := gtid.Parse(gtid.MySQL, a+":1-60:outbox:1-9")
+	m := MySQLMissing(pos, exec)
+	if m.Count != 3 || !strings.Contains(m.Lines[0], "outbox:10-12") {
+		t.Fatalf("%+v", m)
+	}
+	if want, _ := gtid.Parse(gtid.MySQL, a+":1-50:outbox:1-9"); !m.Shared.Equal(want) {
+		t.Fatalf("shared %s, want %s", m.Shared, want)
+	}
+}
