@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	mysqldriver "github.com/go-sql-driver/mysql"
 	"github.com/rs/zerolog"
@@ -116,6 +117,9 @@ func (s *sources) close() {
 	}
 }
 
+// candidateTimeout bounds pick's queries of one candidate (connect, checks, history).
+const candidateTimeout = 10 * time.Second
+
 // choice is the candidate pick chose.
 type choice struct {
 	addr string
@@ -143,9 +147,12 @@ func (s *sources) pick(ctx context.Context, pos gtid.Set, hasPos bool, verified 
 	var away, ineligible []string
 	var refused error
 	for _, addr := range s.cfg.Source.Addrs {
-		db, err := s.open(ctx, addr)
+		// Bounded per candidate: one cut off without a FIN must not hold up the next.
+		cctx, cancel := context.WithTimeout(ctx, candidateTimeout)
+		defer cancel()
+		db, err := s.open(cctx, addr)
 		if err == nil && addr != verified {
-			err = preflight(ctx, db, s.at(addr), s.log)
+			err = preflight(cctx, db, s.at(addr), s.log)
 		}
 		var me *mysqldriver.MySQLError
 		switch {
@@ -165,7 +172,7 @@ func (s *sources) pick(ctx context.Context, pos gtid.Set, hasPos bool, verified 
 		if !hasPos {
 			return s.chose(addr, db, nil), nil
 		}
-		m, err := missingAt(ctx, db, s.cfg.Source.Flavor, pos)
+		m, err := missingAt(cctx, db, s.cfg.Source.Flavor, pos)
 		if err != nil {
 			away = append(away, fmt.Sprintf("%s: %v", addr, err))
 			continue
@@ -175,7 +182,7 @@ func (s *sources) pick(ctx context.Context, pos gtid.Set, hasPos bool, verified 
 		}
 		// Only a running replica may still receive what it lacks; a primary (a replica
 		// promoted after a crash) never will. MariaDB also needs nothing newer in the domain.
-		repl, err := server.Replicating(ctx, db, s.cfg.Source.Flavor)
+		repl, err := server.Replicating(cctx, db, s.cfg.Source.Flavor)
 		if err != nil {
 			away = append(away, fmt.Sprintf("%s: %v", addr, err))
 			continue

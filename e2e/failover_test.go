@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxd/outboxd/testenv/faultproxy"
 	"github.com/outboxd/outboxd/testenv/replication"
 )
 
@@ -206,5 +207,42 @@ func TestFailoverCrashLosesDeliveredTransactions(t *testing.T) {
 				t.Fatalf("exit %d:\n%s", code, out)
 			}
 		})
+	}
+}
+
+// The old primary stops sending on a connection that stays up (no FIN: its path is
+// blackholed) after a switchover: source.read_timeout notices the silent stream, the
+// blackholed candidate is given up within its bound, and outboxd goes on on the new primary.
+func TestFailoverSilentOldPrimary(t *testing.T) {
+	var px *faultproxy.Proxy
+	f, path := newFailoverWorld(t, func(p *replication.Pair) []string {
+		var err error
+		if px, err = faultproxy.New(p.Primary().Addr); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { px.Close() })
+		return []string{px.Addr(), p.Replica().Addr}
+	}, "  read_timeout: 3s\n")
+	p := startBinary(t, "run", "--config", path)
+	f.commit(0, 20)
+	f.kc.waitFor(20, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := f.pair.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	px.SetMode(faultproxy.Blackhole)
+	cut := time.Now()
+	f.onPrimary()
+	f.commit(20, 40)
+	f.kc.waitForEvent("ev039", 60*time.Second)
+	took := time.Since(cut)
+	checkPerKeyOrder(t, f.kc.settle(500*time.Millisecond), f.ids)
+	t.Logf("on the new primary %s after the cut", took)
+	if took > 3*time.Second+10*time.Second+15*time.Second {
+		t.Errorf("took %s: read_timeout 3s plus one candidate's bound (10s) was expected", took)
+	}
+	if !strings.Contains(p.output(), "streaming from another source candidate") {
+		t.Fatalf("no switch logged:\n%s", p.output())
 	}
 }
