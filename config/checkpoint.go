@@ -38,7 +38,9 @@ func (c *Config) validateCheckpoint(p *problems) {
 		} else if !checkpointNameRe.MatchString(cp.Name) {
 			p.add("checkpoint.name", "%q must be 1 to 64 characters of letters, digits, _ . : - starting with a letter or digit", cp.Name)
 		}
-		if _, _, err := net.SplitHostPort(cp.WriterAddr); err != nil {
+		if cp.WriterAddr == "" && len(c.Source.Addrs) > 1 {
+			p.add("checkpoint.writer_addr", "is required with several source.addrs: name the writable primary by something that follows it through a failover (a DNS name, a VIP, a proxy), since the checkpoint row and the leader lock live there")
+		} else if _, _, err := net.SplitHostPort(cp.WriterAddr); err != nil {
 			p.add("checkpoint.writer_addr", "%q is not host:port of the writable primary (default source.addr): %v", cp.WriterAddr, err)
 		}
 	default:

@@ -523,7 +523,11 @@ func (c *Config) ApplyDefaults() {
 	setDefaultDur(&c.Retry.MissingTopicTimeout, DefaultMissingTopicTimeout)
 	if c.Checkpoint.MySQL() {
 		setDefault(&c.Checkpoint.Table, DefaultCheckpointTable)
-		setDefault(&c.Checkpoint.WriterAddr, c.Source.Addr)
+		if len(c.Source.Addrs) <= 1 {
+			// With several candidates the writer must be named: it is the primary, wherever
+			// that is after a failover (validateCheckpoint says so).
+			setDefault(&c.Checkpoint.WriterAddr, c.Source.Addr)
+		}
 	} else {
 		setDefault(&c.Checkpoint.Path, DefaultCheckpointPath)
 	}

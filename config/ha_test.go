@@ -69,3 +69,17 @@ func TestSourceAddrs(t *testing.T) {
 		}
 	}
 }
+
+// With several candidates the mysql store's writer is not one of them by default: it is the
+// primary wherever that is, so it must be named.
+func TestWriterAddrRequiredWithSeveralAddrs(t *testing.T) {
+	y := strings.Replace(minimal, "  addr: 127.0.0.1:3306\n", "  addrs: [\"10.0.0.1:3306\", \"10.0.0.2:3306\"]\n", 1) +
+		"checkpoint: {store: mysql, name: orders}\n"
+	if got := mustFail(t, y, noEnv); !strings.Contains(got, "checkpoint.writer_addr (line 13): is required with several source.addrs") {
+		t.Fatalf("got %s", got)
+	}
+	c, err := parse([]byte(strings.Replace(y, "name: orders}", "name: orders, writer_addr: \"primary.db:3306\"}", 1)), noEnv)
+	if err != nil || c.Checkpoint.WriterAddr != "primary.db:3306" {
+		t.Fatalf("%v %+v", err, c.Checkpoint)
+	}
+}
