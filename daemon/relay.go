@@ -277,7 +277,11 @@ func (r *relay) reconnect(ctx context.Context, start gtid.Set, backoff *time.Dur
 		if !errors.Is(err, binlog.ErrDisconnected) || ctx.Err() != nil {
 			return start, err
 		}
-		r.log.Warn().Err(err).Stringer("retry_in", *backoff).Msg("no source candidate to stream from yet, retrying")
+		msg := "no source candidate to stream from yet, retrying"
+		if len(r.cfg.Source.Addrs) == 1 {
+			msg = "source not inspectable before reconnecting, retrying"
+		}
+		r.log.Warn().Err(err).Stringer("retry_in", *backoff).Msg(msg)
 	}
 }
 
