@@ -81,7 +81,20 @@ func Check(ctx context.Context, cfg *config.Config, log zerolog.Logger) CheckRep
 	return r
 }
 
+// checkSource checks every candidate of source.addrs, each as the only source: outboxd may
+// have to stream from any of them after a failover.
 func checkSource(ctx context.Context, cfg *config.Config, r *CheckReport) {
+	for _, addr := range cfg.Source.Addrs {
+		c := *cfg
+		c.Source.Addr = addr
+		checkSourceAt(ctx, &c, r)
+	}
+	if len(cfg.Source.Addrs) == 0 { // a Config built in code without ApplyDefaults
+		checkSourceAt(ctx, cfg, r)
+	}
+}
+
+func checkSourceAt(ctx context.Context, cfg *config.Config, r *CheckReport) {
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 	addr := cfg.Source.Addr

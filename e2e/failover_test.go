@@ -246,3 +246,13 @@ func TestFailoverSilentOldPrimary(t *testing.T) {
 		t.Fatalf("no switch logged:\n%s", p.output())
 	}
 }
+
+// check inspects every candidate of source.addrs, each as the only source: one that is down is a
+// problem of its own, beside the lines of the healthy one.
+func TestFailoverCheckEveryCandidate(t *testing.T) {
+	f, path := newFailoverWorld(t, func(p *replication.Pair) []string { return []string{p.Primary().Addr, "127.0.0.1:1"} }, "")
+	code, out := runBinary(t, "check", "--config", path)
+	if code == 0 || !strings.Contains(out, "source 127.0.0.1:1: cannot connect") || !strings.Contains(out, "source "+f.pair.Primary().Addr+": connected as") {
+		t.Fatalf("check exited %d without a line for each candidate:\n%s", code, out)
+	}
+}
