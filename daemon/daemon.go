@@ -105,7 +105,13 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 	// Before anything reads positions: log_bin off or the wrong flavor would otherwise surface
 	// as a confusing GTID error.
 	if err := startPreflight(ctx, db, r.src.at(addr), log); err != nil {
-		return err
+		if len(cfg.Source.Addrs) <= 1 || !errors.Is(err, ErrPreflight) {
+			return err
+		}
+		// Another candidate may pass: the first pick checks them all, in order.
+		log.Warn().Err(err).Str("source", addr).Msg("source candidate fails the start-up checks; trying the others")
+	} else {
+		r.src.verified = addr
 	}
 
 	sinks, err := OpenSinks(cfg, log)

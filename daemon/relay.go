@@ -210,7 +210,8 @@ func (r *relay) resolve(ctx context.Context, fromGTID string) (gtid.Set, string,
 		}
 	}
 	backoff := reconnectInitial
-	verified, _ := r.src.current() // Run's preflight checked it
+	verified := r.src.verified // Run's preflight checked it, for the first term only
+	r.src.verified = ""
 	for {
 		ch, err := r.src.pick(ctx, cp, hasCP, verified)
 		verified = ""

@@ -35,6 +35,8 @@ type sources struct {
 	dbs     map[string]*sql.DB
 	readers map[string]*binlog.Reader
 	cur     string
+	// verified is the candidate whose checks Run's start-up preflight passed ("" when none).
+	verified string
 }
 
 func newSources(cfg *config.Config, m *metrics.Metrics, log zerolog.Logger) *sources {
