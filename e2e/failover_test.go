@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/testenv/faultproxy"
+	"github.com/outboxd/outboxd/testenv/mariadb"
 	"github.com/outboxd/outboxd/testenv/replication"
 )
 
@@ -254,5 +255,19 @@ func TestFailoverCheckEveryCandidate(t *testing.T) {
 	code, out := runBinary(t, "check", "--config", path)
 	if code == 0 || !strings.Contains(out, "source 127.0.0.1:1: cannot connect") || !strings.Contains(out, "source "+f.pair.Primary().Addr+": connected as") {
 		t.Fatalf("check exited %d without a line for each candidate:\n%s", code, out)
+	}
+}
+
+// A first candidate that fails the checks (binlog_format=STATEMENT) is skipped at start with a
+// warning: outboxd streams from the next one.
+func TestFailoverSkipsAnIneligibleCandidate(t *testing.T) {
+	bad := mariadb.StartT(t, mariadb.Options{BinlogFormat: "STATEMENT"})
+	f, path := newFailoverWorld(t, func(p *replication.Pair) []string { return []string{bad.Addr, p.Primary().Addr} }, "")
+	p := startBinary(t, "run", "--config", path)
+	f.commit(0, 10)
+	f.kc.waitForEvent("ev009", 30*time.Second)
+	out := p.output()
+	if !strings.Contains(out, "source candidate fails the start-up checks; trying the others") || !strings.Contains(out, "binlog_format") {
+		t.Fatalf("no warning naming the ineligible candidate:\n%s", out)
 	}
 }
