@@ -267,8 +267,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	if w.pair != nil {
-		rep.Replicated, rep.Switchovers, rep.TruthServer = true, w.switchovers, w.srv.Addr
-		rep.MissingReports = w.missingReports()
+		w.replicaReport(ctx, rep)
 	}
 	rep.KafkaProxyConns = w.kafka.proxy.Accepted()
 	if w.watch != nil {

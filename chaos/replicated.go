@@ -101,17 +101,21 @@ func (w *world) restartPrimary(ctx context.Context) error {
 	return w.pair.Restart(ctx, w.srv)
 }
 
-// switchover is a planned switchover: the generator's writes stop, the writer proxies stop
-// taking connections and drop theirs (the virtual IP is moving), the replica is promoted and
-// the old primary follows it, the writer proxies point at the new primary, and writes resume
-// there. outboxd's binlog streams are not touched: a stream from the old primary goes on
-// (it is a replica with log_slave_updates now).
+// switchover is a planned switchover: the generator's writes stop, the writer proxies and the
+// source proxies of the old primary stop taking connections and drop theirs (the virtual IP is
+// moving; the demotion kills client connections, as MHA and Orchestrator do), the replica is
+// promoted and the old primary follows it, the writer proxies point at the new primary, and
+// writes resume there. A stream lost here resumes on the new primary (the old one refuses);
+// once the old primary takes connections again, outboxd may return to it on a later loss (it
+// is the first candidate, a replica with log_slave_updates).
 func (w *world) switchover(ctx context.Context, gen *generator) error {
 	gen.gate.Lock()
-	defer gen.gate.Unlock()
+	old := w.primaryIdx()
 	for _, ob := range w.obds {
-		ob.myPx.SetMode(faultproxy.DropNew)
-		ob.myPx.ResetAll()
+		for _, p := range []*faultproxy.Proxy{ob.myPx, ob.srcPx[old]} {
+			p.SetMode(faultproxy.DropNew)
+			p.ResetAll()
+		}
 	}
 	pctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
@@ -125,12 +129,26 @@ func (w *world) switchover(ctx context.Context, gen *generator) error {
 		ob.myPx.SetTarget(w.srv.Addr)
 		ob.myPx.SetMode(faultproxy.Pass)
 	}
+	gen.gate.Unlock() // writes resume on the new primary
+	if err == nil {
+		// The old primary takes connections again a while later, so the stream the demotion
+		// cut resumes on the new primary.
+		sleepCtx(ctx, w.refuseOld())
+	}
+	for _, ob := range w.obds {
+		ob.srcPx[old].SetMode(faultproxy.Pass)
+	}
 	if err != nil {
 		return fmt.Errorf("switchover: %w\n%s", err, w.pair.LogTail(2000))
 	}
 	w.switchovers++
 	return nil
 }
+
+// refuseOld is how long the old primary refuses connections after a switchover: longer than
+// the lock wait of a new leader (one ping interval, the lease) so the relay's next stream
+// starts on the new primary.
+func (w *world) refuseOld() time.Duration { return 2*w.o.Lease + 2*time.Second }
 
 // killReplica kills the replica with SIGKILL and, after a pause, restarts it as a replica of the
 // primary from its own binlog position.
@@ -167,6 +185,23 @@ func (w *world) healPair(ctx context.Context) error {
 		return nil
 	}
 	return w.pair.Rejoin(ctx)
+}
+
+// replicaReport fills the pair's figures of rep.
+func (w *world) replicaReport(ctx context.Context, rep *Report) {
+	rep.Replicated, rep.Switchovers, rep.TruthServer = true, w.switchovers, w.srv.Addr
+	rep.MissingReports = w.missingReports()
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := w.pair.WaitCaughtUp(wctx); err != nil {
+		rep.ReplicaError = err.Error()
+	}
+	rep.SourceConns = make([]int, len(w.servers))
+	for _, ob := range w.obds {
+		for i, p := range ob.srcPx {
+			rep.SourceConns[i] += p.Accepted()
+		}
+	}
 }
 
 // missingReports counts outboxd's log lines of delivered transactions the database no longer
