@@ -273,7 +273,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if w.watch != nil {
 		w.haReport(rep)
 	}
-	if !rep.OK() || rep.TakeoverTimeouts > 0 || rep.Leaderless > 0 {
+	if !rep.OK() || rep.TakeoverTimeouts > 0 || rep.Leaderless > 0 || rep.OutboxdUnexpectedExits > 0 {
 		rep.KeptDir = dir
 		w.dir = "" // keep the logs for a look
 	}
