@@ -18,6 +18,7 @@ import (
 
 	"github.com/outboxd/outboxd/testenv/faultproxy"
 	"github.com/outboxd/outboxd/testenv/mariadb"
+	"github.com/outboxd/outboxd/testenv/replication"
 	"github.com/outboxd/outboxd/testenv/rocketmq"
 )
 
@@ -41,7 +42,10 @@ type Options struct {
 	Instances int
 	// Lease is ha.lease in the HA world (default 2s).
 	Lease time.Duration
-	Logf  func(string, ...any)
+	// Replicated runs MariaDB as a primary and a GTID replica (testenv/replication): outboxd
+	// reads source.addrs [both] and primary_failover and replica_kill9 join the schedule.
+	Replicated bool
+	Logf       func(string, ...any)
 }
 
 // faultKinds is every fault the scheduler picks from; each round uses all of them once, in a
@@ -56,15 +60,22 @@ var faultKinds = []string{
 }
 
 type world struct {
-	o     Options
-	srv   *mariadb.Server
-	kafka *kafka
-	rmq   *rocketmq.Cluster
-	obds  []*outboxd // each with its own MariaDB proxy
-	runs  *runLog
-	watch *watcher // nil in the single-instance world
-	db    *sql.DB
-	dir   string
+	o   Options
+	srv *mariadb.Server // the primary
+	// A replicated world: the pair, its servers in start order and a pool to each; srv and db
+	// are the primary's.
+	pair        *replication.Pair
+	servers     [2]*mariadb.Server
+	dbs         [2]*sql.DB
+	gen         *generator
+	switchovers int
+	kafka       *kafka
+	rmq         *rocketmq.Cluster
+	obds        []*outboxd // each with its own MariaDB proxy
+	runs        *runLog
+	watch       *watcher // nil in the single-instance world
+	db          *sql.DB
+	dir         string
 
 	stopWatch context.CancelFunc
 	watchWG   sync.WaitGroup
@@ -80,10 +91,14 @@ func (w *world) ha() bool { return w.o.Instances > 1 }
 
 // kinds is the schedule's fault kinds for this world.
 func (w *world) kinds() []string {
-	if !w.ha() {
-		return faultKinds
+	ks := append([]string(nil), faultKinds...)
+	if w.ha() {
+		ks = append(ks, haKinds...)
 	}
-	return append(append([]string(nil), faultKinds...), haKinds...)
+	if w.pair != nil {
+		ks = append(ks, replKinds...)
+	}
+	return ks
 }
 
 // ensure restarts every instance that exited by itself (a superseded leader comes back as a
@@ -150,6 +165,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	gen := &generator{db: w.db, rate: o.Rate, workers: 4, keysPer: 3, seed: o.Seed,
 		rows: map[string]*genRow{}, txns: map[string]int{}}
+	w.gen = gen
 	gctx, stopGen := context.WithCancel(ctx)
 	var gwg sync.WaitGroup
 	gwg.Add(1)
@@ -246,13 +262,18 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		rep.OutboxdLogs = append(rep.OutboxdLogs, ob.logPath)
 		// Proof that outboxd's traffic really went through the proxies.
-		rep.MySQLProxyConns += ob.myPx.Accepted()
+		for _, p := range ob.mysqlProxies() {
+			rep.MySQLProxyConns += p.Accepted()
+		}
+	}
+	if w.pair != nil {
+		w.replicaReport(ctx, rep)
 	}
 	rep.KafkaProxyConns = w.kafka.proxy.Accepted()
 	if w.watch != nil {
 		w.haReport(rep)
 	}
-	if !rep.OK() || rep.TakeoverTimeouts > 0 || rep.Leaderless > 0 {
+	if !rep.OK() || rep.TakeoverTimeouts > 0 || rep.Leaderless > 0 || rep.OutboxdUnexpectedExits > 0 {
 		rep.KeptDir = dir
 		w.dir = "" // keep the logs for a look
 	}
@@ -261,15 +282,21 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 func (w *world) setup(ctx context.Context) error {
 	var err error
-	w.srv, err = mariadb.Start(ctx, mariadb.Options{})
-	if err != nil {
-		return fmt.Errorf("start MariaDB (apt-get install mariadb-server): %w", err)
+	if w.o.Replicated {
+		if err := w.setupPair(ctx); err != nil {
+			return err
+		}
+	} else {
+		w.srv, err = mariadb.Start(ctx, mariadb.Options{})
+		if err != nil {
+			return fmt.Errorf("start MariaDB (apt-get install mariadb-server): %w", err)
+		}
+		w.db, err = w.srv.DB(ctx, "")
+		if err != nil {
+			return err
+		}
+		w.db.SetMaxOpenConns(8)
 	}
-	w.db, err = w.srv.DB(ctx, "")
-	if err != nil {
-		return err
-	}
-	w.db.SetMaxOpenConns(8)
 	for _, q := range []string{
 		"CREATE DATABASE " + schema,
 		`CREATE TABLE ` + schema + `.outbox_event (
@@ -312,21 +339,25 @@ func (w *world) setup(ctx context.Context) error {
 			return err
 		}
 		w.obds = append(w.obds, ob) // closed by close from here on
+		if w.pair != nil {
+			if err := w.sourceProxies(ob); err != nil {
+				return err
+			}
+		}
 		// One config for all but the admin address, the client id and the path to MariaDB.
 		ck := fmt.Sprintf("checkpoint: {path: %s, interval: 200ms}\nadmin: {listen: \"\"}\n", filepath.Join(w.dir, "checkpoint.json"))
 		if w.ha() {
 			if ob.admin, err = freeAddr(); err != nil {
 				return err
 			}
-			ck = fmt.Sprintf("checkpoint: {store: mysql, table: %s, name: chaos, interval: 200ms}\nha: {enabled: true, lease: %s}\nadmin: {listen: %q}\n",
-				ckTable, w.o.Lease, ob.admin)
+			ck = fmt.Sprintf("checkpoint: {store: mysql, table: %s, name: chaos, interval: 200ms%s}\nha: {enabled: true, lease: %s}\nadmin: {listen: %q}\n",
+				ckTable, w.writerYAML(ob), w.o.Lease, ob.admin)
 		} else {
 			ob.runs = w.runs
 		}
 		cfg := fmt.Sprintf(`source:
   flavor: mariadb
-  addr: %s
-  user: root
+%s  user: root
   password: ""
   server_id: 4242
   start: %q
@@ -345,7 +376,7 @@ routes:
     tag: "{event_type}"
 retry: {initial: 50ms, max: 1s}
 %slog: {level: info, format: json}
-`, ob.myPx.Addr(), pos, schema, w.kafka.proxy.Addr(), ob.clientID, w.rmq.NameServer(), kafkaTopic, rmqTopic, ck)
+`, w.sourceYAML(ob), pos, schema, w.kafka.proxy.Addr(), ob.clientID, w.rmq.NameServer(), kafkaTopic, rmqTopic, ck)
 		ob.cfg = filepath.Join(w.dir, "outboxd-"+name+".yaml")
 		if err := os.WriteFile(ob.cfg, []byte(cfg), 0o600); err != nil {
 			return err
@@ -383,7 +414,9 @@ func (w *world) close() {
 	}
 	for _, ob := range w.obds {
 		ob.stop(syscall.SIGKILL)
-		ob.myPx.Close()
+		for _, p := range ob.mysqlProxies() {
+			p.Close()
+		}
 	}
 	if w.kafka != nil {
 		w.kafka.close()
@@ -391,10 +424,13 @@ func (w *world) close() {
 	if w.rmq != nil {
 		w.rmq.Close()
 	}
+	w.closeDBs()
 	if w.db != nil {
 		w.db.Close()
 	}
-	if w.srv != nil {
+	if w.pair != nil {
+		w.pair.Close()
+	} else if w.srv != nil {
 		w.srv.Close()
 	}
 	if w.dir != "" {
@@ -417,6 +453,9 @@ func (w *world) inject(ctx context.Context, rng *rand.Rand, kind string) error {
 			return err
 		}
 	}
+	if ok, err := w.injectRepl(ctx, rng, kind, func(lo, hi time.Duration) time.Duration { return between(rng, lo, hi) }); ok {
+		return err
+	}
 	obd := w.obds[0]
 	switch kind {
 	case "outboxd_kill9":
@@ -429,13 +468,13 @@ func (w *world) inject(ctx context.Context, rng *rand.Rand, kind string) error {
 		}
 		return obd.start("sigterm")
 	case "mariadb_restart":
-		return w.srv.Restart(context.Background(), mariadb.Options{})
+		return w.restartPrimary(context.Background())
 	case "mariadb_kill9":
 		if err := w.srv.Kill(); err != nil {
 			return err
 		}
 		sleepCtx(ctx, between(rng, 100*time.Millisecond, 2*time.Second))
-		return w.srv.Restart(context.Background(), mariadb.Options{})
+		return w.restartPrimary(context.Background())
 	case "kafka_outage":
 		w.kafka.stop()
 		sleepCtx(ctx, between(rng, 500*time.Millisecond, 4*time.Second))
@@ -466,8 +505,8 @@ func (w *world) inject(ctx context.Context, rng *rand.Rand, kind string) error {
 		sleepCtx(ctx, between(rng, 500*time.Millisecond, 3*time.Second))
 		remove()
 	case "mysql_proxy_reset":
-		for _, ob := range w.obds {
-			ob.myPx.ResetAll()
+		for _, p := range w.primaryPaths() {
+			p.ResetAll()
 		}
 	case "kafka_proxy_reset":
 		w.kafka.proxy.ResetAll()
@@ -510,15 +549,16 @@ func (w *world) inject(ctx context.Context, rng *rand.Rand, kind string) error {
 // MariaDB (a network fault between the relays and the database), or the one Kafka proxy.
 func (w *world) proxiesOf(kind string) []*faultproxy.Proxy {
 	if kind[:5] == "mysql" {
-		return w.myProxies()
+		return w.primaryPaths()
 	}
 	return []*faultproxy.Proxy{w.kafka.proxy}
 }
 
+// myProxies is every instance's every path to MariaDB.
 func (w *world) myProxies() []*faultproxy.Proxy {
-	ps := make([]*faultproxy.Proxy, len(w.obds))
-	for i, ob := range w.obds {
-		ps[i] = ob.myPx
+	var ps []*faultproxy.Proxy
+	for _, ob := range w.obds {
+		ps = append(ps, ob.mysqlProxies()...)
 	}
 	return ps
 }
@@ -536,9 +576,12 @@ func (w *world) heal(ctx context.Context) error {
 		return err
 	}
 	if !w.srv.Running() {
-		if err := w.srv.Restart(ctx, mariadb.Options{}); err != nil {
+		if err := w.restartPrimary(ctx); err != nil {
 			return err
 		}
+	}
+	if err := w.healPair(ctx); err != nil {
+		return err
 	}
 	for _, ob := range w.obds {
 		ob.freeze(false)

@@ -83,7 +83,8 @@ func TestHAFigures(t *testing.T) {
 	}
 }
 
-// A short chaos run against the real servers, two instances with ha on and the mysql store:
+// A short chaos run against the real servers, a replicated MariaDB pair (planned switchovers and
+// replica crashes join the faults), two instances with ha on and the mysql store:
 // every fault kind at least once (the leader faults too), nothing lost, nothing out of order, no
 // produce of a deposed leader after a takeover. The final catch-up waits up to 3 minutes, far
 // longer than any fault here can stall delivery (outboxd's reconnect backoff tops out at 10 s).
@@ -95,12 +96,12 @@ func TestChaosShort(t *testing.T) {
 	}
 	mariadb.RequireT(t)
 	seed := time.Now().UnixNano()
-	t.Logf("seed %d (rerun: go run ./chaos -seed %d -duration 45s -gap 300ms -hold-scale 0.4)", seed, seed)
+	t.Logf("seed %d (rerun: go run ./chaos -seed %d -duration 45s -gap 300ms -hold-scale 0.4 -replicated)", seed, seed)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, Options{
 		Duration: 45 * time.Second, Rate: 150, Instances: 2, Seed: seed, CatchUp: 3 * time.Minute,
-		Gap: 300 * time.Millisecond, HoldScale: 0.4, Verbose: true, Logf: t.Logf,
+		Gap: 300 * time.Millisecond, HoldScale: 0.4, Replicated: true, Verbose: true, Logf: t.Logf,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -113,13 +114,19 @@ func TestChaosShort(t *testing.T) {
 	if rep.RowsCommitted < 1000 {
 		t.Fatalf("only %d rows committed: the generator barely ran", rep.RowsCommitted)
 	}
-	for _, k := range append(append([]string(nil), faultKinds...), haKinds...) {
+	for _, k := range append(append(append([]string(nil), faultKinds...), haKinds...), replKinds...) {
 		if rep.Faults[k] == 0 {
 			t.Errorf("fault %s never injected: %v", k, rep.Faults)
 		}
 	}
 	if len(rep.Takeovers) < len(haKinds) || rep.TakeoverTimeouts != 0 || rep.Leaderless != 0 {
 		t.Errorf("takeovers %v, %d not within the bound, %d leader faults skipped; logs kept in %s", rep.Takeovers, rep.TakeoverTimeouts, rep.Leaderless, rep.KeptDir)
+	}
+	// The first switchover makes server 2 the primary and server 1 refuses for a while: outboxd
+	// must have streamed from server 2.
+	if rep.Switchovers == 0 || rep.MissingReports != 0 || rep.ReplicaError != "" || len(rep.SourceConns) != 2 || rep.SourceConns[1] == 0 {
+		t.Errorf("switchovers %d (want at least 1), delivered transactions reported missing %d (want 0), replica error %q, source connections per server %v (want some to server 2)",
+			rep.Switchovers, rep.MissingReports, rep.ReplicaError, rep.SourceConns)
 	}
 	if rep.MySQLProxyConns == 0 || rep.KafkaProxyConns == 0 {
 		t.Errorf("outboxd bypassed a proxy: %d MariaDB, %d Kafka connections through them", rep.MySQLProxyConns, rep.KafkaProxyConns)

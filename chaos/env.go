@@ -153,9 +153,10 @@ type outboxd struct {
 	name     string
 	bin, cfg string
 	logPath  string
-	admin    string            // admin.listen ("" in the single-instance world)
-	clientID string            // its Kafka client id (the tap attributes produces by it)
-	myPx     *faultproxy.Proxy // its path to MariaDB
+	admin    string              // admin.listen ("" in the single-instance world)
+	clientID string              // its Kafka client id (the tap attributes produces by it)
+	myPx     *faultproxy.Proxy   // its path to MariaDB (with a pair: to the primary, for checkpoint.writer_addr)
+	srcPx    []*faultproxy.Proxy // with a pair: its source.addrs, one proxy per server
 	logf     func(string, ...any)
 	// runs gets a run at every start when it is set (the single-instance world, where a start
 	// is a new sender); the HA world records leadership terms instead.
@@ -301,6 +302,11 @@ func (o *outboxd) ensure() error {
 		return nil
 	}
 	return o.start("exit")
+}
+
+// mysqlProxies is every path of o to MariaDB.
+func (o *outboxd) mysqlProxies() []*faultproxy.Proxy {
+	return append([]*faultproxy.Proxy{o.myPx}, o.srcPx...)
 }
 
 func (o *outboxd) counts() (unexpected, superseded int, lastExit string) {

@@ -33,7 +33,9 @@ type genRow struct {
 // generator commits outbox rows from several connections. Each key belongs to one connection,
 // which commits sequentially, so per-key commit order is sequence order.
 type generator struct {
-	db      *sql.DB
+	db *sql.DB // written only with gate held
+	// gate is read-held by each transaction; a switchover holds it to stop the writes.
+	gate    sync.RWMutex
 	rate    float64
 	workers int
 	keysPer int
@@ -94,10 +96,12 @@ func (g *generator) worker(ctx context.Context, w int, rng *rand.Rand) {
 		g.mu.Unlock()
 
 		began := time.Now()
+		g.gate.RLock()
+		db := g.db
 		state, err := func() (string, error) {
 			tctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			t, err := g.db.BeginTx(tctx, nil)
+			t, err := db.BeginTx(tctx, nil)
 			if err != nil {
 				return stUnknown, err
 			}
@@ -119,6 +123,7 @@ func (g *generator) worker(ctx context.Context, w int, rng *rand.Rand) {
 			}
 			return stCommitted, nil
 		}()
+		g.gate.RUnlock()
 		g.mu.Lock()
 		for _, it := range items {
 			g.rows[it.id].State = state

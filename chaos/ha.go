@@ -227,10 +227,14 @@ func (w *world) injectHA(ctx context.Context, rng *rand.Rand, kind string, scale
 		sleepCtx(ctx, scaled(10*time.Millisecond, 1500*time.Millisecond))
 		return true, old.inst.start("kill9")
 	case "leader_blackhole":
-		old.inst.myPx.SetMode(faultproxy.Blackhole)
+		for _, p := range old.inst.mysqlProxies() {
+			p.SetMode(faultproxy.Blackhole)
+		}
 		w.waitTakeover(old, kind, began, bound)
 		sleepCtx(ctx, scaled(0, time.Second))
-		old.inst.myPx.SetMode(faultproxy.Pass) // it then exits superseded or stays a standby
+		for _, p := range old.inst.mysqlProxies() {
+			p.SetMode(faultproxy.Pass) // it then exits superseded or stays a standby
+		}
 	case "leader_sigstop":
 		old.inst.freeze(true)
 		defer old.inst.freeze(false)

@@ -30,6 +30,7 @@ func main() {
 	flag.Float64Var(&o.HoldScale, "hold-scale", 1, "scale of how long each outage or degradation lasts")
 	flag.IntVar(&o.Instances, "instances", 2, "outboxd instances: 1 runs one with a checkpoint file; 2 or more run with ha on and the mysql store, and add the leader faults")
 	flag.DurationVar(&o.Lease, "lease", 2*time.Second, "ha.lease of the instances")
+	flag.BoolVar(&o.Replicated, "replicated", true, "MariaDB is a primary and a GTID replica; outboxd reads source.addrs [both], and primary_failover and replica_kill9 join the faults")
 	flag.BoolVar(&o.Verbose, "v", false, "log every fault")
 	flag.Parse()
 

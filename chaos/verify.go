@@ -101,6 +101,20 @@ type Report struct {
 	DBLostCommits   int `json:"db_lost_acknowledged_commits"`
 	DBHasRolledBack int `json:"db_has_rolled_back_rows"`
 
+	// The replicated world: planned switchovers done, which server's table was the truth, and
+	// outboxd's reports of delivered transactions the database no longer has (must be 0: no
+	// fault here discards a committed transaction).
+	Replicated     bool   `json:"replicated"`
+	Switchovers    int    `json:"switchovers"`
+	TruthServer    string `json:"truth_server,omitempty"`
+	MissingReports int    `json:"missing_gtid_reports"`
+	// ReplicaError is why the replica did not catch up with the primary at the end ("": it
+	// did). Something that wrote to a replica (a checkpoint saved on a demoted primary) breaks
+	// replication under gtid_strict_mode.
+	ReplicaError string `json:"replica_error,omitempty"`
+	// SourceConns is the connections through each server's source proxies, in start order.
+	SourceConns []int `json:"source_connections_per_server,omitempty"`
+
 	MySQLProxyConns int `json:"mysql_proxy_connections"`
 	KafkaProxyConns int `json:"kafka_proxy_connections"`
 
@@ -134,7 +148,8 @@ type Report struct {
 // OK reports whether nothing was lost, reordered, or wrongly delivered.
 func (r *Report) OK() bool {
 	return r.Lost == 0 && r.OrderViolations == 0 && r.RolledBackDelivered == 0 && r.Phantoms == 0 &&
-		r.BadMessages == 0 && r.DBLostCommits == 0 && r.DBHasRolledBack == 0 && r.StaleProduces == 0
+		r.BadMessages == 0 && r.DBLostCommits == 0 && r.DBHasRolledBack == 0 && r.StaleProduces == 0 &&
+		r.MissingReports == 0 && r.ReplicaError == ""
 }
 
 func (r *Report) example(format string, args ...any) {
@@ -276,6 +291,15 @@ func (r *Report) Markdown() string {
 		fmt.Fprintf(&b, "| **produces of a deposed leader after the takeover** | **%d** |\n", r.StaleProduces)
 		fmt.Fprintf(&b, "| leadership terms / superseded exits / leader faults skipped (no leader or no ready standby) | %d / %d / %d |\n",
 			r.Terms, r.OutboxdSupersededExits, r.Leaderless)
+	}
+	if r.Replicated {
+		fmt.Fprintf(&b, "| primary failovers (planned switchovers) / replica kill -9 | %d / %d (truth: the outbox table of the primary at the end, %s) |\n", r.Switchovers, r.Faults["replica_kill9"], r.TruthServer)
+		fmt.Fprintf(&b, "| **delivered transactions reported missing on the database** | **%d** |\n", r.MissingReports)
+		inSync := "yes"
+		if r.ReplicaError != "" {
+			inSync = "**no**: " + r.ReplicaError
+		}
+		fmt.Fprintf(&b, "| replica caught up with the primary at the end / source connections per server | %s / %v |\n", inSync, r.SourceConns)
 	}
 	fmt.Fprintf(&b, "| connections through the MariaDB / Kafka proxies | %d / %d |\n", r.MySQLProxyConns, r.KafkaProxyConns)
 	fmt.Fprintf(&b, "| outboxd instances / runs / unexpected exits | %d / %d / %d |\n", r.Instances, r.OutboxdRuns, r.OutboxdUnexpectedExits)

@@ -199,7 +199,7 @@ func (r *relay) resolve(ctx context.Context, fromGTID string) (gtid.Set, string,
 	var cp gtid.Set
 	hasCP := false
 	if fromGTID == "" {
-		c, err := r.saver.store.Load()
+		c, err := r.loadCheckpoint(ctx)
 		if err != nil {
 			return gtid.Set{}, "", err
 		}
@@ -244,6 +244,23 @@ func (r *relay) resolve(ctx context.Context, fromGTID string) (gtid.Set, string,
 		r.log.Warn().Err(err).Stringer("retry_in", backoff).Msg("no source candidate to start from yet, retrying")
 		if !waitBackoff(ctx, &backoff) {
 			return gtid.Set{}, "", ctx.Err()
+		}
+	}
+}
+
+// loadCheckpoint loads the checkpoint; a load that hits a broken connection to the store (the
+// writer restarting, a reset) is retried with the reconnect backoff, as the start position
+// queries are, not an exit.
+func (r *relay) loadCheckpoint(ctx context.Context) (*checkpoint.Checkpoint, error) {
+	backoff := reconnectInitial
+	for {
+		c, err := r.saver.store.Load()
+		if err == nil || !transientSQL(err) || ctx.Err() != nil {
+			return c, err
+		}
+		r.log.Warn().Err(err).Stringer("retry_in", backoff).Msg("checkpoint not loaded: the store connection failed, retrying")
+		if !waitBackoff(ctx, &backoff) {
+			return nil, ctx.Err()
 		}
 	}
 }

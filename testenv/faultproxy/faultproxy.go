@@ -135,6 +135,14 @@ func NewTapped(target string, tap Tap) (*Proxy, error) {
 	return p, nil
 }
 
+// SetTarget makes new connections dial target (a virtual IP or DNS name that moves to another
+// server); open ones stay on the old target until they close or ResetAll.
+func (p *Proxy) SetTarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+}
+
 // Addr is the proxy's "127.0.0.1:port". It does not block.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
@@ -288,7 +296,10 @@ func (p *Proxy) serve(pr *pair) {
 	if _, ok := p.hold(pr); !ok {
 		return
 	}
-	s, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	s, err := net.DialTimeout("tcp", target, 5*time.Second)
 	if err != nil {
 		return // the client sees a reset, as if the target refused it
 	}
