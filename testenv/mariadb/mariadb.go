@@ -369,7 +369,19 @@ func (s *Server) startOnce(ctx context.Context, o Options, port int) error {
 		ctx, cancel = context.WithTimeout(ctx, StartTimeout)
 		defer cancel()
 	}
-	if err := serverproc.WaitSQL(ctx, s.config(""), p, "mariadbd"); err != nil {
+	// Another test's server may hold the port a moment after it was free: answering on it is
+	// not proof that this one started. Ours has our datadir.
+	ours := func(ctx context.Context, db *sql.DB) error {
+		var dir string
+		if err := db.QueryRowContext(ctx, "SELECT @@datadir").Scan(&dir); err != nil {
+			return err
+		}
+		if filepath.Clean(dir) != filepath.Clean(s.dataDir()) {
+			return fmt.Errorf("port %d is answered by another server (datadir %s)", port, dir)
+		}
+		return nil
+	}
+	if err := serverproc.WaitOwnSQL(ctx, s.config(""), p, "mariadbd", ours); err != nil {
 		p.Kill()
 		log := s.logSince(logStart)
 		if strings.Contains(log, "Address already in use") || strings.Contains(log, "Do you already have another server running on port") {

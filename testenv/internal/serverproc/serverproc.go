@@ -83,6 +83,13 @@ func (p *Process) Stop(timeout time.Duration) error {
 // WaitSQL polls every 25 ms until cfg's account can run a query, the process exits, or ctx is
 // done; name is the server's name for the errors.
 func WaitSQL(ctx context.Context, cfg *mysql.Config, p *Process, name string) error {
+	return WaitOwnSQL(ctx, cfg, p, name, nil)
+}
+
+// WaitOwnSQL is WaitSQL that also runs ours on each connection that answers: an error from it
+// (the server answering on the port is not the one started, which lost the port to it) keeps it
+// waiting, until the process exits (failing to bind) or ctx ends.
+func WaitOwnSQL(ctx context.Context, cfg *mysql.Config, p *Process, name string, ours func(context.Context, *sql.DB) error) error {
 	cfg = cfg.Clone()
 	cfg.Timeout = time.Second
 	connector, err := mysql.NewConnector(cfg)
@@ -98,6 +105,9 @@ func WaitSQL(ctx context.Context, cfg *mysql.Config, p *Process, name string) er
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		var one int
 		err := db.QueryRowContext(pctx, "SELECT 1").Scan(&one)
+		if err == nil && ours != nil {
+			err = ours(pctx, db)
+		}
 		cancel()
 		if err == nil {
 			return nil
