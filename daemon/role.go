@@ -95,12 +95,22 @@ func newRoles(ctx context.Context, cfg *config.Config, r *relay, log zerolog.Log
 		return nil, errors.New("ha.enabled needs checkpoint.store: mysql") // config validation says why
 	}
 	conn := WriterConn(cfg)
-	db, err := server.Open(ctx, conn)
+	// Waited for like the store's writer: a writer restarting (or a reset path) at start is
+	// not a reason to exit.
+	db, err := openWithBackoff(ctx, conn, "leader lock writer", log)
 	if err != nil {
 		return nil, fmt.Errorf("leader lock on checkpoint.writer_addr %s: %w", conn.Addr, err)
 	}
 	if !slices.Contains(cfg.Source.SkipChecks, server.CheckCheckpointWriter) {
 		ro, err := server.ReadOnly(ctx, db)
+		for backoff := reconnectInitial; err != nil && transientSQL(err) && ctx.Err() == nil; {
+			// Gone again right away (restarting, a reset path): wait for it as at start.
+			log.Warn().Err(err).Stringer("retry_in", backoff).Msg("checkpoint writer's read_only not read: the connection failed, retrying")
+			if !waitBackoff(ctx, &backoff) {
+				break
+			}
+			ro, err = server.ReadOnly(ctx, db)
+		}
 		if err == nil && ro {
 			err = fmt.Errorf("checkpoint.writer_addr %s is read-only (@@read_only ON, a replica?): point it at the writable primary; "+
 				"the leader lock and the checkpoint row must live where the data is written, since a lock is not replicated and instances "+
