@@ -74,8 +74,20 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 	}
 	log.Info().Str("flavor", string(cfg.Source.Flavor)).Str("gtid_set", start.String()).
 		Str("from", origin).Msg("starting")
-	if err := r.saver.prepare(start, origin, log); err != nil {
-		return err
+	// A writer that is away (mysql store) is waited for: nothing streams before the start is
+	// saved, and the start does not change meanwhile.
+	for backoff := reconnectInitial; ; {
+		err := r.saver.prepare(start, origin, log)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, checkpoint.ErrUnreachable) || ctx.Err() != nil {
+			return err
+		}
+		log.Warn().Err(err).Stringer("retry_in", backoff).Msg("start position not saved: the checkpoint writer is not reachable, retrying")
+		if !waitBackoff(ctx, &backoff) {
+			return startupStopped(ctx, err, log)
+		}
 	}
 	r.replayed = r.replayed || fromGTID != ""
 
