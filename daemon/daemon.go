@@ -104,7 +104,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 	defer r.src.close()
 	// Before anything reads positions: log_bin off or the wrong flavor would otherwise surface
 	// as a confusing GTID error.
-	if err := startPreflight(ctx, db, r.src.at(addr), log); err != nil {
+	if err := startPreflightWaiting(ctx, db, r.src.at(addr), log); err != nil {
 		if len(cfg.Source.Addrs) <= 1 || !errors.Is(err, ErrPreflight) {
 			return err
 		}

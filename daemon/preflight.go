@@ -125,6 +125,25 @@ func startPreflight(ctx context.Context, db *sql.DB, cfg *config.Config, log zer
 	return preflight(ctx, db, cfg, log)
 }
 
+// startPreflightWaiting is startPreflight that waits, with the reconnect backoff, while the
+// server cannot be inspected because the connection fails (a restart or a reset right after
+// the connection was opened), as reverify does; it returns ctx's error when ctx ends (Run
+// turns a stop during start-up into nil).
+func startPreflightWaiting(ctx context.Context, db *sql.DB, cfg *config.Config, log zerolog.Logger) error {
+	err := startPreflight(ctx, db, cfg, log)
+	for backoff := reconnectInitial; err != nil && transientSQL(err) && ctx.Err() == nil; {
+		log.Warn().Err(err).Stringer("retry_in", backoff).Msg("source not inspectable at start, retrying")
+		if !waitBackoff(ctx, &backoff) {
+			return ctx.Err()
+		}
+		err = preflight(ctx, db, cfg, log)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
 // reverify runs the preflight again before a reconnect, since a server restarted with other
 // settings (binlog_format=STATEMENT, log_bin off) would be streamed from without an error. A
 // server that cannot be inspected yet (still restarting) is retried with the reconnect backoff
