@@ -85,9 +85,7 @@ func Check(ctx context.Context, cfg *config.Config, log zerolog.Logger) CheckRep
 // have to stream from any of them after a failover.
 func checkSource(ctx context.Context, cfg *config.Config, r *CheckReport) {
 	for _, addr := range cfg.Source.Addrs {
-		c := *cfg
-		c.Source.Addr = addr
-		checkSourceAt(ctx, &c, r)
+		checkSourceAt(ctx, cfgAt(cfg, addr), r)
 	}
 	if len(cfg.Source.Addrs) == 0 { // a Config built in code without ApplyDefaults
 		checkSourceAt(ctx, cfg, r)

@@ -540,9 +540,7 @@ func openSource(ctx context.Context, cfg *config.Config, log zerolog.Logger) (st
 	for {
 		var errs []error
 		for _, addr := range cfg.Source.Addrs {
-			c := *cfg
-			c.Source.Addr = addr
-			db, err := server.Open(ctx, sourceConn(&c))
+			db, err := server.Open(ctx, sourceConn(cfgAt(cfg, addr)))
 			if err == nil {
 				return addr, db, nil
 			}

@@ -43,10 +43,14 @@ func newSources(cfg *config.Config, m *metrics.Metrics, log zerolog.Logger) *sou
 	return &sources{cfg: cfg, m: m, log: log, dbs: map[string]*sql.DB{}, readers: map[string]*binlog.Reader{}, cur: cfg.Source.Addr}
 }
 
-// at is cfg with source.addr set to addr: every function that takes the config and talks to
-// "the source" then talks to that candidate, and its messages name it.
-func (s *sources) at(addr string) *config.Config {
-	c := *s.cfg
+// at is the config with source.addr set to addr (cfgAt).
+func (s *sources) at(addr string) *config.Config { return cfgAt(s.cfg, addr) }
+
+// cfgAt is a shallow copy of cfg with source.addr set to addr: every function that takes the
+// config and talks to "the source" then talks to that server (a candidate of source.addrs, the
+// checkpoint writer), verifies its TLS name, and names it in messages. Pure.
+func cfgAt(cfg *config.Config, addr string) *config.Config {
+	c := *cfg
 	c.Source.Addr = addr
 	return &c
 }

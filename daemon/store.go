@@ -2,10 +2,8 @@ package daemon
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"time"
@@ -44,21 +42,10 @@ func OpenStore(ctx context.Context, cfg *config.Config, log zerolog.Logger) (che
 // WriterConn is how the mysql store reaches the writable primary: source's credentials and TLS
 // at checkpoint.writer_addr. Pure.
 func WriterConn(cfg *config.Config) server.Conn {
-	c := SourceConn(cfg)
-	if a := cfg.Checkpoint.WriterAddr; a != "" && a != c.Addr {
-		c.Addr = a
-		host, _, err := net.SplitHostPort(a)
-		if err != nil {
-			host = a
-		}
-		// Verified by its own name, not the source's.
-		t, err := cfg.Source.TLS.ClientConfig(host)
-		if err != nil {
-			t = &tls.Config{VerifyConnection: func(tls.ConnectionState) error { return err }}
-		}
-		c.TLS = t
+	if a := cfg.Checkpoint.WriterAddr; a != "" {
+		return SourceConn(cfgAt(cfg, a)) // verified by its own name, not the source's
 	}
-	return c
+	return SourceConn(cfg)
 }
 
 // checkpointTable is the table the reader marks as outboxd's own (zero for the file store).

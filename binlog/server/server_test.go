@@ -304,21 +304,7 @@ func TestPositionAndPurged(t *testing.T) {
 	// Rotate, then purge everything before the new file. MariaDB may keep the previous file until
 	// its binlog checkpoint moves on, so retry until the old file is gone.
 	exec(t, root, "FLUSH BINARY LOGS")
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		files, err = BinaryLogs(ctx, db)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(files) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("PURGE BINARY LOGS kept %v", files)
-		}
-		exec(t, root, "PURGE BINARY LOGS TO '"+files[len(files)-1]+"'")
-		time.Sleep(100 * time.Millisecond)
-	}
+	files = purgeToOneFile(t, ctx, root, db)
 	purged, err = Purged(ctx, db, gtid.MariaDB)
 	if err != nil {
 		t.Fatal(err)
@@ -458,21 +444,7 @@ func TestPurgedSeveralServersInADomain(t *testing.T) {
 		t.Fatalf("@@gtid_binlog_pos = %q, want 0-3-2", raw)
 	}
 	exec(t, root, "FLUSH BINARY LOGS")
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		files, err := BinaryLogs(ctx, root)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(files) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("PURGE BINARY LOGS kept %v", files)
-		}
-		exec(t, root, "PURGE BINARY LOGS TO '"+files[len(files)-1]+"'")
-		time.Sleep(100 * time.Millisecond)
-	}
+	purgeToOneFile(t, ctx, root, root)
 	files, err := BinaryLogs(ctx, root)
 	if err != nil {
 		t.Fatal(err)
@@ -526,5 +498,26 @@ func TestCheckTableNameCase(t *testing.T) {
 	}
 	if len(ps) != 1 || ps[0].Warning || ps[0].Check != CheckTableExists || !strings.Contains(ps[0].Fix, "app.outbox") {
 		t.Errorf("App.Outbox: %+v", ps)
+	}
+}
+
+// purgeToOneFile purges (as root) every binlog but the newest, retrying until read, as listed on
+// db, shows one file: the server purges a file only once its binlog checkpoint has moved on.
+func purgeToOneFile(t *testing.T, ctx context.Context, root, db *sql.DB) []string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		files, err := BinaryLogs(ctx, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(files) == 1 {
+			return files
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("PURGE BINARY LOGS kept %v", files)
+		}
+		exec(t, root, "PURGE BINARY LOGS TO '"+files[len(files)-1]+"'")
+		time.Sleep(100 * time.Millisecond)
 	}
 }
