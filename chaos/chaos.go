@@ -69,13 +69,17 @@ type world struct {
 	dbs         [2]*sql.DB
 	gen         *generator
 	switchovers int
-	kafka       *kafka
-	rmq         *rocketmq.Cluster
-	obds        []*outboxd // each with its own MariaDB proxy
-	runs        *runLog
-	watch       *watcher // nil in the single-instance world
-	db          *sql.DB
-	dir         string
+	// crashFailovers counts primary_crash_failover faults; discarded is the event ids of rows
+	// they lost with the dead primary (committed there, never replicated).
+	crashFailovers int
+	discarded      map[string]bool
+	kafka          *kafka
+	rmq            *rocketmq.Cluster
+	obds           []*outboxd // each with its own MariaDB proxy
+	runs           *runLog
+	watch          *watcher // nil in the single-instance world
+	db             *sql.DB
+	dir            string
 
 	stopWatch context.CancelFunc
 	watchWG   sync.WaitGroup
@@ -89,14 +93,18 @@ type world struct {
 // ha reports whether this is the HA world.
 func (w *world) ha() bool { return w.o.Instances > 1 }
 
-// kinds is the schedule's fault kinds for this world.
-func (w *world) kinds() []string {
+// kinds is the schedule's fault kinds for this world, for its round-th round (from 0).
+func (w *world) kinds(round int) []string {
 	ks := append([]string(nil), faultKinds...)
 	if w.ha() {
 		ks = append(ks, haKinds...)
 	}
 	if w.pair != nil {
-		ks = append(ks, replKinds...)
+		for _, k := range replKinds {
+			if k != "primary_crash_failover" || round%crashFailoverEvery == 0 {
+				ks = append(ks, k)
+			}
+		}
 	}
 	return ks
 }
@@ -142,7 +150,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &world{o: o, dir: dir}
+	w := &world{o: o, dir: dir, discarded: map[string]bool{}}
 	defer w.close()
 	if err := w.setup(ctx); err != nil {
 		return nil, err
@@ -176,13 +184,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	began := time.Now()
 	fctx, stopFaults := context.WithTimeout(ctx, o.Duration)
 	var round []string
+	rounds := 0
 	for fctx.Err() == nil {
 		sleepCtx(fctx, time.Duration(rng.Int63n(int64(2*o.Gap))))
 		if fctx.Err() != nil {
 			break
 		}
 		if len(round) == 0 {
-			round = w.kinds()
+			round = w.kinds(rounds)
+			rounds++
 			rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
 		}
 		kind := round[0]
@@ -243,7 +253,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	sleepCtx(ctx, 1500*time.Millisecond)
 	got = collect(cons, w.rmq)
 
-	rep := verify(gen, truth, got, w.runs.snapshot())
+	rep := verify(gen, truth, w.discarded, got, w.runs.snapshot())
 	rep.Seed = o.Seed
 	rep.DurationS = faultPhase.Seconds()
 	rep.CatchUpS = time.Since(catchStart).Seconds()
@@ -589,31 +599,37 @@ func (w *world) heal(ctx context.Context) error {
 	return w.ensure()
 }
 
-// committedIDs reads the outbox table: what the binlog holds is the truth of what committed.
+// committedIDs reads the primary's outbox table: what the binlog holds is the truth of what
+// committed. It tries for 30 s (the primary may be restarting).
 func (w *world) committedIDs(ctx context.Context) (map[string]bool, error) {
 	var lastErr error
 	for i := 0; i < 30; i++ {
-		rows, err := w.db.QueryContext(ctx, "SELECT event_id FROM "+schema+".outbox_event")
+		out, err := eventIDs(ctx, w.db)
 		if err == nil {
-			out := map[string]bool{}
-			for rows.Next() {
-				var id string
-				if err := rows.Scan(&id); err != nil {
-					rows.Close()
-					return nil, err
-				}
-				out[id] = true
-			}
-			err = rows.Err()
-			rows.Close()
-			if err == nil {
-				return out, nil
-			}
+			return out, nil
 		}
 		lastErr = err
 		sleepCtx(ctx, time.Second)
 	}
 	return nil, fmt.Errorf("read the outbox table: %w", lastErr)
+}
+
+// eventIDs reads every event id of db's outbox table.
+func eventIDs(ctx context.Context, db *sql.DB) (map[string]bool, error) {
+	rows, err := db.QueryContext(ctx, "SELECT event_id FROM "+schema+".outbox_event")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		out[id] = true
+	}
+	return out, rows.Err()
 }
 
 // kafkaConsumer reads the Kafka topic from offset 0, directly from the broker (its dialer

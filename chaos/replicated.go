@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"fmt"
 	"math/rand"
 	"os"
@@ -19,12 +20,21 @@ import (
 // writer path (checkpoint.writer_addr: the lock and the checkpoint row), a proxy that follows
 // the primary like a virtual IP: a switchover moves it. The generator writes to the primary.
 
+// crashFailoverEvery: primary_crash_failover is in the first round and then in one round of
+// this many, since its rebuild of the old primary copies the whole history (a few seconds per
+// 100,000 rows), where every other fault takes a second or two.
+const crashFailoverEvery = 8
+
 // replKinds are the faults of the replicated world.
-var replKinds = []string{"primary_failover", "replica_kill9"}
+var replKinds = []string{"primary_failover", "primary_crash_failover", "replica_kill9"}
 
 // missingLogLine is the log line of outboxd for delivered transactions no candidate has any
 // more (on_missing_gtids: continue).
 const missingLogLine = "on_missing_gtids: continue: these transactions were delivered"
+
+// lostBehindLine is the log line of a process that led before a crash failover and finds
+// transactions it delivered and checkpointed gone from the database (daemon's lostBehind).
+const lostBehindLine = "these transactions were delivered and checkpointed by this process, and the database no longer has them"
 
 // setupPair starts the pair and points w.srv and w.db at its primary.
 func (w *world) setupPair(ctx context.Context) error {
@@ -145,6 +155,89 @@ func (w *world) switchover(ctx context.Context, gen *generator) error {
 	return nil
 }
 
+// crashFailover is the failover after the primary died, while rows flow: the replica's IO thread
+// stops for lag (an asynchronous replica behind its primary), then kill -9 of the primary,
+// the replica promoted at once (PromoteAfterCrash: what it had not received is lost), the writer
+// proxies pointed at it and writes resumed there, as an orchestrator does. outboxd's source
+// proxies of the dead server refuse while it is away. Then the harness reads what only the dead
+// primary had (it restarts the server alone, unreachable to outboxd, and compares the outbox
+// tables): those rows are the failover's loss, which the verdict sets apart (w.discarded) from
+// outboxd's. The old server, whose history may have diverged, is rebuilt as a fresh replica of
+// the new primary (replication.Rebuild: same address, new server id, the whole history copied)
+// and listed again once it caught up.
+func (w *world) crashFailover(ctx context.Context, gen *generator, lag time.Duration) error {
+	// The replica falls behind first, so the crash loses committed rows.
+	if err := w.pair.PauseReplication(ctx); err != nil {
+		return fmt.Errorf("crash failover: %w", err)
+	}
+	sleepCtx(ctx, lag)
+	old := w.primaryIdx()
+	for _, ob := range w.obds {
+		ob.srcPx[old].SetMode(faultproxy.DropNew)
+	}
+	crashed := time.Now()
+	pctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	err := w.pair.PromoteAfterCrash(pctx)
+	gen.gate.Lock()
+	if p := w.pair.Primary(); p != w.srv {
+		w.srv = p
+		w.db = w.dbs[w.primaryIdx()]
+		gen.db = w.db
+	}
+	for _, ob := range w.obds {
+		ob.myPx.SetTarget(w.srv.Addr)
+		ob.myPx.ResetAll()
+	}
+	gen.gate.Unlock() // writes resume on the new primary
+	if err != nil {
+		return fmt.Errorf("crash failover: %w\n%s", err, w.pair.LogTail(2000))
+	}
+	w.crashFailovers++
+	dead := w.servers[old]
+	if err := w.pair.Restart(pctx, dead); err != nil {
+		return fmt.Errorf("crash failover: restart the dead primary to read what only it had: %w", err)
+	}
+	onlyOld, err := w.onlyOn(pctx, w.dbs[old], w.db)
+	if err != nil {
+		return fmt.Errorf("crash failover: %w", err)
+	}
+	for id := range onlyOld {
+		w.discarded[id] = true
+	}
+	if err := w.pair.Rebuild(pctx); err != nil {
+		return fmt.Errorf("crash failover: %w\n%s", err, w.pair.LogTail(2000))
+	}
+	// The copy replays the whole history: allow for a long one.
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer wcancel()
+	if err := w.pair.WaitCaughtUp(wctx); err != nil {
+		return fmt.Errorf("crash failover: the rebuilt replica: %w\n%s", err, w.pair.LogTail(2000))
+	}
+	// A dead server stays away a while: the stream the crash cut resumes on the new primary.
+	sleepCtx(ctx, w.refuseOld()-time.Since(crashed))
+	for _, ob := range w.obds {
+		ob.srcPx[old].SetMode(faultproxy.Pass)
+	}
+	return nil
+}
+
+// onlyOn returns the event ids in a's outbox table that b's lacks.
+func (w *world) onlyOn(ctx context.Context, a, b *sql.DB) (map[string]bool, error) {
+	ids, err := eventIDs(ctx, a)
+	if err != nil {
+		return nil, fmt.Errorf("read the dead primary's outbox table: %w", err)
+	}
+	have, err := eventIDs(ctx, b)
+	if err != nil {
+		return nil, fmt.Errorf("read the new primary's outbox table: %w", err)
+	}
+	for id := range have {
+		delete(ids, id)
+	}
+	return ids, nil
+}
+
 // refuseOld is how long the old primary refuses connections after a switchover: longer than
 // the lock wait of a new leader (one ping interval, the lease) so the relay's next stream
 // starts on the new primary.
@@ -173,6 +266,8 @@ func (w *world) injectRepl(ctx context.Context, rng *rand.Rand, kind string, sca
 	switch kind {
 	case "primary_failover":
 		return true, w.switchover(ctx, w.gen)
+	case "primary_crash_failover":
+		return true, w.crashFailover(ctx, w.gen, scaled(200*time.Millisecond, 2*time.Second))
 	case "replica_kill9":
 		return true, w.killReplica(ctx, scaled(100*time.Millisecond, 2*time.Second))
 	}
@@ -189,7 +284,7 @@ func (w *world) healPair(ctx context.Context) error {
 
 // replicaReport fills the pair's figures of rep.
 func (w *world) replicaReport(ctx context.Context, rep *Report) {
-	rep.Replicated, rep.Switchovers, rep.TruthServer = true, w.switchovers, w.srv.Addr
+	rep.Replicated, rep.Switchovers, rep.CrashFailovers, rep.TruthServer = true, w.switchovers, w.crashFailovers, w.srv.Addr
 	rep.MissingReports = w.missingReports()
 	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
@@ -211,7 +306,7 @@ func (w *world) missingReports() int {
 	for _, ob := range w.obds {
 		b, err := os.ReadFile(ob.logPath)
 		if err == nil {
-			n += bytes.Count(b, []byte(missingLogLine))
+			n += bytes.Count(b, []byte(missingLogLine)) + bytes.Count(b, []byte(lostBehindLine))
 		}
 	}
 	return n

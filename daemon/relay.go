@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outboxd/outboxd/binlog"
+	"github.com/outboxd/outboxd/binlog/server"
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/election"
@@ -210,6 +211,7 @@ func haltOnFence(ctx context.Context) (context.Context, func()) {
 func (r *relay) resolve(ctx context.Context, fromGTID string) (gtid.Set, string, error) {
 	var cp gtid.Set
 	hasCP := false
+	earlier := r.saver.state() // what this process saved in an earlier term, if any
 	if fromGTID == "" {
 		c, err := r.loadCheckpoint(ctx)
 		if err != nil {
@@ -227,6 +229,9 @@ func (r *relay) resolve(ctx context.Context, fromGTID string) (gtid.Set, string,
 	for {
 		ch, err := r.src.pick(ctx, cp, hasCP, verified)
 		verified = ""
+		if err == nil && earlier.ok {
+			r.lostBehind(ctx, earlier.last, ch)
+		}
 		switch {
 		case err == nil && ch.resume != nil:
 			r.gaveUp(cp, ch)
@@ -314,6 +319,45 @@ func (r *relay) reconnect(ctx context.Context, start gtid.Set, backoff *time.Dur
 		r.log.Warn().Err(err).Stringer("retry_in", *backoff).Msg(msg)
 	}
 }
+
+// lostBehind reports the transactions of prev, the last checkpoint this process saved (or
+// loaded) in an earlier term, that the chosen candidate no longer has. That happens when the
+// checkpoint lives on the database (the mysql store) and an asynchronous crash failover lost
+// the old primary's last transactions: the checkpoint row the new primary holds replicated
+// with the data, so it is older and consistent with that server (outboxd resumes from it), but
+// this process remembers delivering what the database lost. They are logged and counted as
+// on_missing_gtids: continue's are, under either setting: there is nothing to stop for, the
+// store's position is on the server. A process started after the failover cannot know them.
+func (r *relay) lostBehind(ctx context.Context, prev checkpoint.Checkpoint, ch choice) {
+	if prev.Flavor != r.cfg.Source.Flavor {
+		return
+	}
+	pos, err := prev.Set()
+	if err != nil || pos.IsEmpty() {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, candidateTimeout)
+	defer cancel()
+	m, err := missingAt(cctx, ch.db, r.cfg.Source.Flavor, pos)
+	if err != nil || !m.lacks() {
+		return
+	}
+	if m.Behind || r.cfg.Source.Flavor == gtid.MySQL {
+		// A replica still catching up may have them yet (after a checkpoint set rewound the
+		// store): no report.
+		if repl, err := server.Replicating(cctx, ch.db, r.cfg.Source.Flavor); err != nil || repl {
+			return
+		}
+	}
+	for _, line := range m.Lines {
+		r.log.Error().Str("source", ch.addr).Str("position", pos.String()).Str("missing", line).
+			Msg(lostBehindMsg)
+	}
+	r.m.MissingTransactions(m.Count)
+}
+
+// lostBehindMsg is lostBehind's log message.
+const lostBehindMsg = "these transactions were delivered and checkpointed by this process, and the database no longer has them (a crash failover lost them); resuming from the older checkpoint the store holds"
 
 // gaveUp logs, once per lacking domain or source, the transactions outboxd delivered that the
 // chosen candidate no longer has, and counts them.

@@ -505,6 +505,25 @@ func (s *Server) Restart(ctx context.Context, o Options) error {
 	return s.startOnce(ctx, o, s.Port)
 }
 
+// Reinit stops the server (gracefully; a server already stopped or killed is fine), throws its
+// datadir away, and starts it with a fresh one (the system tables only, as Start makes it) on
+// the same port with options o (o.Dir and o.Port are ignored): a rebuilt server that kept its
+// address. It blocks like Start. On error the server is stopped.
+func (s *Server) Reinit(ctx context.Context, o Options) error {
+	if err := s.Stop(); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(s.dataDir()); err != nil {
+		return fmt.Errorf("mariadb %s: remove datadir: %w", s.Addr, err)
+	}
+	if err := s.initDatadir(ctx); err != nil {
+		return err
+	}
+	o.Dir = s.Dir
+	o.Port = s.Port
+	return s.startOnce(ctx, o, s.Port)
+}
+
 // Stop shuts the server down with SIGTERM and waits for it to exit, sending SIGKILL after 30 s.
 // Stopping a stopped server is a no-op. Safe for concurrent use.
 func (s *Server) Stop() error {

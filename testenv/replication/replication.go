@@ -54,6 +54,7 @@ type Pair struct {
 	replicating bool
 	servers     [2]*mariadb.Server // for Close, in start order
 	args        [2][]string        // each server's flags, for a restart
+	nextID      int                // the server id Rebuild gives next (0: ReplicaServerID + 1)
 }
 
 // Start starts both servers at once and makes the second a GTID replica of the first. It blocks

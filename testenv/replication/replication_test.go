@@ -223,3 +223,62 @@ func TestPromoteAfterCrashAndRejoin(t *testing.T) {
 	}
 	t.Logf("diverged rejoin: %v", err)
 }
+
+// A diverged old primary is rebuilt as a fresh replica: it keeps its address, gets a new server
+// id, copies the primary's whole history (including what the first primary wrote under the id
+// it had) and none of its own lost transaction, and can be promoted again.
+func TestRebuildDivergedOldPrimary(t *testing.T) {
+	p := StartPair(t, Options{})
+	first, second := p.Primary(), p.Replica()
+	pdb, rdb := open(t, first), open(t, second)
+	mustExec(t, pdb, "CREATE DATABASE app")
+	mustExec(t, pdb, "CREATE TABLE app.t (id INT PRIMARY KEY)")
+	mustExec(t, pdb, "INSERT INTO app.t VALUES (1), (2)")
+	if err := p.WaitCaughtUp(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.PauseReplication(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, pdb, "INSERT INTO app.t VALUES (3)") // only on the first primary
+	if err := p.PromoteAfterCrash(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, rdb, "INSERT INTO app.t VALUES (4)")
+	if err := p.Rejoin(ctxT(t)); err == nil {
+		t.Fatal("the diverged old primary rejoined")
+	}
+	if err := p.Rebuild(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WaitCaughtUp(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if p.Replica() != first || p.Primary() != second {
+		t.Fatal("Rebuild changed the roles")
+	}
+	pdb = open(t, first)
+	if got := q1(t, pdb, "SELECT GROUP_CONCAT(id ORDER BY id) FROM app.t"); got != "1,2,4" {
+		t.Errorf("rebuilt server has rows %s, want 1,2,4 (the lost 3 gone, the first primary's 1 and 2 copied)", got)
+	}
+	if got, want := q1(t, pdb, "SELECT @@server_id"), "3"; got != want || p.ServerID(first) != want {
+		t.Errorf("rebuilt server id %s (ServerID %s), want %s", got, p.ServerID(first), want)
+	}
+	if got, want := q1(t, pdb, "SELECT @@gtid_binlog_state"), q1(t, rdb, "SELECT @@gtid_binlog_state"); got != want {
+		t.Errorf("rebuilt server's binlog state %q, want the primary's %q (log_slave_updates: the same history)", got, want)
+	}
+	if got := q1(t, pdb, "SELECT @@read_only"); got != "1" {
+		t.Errorf("rebuilt server read_only = %s, want 1", got)
+	}
+	// It is a full member again: a switchover makes it the primary.
+	if err := p.Promote(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, pdb, "INSERT INTO app.t VALUES (5)")
+	if err := p.WaitCaughtUp(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if got := q1(t, rdb, "SELECT COUNT(*) FROM app.t"); got != "4" {
+		t.Errorf("after promoting the rebuilt server the other has %s rows, want 4", got)
+	}
+}
