@@ -92,7 +92,8 @@ type Source struct {
 	// OnMissingGTIDs is what happens when no candidate has every transaction of the checkpoint
 	// (an asynchronous failover discarded some outboxd already delivered): OnMissingStop
 	// (default) stops with the GTIDs; OnMissingContinue logs and counts them, and resumes from
-	// the newest transaction both histories share.
+	// the newest transaction both histories share. With the mysql store outboxd does the latter
+	// under either (its row replicates with the data; see daemon's goesOn).
 	OnMissingGTIDs string `yaml:"on_missing_gtids"`
 	User           string `yaml:"user"`
 	Password       string `yaml:"password"`

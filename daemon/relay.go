@@ -282,8 +282,9 @@ func (r *relay) loadCheckpoint(ctx context.Context) (*checkpoint.Checkpoint, err
 	}
 }
 
-// originMissingContinue is the origin of a start cut back by on_missing_gtids: continue.
-const originMissingContinue = "on_missing_gtids: continue"
+// originMissingContinue is the origin of a start cut back to the newest position both histories
+// share (on_missing_gtids: continue, or the mysql store).
+const originMissingContinue = "the newest position shared with a source that lacks delivered transactions"
 
 // reconnect waits out the backoff and picks the candidate to stream from next, for the
 // acknowledged position start; it returns the position to stream from (start, or the shared
@@ -364,9 +365,17 @@ const lostBehindMsg = "these transactions were delivered and checkpointed by thi
 func (r *relay) gaveUp(pos gtid.Set, ch choice) {
 	for _, line := range ch.resume.Lines {
 		r.log.Error().Str("source", ch.addr).Str("position", pos.String()).Str("resume_from", ch.resume.Shared.String()).
-			Str("missing", line).Msg("on_missing_gtids: continue: these transactions were delivered, and the database no longer has them; resuming from the newest position both histories share")
+			Str("missing", line).Msg(r.gaveUpPrefix() + ": these transactions were delivered, and the database no longer has them; resuming from the newest position both histories share")
 	}
 	r.m.MissingTransactions(ch.resume.Count)
+}
+
+// gaveUpPrefix names why gaveUp goes on: the setting, or the store that makes it.
+func (r *relay) gaveUpPrefix() string {
+	if r.cfg.Source.OnMissingGTIDs == config.OnMissingContinue {
+		return "on_missing_gtids: continue"
+	}
+	return "checkpoint.store: mysql"
 }
 
 // transientSQL reports whether err is a connection that failed (a dropped or reset connection,

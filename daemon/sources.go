@@ -213,7 +213,7 @@ func (s *sources) pick(ctx context.Context, pos gtid.Set, hasPos bool, verified 
 		}
 		lines = append(lines, fmt.Sprintf("%s lacks %s", l.addr, strings.Join(l.m.Lines, "; ")))
 	}
-	if s.cfg.Source.OnMissingGTIDs == config.OnMissingContinue {
+	if goesOn(s.cfg) {
 		for _, l := range lacking {
 			if l.m.SharedOK {
 				m := l.m
@@ -233,6 +233,17 @@ func (s *sources) pick(ctx context.Context, pos gtid.Set, hasPos bool, verified 
 		"(outboxd logs and counts them, then resumes from the newest transaction both histories share%s and re-delivers what follows it there), "+
 		"or give a position by hand with outboxd checkpoint set --gtid SET",
 		ErrMissingGTIDs, pos, strings.Join(lines, "\n  "), shared)
+}
+
+// goesOn reports whether a position no candidate has is given up for the newest one both
+// histories share (logged and counted) rather than a stop: on_missing_gtids: continue, and
+// always with the mysql store. Its row lives on the primary and replicates with the data, so
+// the server outboxd fails over to holds a row it has every transaction of, and a process
+// started there resumes from it without a word; a process that remembers more (it delivered
+// what the failover lost) goes on as well, and says so, rather than stop where its successor
+// would not.
+func goesOn(cfg *config.Config) bool {
+	return cfg.Source.OnMissingGTIDs == config.OnMissingContinue || cfg.Checkpoint.MySQL()
 }
 
 func (s *sources) chose(addr string, db *sql.DB, resume *missingOn) choice {
