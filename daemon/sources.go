@@ -136,11 +136,12 @@ type choice struct {
 }
 
 // pick tries the candidates in order and returns the first that is reachable, passes the
-// start-up checks and has every transaction of pos (any with hasPos false). The error wraps
+// start-up checks and has every transaction of pos (any with hasPos false), with the binlogs
+// after it (not purged). The error wraps
 // binlog.ErrDisconnected when the caller should wait and try again (none reachable, or one
 // that lacks pos is a replica still catching up), ErrPreflight when every reachable one fails
 // the checks, ErrMissingGTIDs when every reachable, eligible one lacks part of pos and
-// on_missing_gtids is stop. With continue it returns the first such candidate whose shared
+// on_missing_gtids is stop (without the mysql store). Otherwise (goesOn) it returns the first such candidate whose shared
 // position is known, in resume. verified names a candidate whose checks just passed (Run's
 // start-up preflight), which are not run again. It blocks on a few queries per candidate.
 func (s *sources) pick(ctx context.Context, pos gtid.Set, hasPos bool, verified string) (choice, error) {
@@ -151,7 +152,7 @@ func (s *sources) pick(ctx context.Context, pos gtid.Set, hasPos bool, verified 
 	}
 	var lacking []lack
 	var away, ineligible []string
-	var refused error
+	var refused, purged error
 	for _, addr := range s.cfg.Source.Addrs {
 		// Bounded per candidate: one cut off without a FIN must not hold up the next.
 		cctx, cancel := context.WithTimeout(ctx, candidateTimeout)
@@ -184,7 +185,22 @@ func (s *sources) pick(ctx context.Context, pos gtid.Set, hasPos bool, verified 
 			continue
 		}
 		if !m.lacks() {
-			return s.chose(addr, db, nil), nil
+			// It has them; its binlogs must still reach back to them too (a replica
+			// restored from a backup, or one that purged sooner, may not).
+			err := checkPurged(cctx, db, s.cfg.Source.Flavor, pos, "checkpoint", s.cfg.Checkpoint.Where())
+			switch {
+			case err == nil:
+				return s.chose(addr, db, nil), nil
+			case errors.Is(err, ErrStartPurged):
+				purged = fmt.Errorf("source %s: %w", addr, err)
+				ineligible = append(ineligible, purged.Error())
+				if len(s.cfg.Source.Addrs) > 1 {
+					s.log.Warn().Str("source", addr).Err(err).Msg("source candidate skipped: its binlogs no longer reach back to the checkpoint")
+				}
+			default:
+				away = append(away, fmt.Sprintf("%s: %v", addr, err))
+			}
+			continue
 		}
 		// Only a running replica may still receive what it lacks; a primary (a replica
 		// promoted after a crash) never will. MariaDB also needs nothing newer in the domain.
@@ -200,6 +216,9 @@ func (s *sources) pick(ctx context.Context, pos gtid.Set, hasPos bool, verified 
 		if len(ineligible) > 0 && len(away) == 0 {
 			if refused != nil && len(ineligible) == 1 {
 				return choice{}, refused
+			}
+			if purged != nil && len(ineligible) == 1 {
+				return choice{}, purged
 			}
 			return choice{}, fmt.Errorf("%w: no source candidate passes the checks:\n  %s", ErrPreflight, strings.Join(ineligible, "\n  "))
 		}

@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"github.com/outboxd/outboxd/binlog/server"
 	"os"
 	"path/filepath"
 	"strings"
@@ -341,5 +343,84 @@ func TestFailoverSkipsAnIneligibleCandidate(t *testing.T) {
 	out := p.output()
 	if !strings.Contains(out, "source candidate fails the start-up checks; trying the others") || !strings.Contains(out, "binlog_format") {
 		t.Fatalf("no warning naming the ineligible candidate:\n%s", out)
+	}
+}
+
+// A candidate that has the checkpoint's transactions but no longer the binlogs after them (a
+// replica that purged sooner, or one restored from a backup) cannot serve the stream: it is
+// skipped with a warning, and outboxd streams from the next candidate, which still has them.
+func TestFailoverSkipsACandidateThatPurged(t *testing.T) {
+	f, path := newFailoverWorld(t, func(p *replication.Pair) []string { return []string{p.Replica().Addr, p.Primary().Addr} }, "")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := f.pair.WaitCaughtUp(ctx); err != nil { // the start position is the primary's
+		t.Fatal(err)
+	}
+	p := startBinary(t, "run", "--config", path)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("outboxd:\n%s", p.output())
+		}
+	})
+	f.commit(0, 10)
+	f.kc.waitFor(10, 30*time.Second)
+	p.stop(t)
+	f.commit(10, 20) // while outboxd is stopped
+	if err := f.pair.WaitCaughtUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rdb, err := f.pair.Replica().DB(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	if _, err := rdb.Exec("FLUSH BINARY LOGS"); err != nil {
+		t.Fatal(err)
+	}
+	var file string
+	var pos int64
+	var rest []any
+	rows, err := rdb.Query("SHOW MASTER STATUS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols, _ := rows.Columns()
+	rest = make([]any, len(cols)-2)
+	for i := range rest {
+		rest[i] = new(sql.RawBytes)
+	}
+	for rows.Next() {
+		if err := rows.Scan(append([]any{&file, &pos}, rest...)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows.Close()
+	// The server keeps a binlog that crash recovery may still need (its binlog checkpoint has
+	// not moved on yet): purge until only the new one is left.
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if _, err := rdb.Exec("PURGE BINARY LOGS TO '" + file + "'"); err != nil {
+			t.Fatal(err)
+		}
+		logs, err := server.BinaryLogs(ctx, rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(logs) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica keeps %v after PURGE BINARY LOGS TO '%s'", logs, file)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	p = startBinary(t, "run", "--config", path)
+	f.kc.waitForEvent("ev019", 30*time.Second)
+	checkPerKeyOrder(t, f.kc.settle(500*time.Millisecond), f.ids)
+	out := p.output()
+	if !strings.Contains(out, "source candidate skipped: its binlogs no longer reach back to the checkpoint") || !strings.Contains(out, f.pair.Primary().Addr) {
+		t.Fatalf("no warning naming the candidate that purged, or not streaming from %s:\n%s", f.pair.Primary().Addr, out)
+	}
+	if !p.running() {
+		t.Fatalf("outboxd exited:\n%s", out)
 	}
 }
