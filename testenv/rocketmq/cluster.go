@@ -110,6 +110,11 @@ type Message struct {
 	Flag        int32
 	BornTime    time.Time
 	StoredAt    time.Time
+	// Request numbers the send request that stored the message (1, 2, … per cluster): the
+	// messages of one SEND_BATCH_MESSAGE share it, so a test can see how a producer batched.
+	Request int64
+	// Batch is whether the request was a SEND_BATCH_MESSAGE.
+	Batch bool
 }
 
 // Fault changes how the broker answers send requests (codes 10, 310, 320).
@@ -173,6 +178,7 @@ type Cluster struct {
 	faults       []*faultEntry
 	nextFaultID  int
 	requests     map[int]int
+	sendSeq      int64
 	commitOffset int64
 	// changed is closed and replaced whenever messages are stored, to wake
 	// WaitMessages without polling.
