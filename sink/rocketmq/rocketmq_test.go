@@ -149,6 +149,10 @@ func TestConformance(t *testing.T) {
 		MaxMessageBytes: DefaultMaxMessageBytes,
 		NoMessageTime:   true,
 	})
+	// The suite ran through batches, not only messages sent alone.
+	if req := c.Requests(); req[rocketmq.ReqSendBatchMessage] == 0 || req[rocketmq.ReqSendMessage] == 0 {
+		t.Errorf("requests %v: want both batches (320) and messages sent alone (10)", req)
+	}
 }
 
 // keyed builds n messages per key, key-interleaved, valued "<key>/<seq>".

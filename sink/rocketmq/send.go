@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	rmqerrors "github.com/apache/rocketmq-client-go/v2/errors"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
@@ -19,6 +20,10 @@ import (
 // body, properties and topic name (MessageExtEncoder's fixed fields, IPv6 hosts and the 5.x
 // CRC room included), rounded up: a 4.x broker counts it against maxMessageSize.
 const storedOverhead = 160
+
+// routeRaceWait is how long a request that lost the client's route race (see sendBatch)
+// waits before it is sent again.
+const routeRaceWait = 10 * time.Millisecond
 
 // outMsg is one message of a Send, encoded before any I/O.
 type outMsg struct {
@@ -393,12 +398,6 @@ func (r *sendRun) sendBatch(ctx context.Context, l *lane, batch []int) error {
 	s := r.s
 	first := r.out[batch[0]]
 	pms := make([]*primitive.Message, len(batch))
-	for k, i := range batch {
-		pms[k] = r.out[i].pm
-		// The client prefixes the namespace in place: undo it for a resend.
-		pms[k].Topic = r.out[i].m.Topic
-		pms[k].Queue = nil
-	}
 	h := &hint{hash: first.hash}
 	// The queue the keys hash to, on the first message: the client copies it onto the batch
 	// message it hands the selector, which finds the hint by it.
@@ -409,12 +408,31 @@ func (r *sendRun) sendBatch(ctx context.Context, l *lane, batch []int) error {
 			h.n = l.n
 		}
 	}
-	pms[0].Queue = q
 	what := fmt.Sprintf("message %d, event %s", batch[0], first.m.EventID)
 	if len(batch) > 1 {
 		what = fmt.Sprintf("batch of %d messages from message %d, event %s", len(batch), batch[0], first.m.EventID)
 	}
-	res, err := s.sendSync(ctx, pms, h)
+	var res *primitive.SendResult
+	var err error
+	for attempt := 0; ; attempt++ {
+		for k, i := range batch {
+			pms[k] = r.out[i].pm
+			// The client prefixes the namespace in place: undo it for a resend.
+			pms[k].Topic = r.out[i].m.Topic
+			pms[k].Queue = nil
+		}
+		pms[0].Queue = q
+		res, err = s.sendSync(ctx, pms, h)
+		// The client publishes a route it has just looked up before it records the
+		// broker's address: a concurrent first request to that broker can find the queues
+		// but no address, and fails before any I/O. Sending it again cannot duplicate.
+		if attempt == 0 && err != nil && ctx.Err() == nil && strings.HasPrefix(err.Error(), "topic=") &&
+			strings.HasSuffix(err.Error(), " route info not found") {
+			time.Sleep(routeRaceWait)
+			continue
+		}
+		break
+	}
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			// The client reports a cancelled request as its own "request timeout".
