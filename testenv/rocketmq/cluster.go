@@ -285,6 +285,20 @@ func (c *Cluster) messagesLocked(topic string, queue int) []Message {
 	return out
 }
 
+// Stored returns how many messages topic holds, without copying them. It does not block
+// for long (the cluster's lock).
+func (c *Cluster) Stored(topic string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	if ts := c.topics[topic]; ts != nil {
+		for _, q := range ts.queues {
+			n += len(q)
+		}
+	}
+	return n
+}
+
 // WaitMessages blocks until topic holds at least n messages or ctx ends. On
 // ctx's end it returns the messages stored so far and an error wrapping ctx.Err().
 func (c *Cluster) WaitMessages(ctx context.Context, topic string, n int) ([]Message, error) {
