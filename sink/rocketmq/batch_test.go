@@ -79,7 +79,8 @@ func TestBatchKeepsEachMessagesProperties(t *testing.T) {
 	var logBuf syncBuffer
 	s := newSink(t, c, func(cfg *Config) { cfg.Logger = zerolog.New(&logBuf).Level(zerolog.DebugLevel) })
 	topic := newTopic(c, 1) // one queue: one batch
-	big := bytes.Repeat([]byte("0123456789abcdef"), 600) // over the client's 4 KiB compression threshold
+	// Over the client's 4 KiB compression threshold, which does not apply in a batch.
+	big := bytes.Repeat([]byte("0123456789abcdef"), 600)
 	var msgs []*sink.Message
 	for i := range 6 {
 		m := &sink.Message{Topic: topic, Key: []byte(fmt.Sprintf("k%d", i%3)), Value: []byte(fmt.Sprintf("v%d", i)),

@@ -63,7 +63,8 @@ type Config struct {
 	Namespace string
 	// AccessKey and SecretKey enable ACL signing; both or neither.
 	AccessKey, SecretKey string
-	// SendTimeout bounds each message's send request (default DefaultSendTimeout).
+	// SendTimeout bounds each send request, of one message or a batch (default
+	// DefaultSendTimeout), and the lookup of a new topic's queue count.
 	SendTimeout time.Duration
 	// MaxMessageBytes is the largest body sent (default DefaultMaxMessageBytes, the broker's
 	// maxMessageSize default); a larger one fails permanently without being sent. A batch
@@ -179,11 +180,13 @@ type Sink struct {
 	mu sync.Mutex
 	// queues is each (namespaced) topic's writable queue count, as last seen by the selector:
 	// it sizes the lanes, and a topic in it once had a route.
-	queues  map[string]int
-	closed  bool
-	cancels map[uint64]context.CancelFunc // in-flight SendSync calls, cancelled by Close
-	nextID  uint64
-	wg      sync.WaitGroup
+	queues map[string]int
+	// lookupFailed is when learnQueues last failed to look up a (namespaced) topic's queues.
+	lookupFailed map[string]time.Time
+	closed       bool
+	cancels      map[uint64]context.CancelFunc // in-flight SendSync calls, cancelled by Close
+	nextID       uint64
+	wg           sync.WaitGroup
 }
 
 var (
@@ -223,11 +226,12 @@ func New(name string, cfg Config) (*Sink, error) {
 	cfg.maxBatchBytes = min(cfg.maxBatchBytes, cfg.MaxMessageBytes)
 	cfg.Name = name
 	s := &Sink{
-		name:    name,
-		cfg:     cfg,
-		log:     cfg.Logger.With().Str("sink", name).Logger(),
-		queues:  make(map[string]int),
-		cancels: make(map[uint64]context.CancelFunc),
+		name:         name,
+		cfg:          cfg,
+		log:          cfg.Logger.With().Str("sink", name).Logger(),
+		queues:       make(map[string]int),
+		lookupFailed: make(map[string]time.Time),
+		cancels:      make(map[uint64]context.CancelFunc),
 	}
 	// The client keeps one client object (connections, route tables, producer groups) per
 	// "ip@instance name" in a process-wide map and refuses a second producer with the same

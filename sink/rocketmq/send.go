@@ -25,6 +25,9 @@ const storedOverhead = 160
 // waits before it is sent again.
 const routeRaceWait = 10 * time.Millisecond
 
+// relookupAfter is how long learnQueues leaves a topic whose queue count lookup failed.
+const relookupAfter = 10 * time.Second
+
 // outMsg is one message of a Send, encoded before any I/O.
 type outMsg struct {
 	m    *sink.Message
@@ -182,27 +185,35 @@ func (s *Sink) Send(ctx context.Context, msgs []*sink.Message) error {
 // learnQueues asks the NameServers for the queue count of each topic in out the sink has not
 // sent to yet, so that the first Send to a topic can batch too. A lookup that fails or ends
 // with ctx (or after SendTimeout) leaves the count unknown: the sends then go one at a time
-// and find out, and report, what is wrong. It blocks for the lookups.
+// and find out, and report, what is wrong. A topic whose lookup failed is not looked up again
+// for relookupAfter (the client logs each failed lookup as an error, and a missing topic is
+// retried often). It blocks for the lookups.
 func (s *Sink) learnQueues(ctx context.Context, out []outMsg, errs []error) {
 	var unknown []string
 	s.mu.Lock()
+	now := time.Now()
 	for i, o := range out {
 		if errs[i] != nil || slices.Contains(unknown, o.m.Topic) {
 			continue
 		}
-		if _, ok := s.queues[s.namespaced(o.m.Topic)]; !ok {
+		ns := s.namespaced(o.m.Topic)
+		if _, ok := s.queues[ns]; !ok && now.Sub(s.lookupFailed[ns]) >= relookupAfter {
 			unknown = append(unknown, o.m.Topic)
 		}
 	}
 	s.mu.Unlock()
 	for _, topic := range unknown {
 		n, err := s.queueCount(ctx, topic)
-		if err != nil || n == 0 {
-			continue
-		}
+		ns := s.namespaced(topic)
 		s.mu.Lock()
-		if _, ok := s.queues[s.namespaced(topic)]; !ok {
-			s.queues[s.namespaced(topic)] = n
+		switch {
+		case err == nil && n > 0:
+			if _, ok := s.queues[ns]; !ok {
+				s.queues[ns] = n
+			}
+			delete(s.lookupFailed, ns)
+		case ctx.Err() == nil:
+			s.lookupFailed[ns] = time.Now()
 		}
 		s.mu.Unlock()
 	}
