@@ -410,8 +410,9 @@ func (r *sendRun) sendBatch(ctx context.Context, l *lane, batch []int) error {
 	first := r.out[batch[0]]
 	pms := make([]*primitive.Message, len(batch))
 	h := &hint{hash: first.hash}
-	// The queue the keys hash to, on the first message: the client copies it onto the batch
-	// message it hands the selector, which finds the hint by it.
+	// The queue the keys hash to (its index in the topic's route, which is the queue id with
+	// one broker), on the first message: the client copies it onto the batch message it
+	// hands the selector, which finds the hint by it.
 	q := &primitive.MessageQueue{Topic: s.namespaced(l.topic), QueueId: -1}
 	if l.n > 0 {
 		q.QueueId = int(first.hash % uint32(l.n))
