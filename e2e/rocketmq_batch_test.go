@@ -54,4 +54,3 @@ func TestRocketMQBatchFailureKeepsKeyOrder(t *testing.T) {
 		t.Errorf("%d messages stored: the non-OK batch, stored by the broker, should be there twice", len(ms))
 	}
 }
-
