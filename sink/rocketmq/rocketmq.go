@@ -39,10 +39,11 @@ const (
 	maxTopicLen = 127
 	// DefaultMaxBatchMessages and DefaultMaxBatchBytes bound one batch request (a
 	// SEND_BATCH_MESSAGE): its message count, and the bytes the broker stores for it. A
-	// broker stores a batch only if it fits its maxMessageSize (4 MiB by default) with every
-	// message's stored header (4.x counts them; 5.x adds 64 KiB of room): a quarter of that
-	// keeps clear of both, and of a broker configured smaller, while a request still carries
-	// hundreds of 1 KiB events.
+	// broker refuses a batch over its maxMessageSize (4 MiB by default): 4.8 and older count
+	// every message's stored record (body, properties, topic and about 100 bytes of header);
+	// 4.9 and 5.x count the raw bodies and encode the records into maxMessageSize + 64 KiB.
+	// A quarter of the default keeps clear of all of them, and of a broker configured
+	// smaller, while a request still carries hundreds of 1 KiB events.
 	DefaultMaxBatchMessages = 256
 	DefaultMaxBatchBytes    = 1 << 20
 	// closeWait bounds how long Close waits for abandoned SendSync calls to notice their
