@@ -65,11 +65,10 @@ func (r *rmqSink) sinkYAML() string {
 func (r *rmqSink) topic() string { return r.t }
 func (r *rmqSink) close()        { r.c.Close() }
 
-// sends counts send requests the broker answered; without injected faults each stored one
-// message. It is cheap, unlike Messages, which copies every stored body.
+// sends counts the messages the broker stored (a batch request stores several). It is cheap,
+// unlike Messages, which copies every stored body.
 func (r *rmqSink) sends() int64 {
-	req := r.c.Requests()
-	return int64(req[rocketmq.ReqSendMessage] + req[rocketmq.ReqSendMessageV2] + req[rocketmq.ReqSendBatchMessage])
+	return int64(r.c.Stored(r.t))
 }
 
 func (r *rmqSink) waitCount(ctx context.Context, n int64, check func() error) (time.Time, error) {

@@ -33,6 +33,9 @@ var (
 	// (not flushed or not replicated as configured): a resend can duplicate it, which
 	// at-least-once allows, while losing it would not be.
 	errNotOK = errors.New("broker did not answer SEND_OK")
+	// errQueuesChanged: a batch was grouped for a queue count the topic no longer has, so its
+	// keys no longer share a queue; it was not sent and is retryable (the resend regroups).
+	errQueuesChanged = errors.New("topic's queue count changed")
 	// errClosed: Send after (or during) Close.
 	errClosed = errors.New("sink closed")
 )
@@ -103,7 +106,7 @@ func classify(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, errNotSent), errors.Is(err, errClosed), errors.Is(err, errNotOK),
+	case errors.Is(err, errNotSent), errors.Is(err, errClosed), errors.Is(err, errNotOK), errors.Is(err, errQueuesChanged),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// Checked first: these may quote a permanent cause in their text, never in their
 		// chain, and must stay retryable.

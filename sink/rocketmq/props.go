@@ -15,9 +15,10 @@ import (
 // encodedPrefix marks a property value that is the base64 of the original bytes.
 const encodedPrefix = "base64:"
 
-// maxPropertiesBytes is what a message's properties may take: RocketMQ stores their length in
-// a signed 16-bit field (32767), and the client adds UNIQ_KEY (about 42 bytes) after we built
-// them.
+// maxPropertiesBytes is what a message's properties (UNIQ_KEY included) may take: RocketMQ
+// stores their length in a signed 16-bit field (32767), in a batch item as in a request
+// header; the margin leaves room for what a broker adds (CLUSTER, which 4.9 appends to each
+// message of a batch).
 const maxPropertiesBytes = 32767 - 64
 
 // systemProperties are RocketMQ's own property names: the client's primitive constants plus

@@ -37,6 +37,15 @@ const (
 	// maxTopicLen and the name pattern are the Java client's TopicValidator rules; the Go client
 	// checks none of them and the broker would answer an opaque error.
 	maxTopicLen = 127
+	// DefaultMaxBatchMessages and DefaultMaxBatchBytes bound one batch request (a
+	// SEND_BATCH_MESSAGE): its message count, and the bytes the broker stores for it. A
+	// broker refuses a batch over its maxMessageSize (4 MiB by default): 4.8 and older count
+	// every message's stored record (body, properties, topic and about 100 bytes of header);
+	// 4.9 and 5.x count the raw bodies and encode the records into maxMessageSize + 64 KiB.
+	// A quarter of the default keeps clear of all of them, and of a broker configured
+	// smaller, while a request still carries hundreds of 1 KiB events.
+	DefaultMaxBatchMessages = 256
+	DefaultMaxBatchBytes    = 1 << 20
 	// closeWait bounds how long Close waits for abandoned SendSync calls to notice their
 	// cancelled ctx (a route lookup inside the client ignores ctx).
 	closeWait = 2 * time.Second
@@ -55,11 +64,17 @@ type Config struct {
 	Namespace string
 	// AccessKey and SecretKey enable ACL signing; both or neither.
 	AccessKey, SecretKey string
-	// SendTimeout bounds each message's send request (default DefaultSendTimeout).
+	// SendTimeout bounds each send request, of one message or a batch (default
+	// DefaultSendTimeout), and the lookup of a new topic's queue count.
 	SendTimeout time.Duration
 	// MaxMessageBytes is the largest body sent (default DefaultMaxMessageBytes, the broker's
-	// maxMessageSize default); a larger one fails permanently without being sent.
+	// maxMessageSize default); a larger one fails permanently without being sent. A batch
+	// request stays below it too, since the broker applies maxMessageSize to a batch's whole
+	// (uncompressed) body.
 	MaxMessageBytes int
+	// maxBatchMessages and maxBatchBytes override DefaultMaxBatchMessages and
+	// DefaultMaxBatchBytes (tests); the byte bound never exceeds MaxMessageBytes.
+	maxBatchMessages, maxBatchBytes int
 	// Name is the sink's name; New's name argument wins when set.
 	Name string
 	// lookup replaces the DNS lookup of NameServer host names (tests); nil means
@@ -152,9 +167,10 @@ type Sink struct {
 	startAt  time.Time
 	newConn  func() (*clients, error)
 
-	// hints carries each in-flight *primitive.Message's queue hash to the queue selector,
-	// which the client calls with nothing but the message.
-	hints sync.Map // *primitive.Message → uint32
+	// hints carries each in-flight request's queue hash to the queue selector, which the
+	// client calls with nothing but the (batch) message: keyed by the *primitive.MessageQueue
+	// the sink puts on the request's first message, which the client's batch wrapper copies.
+	hints sync.Map // *primitive.MessageQueue → *hint
 	// rr rotates messages without a key over the queues.
 	rr atomic.Uint32
 	// droppedHeaders counts headers not sent because of their name; warned holds the names
@@ -165,11 +181,13 @@ type Sink struct {
 	mu sync.Mutex
 	// queues is each (namespaced) topic's writable queue count, as last seen by the selector:
 	// it sizes the lanes, and a topic in it once had a route.
-	queues  map[string]int
-	closed  bool
-	cancels map[uint64]context.CancelFunc // in-flight SendSync calls, cancelled by Close
-	nextID  uint64
-	wg      sync.WaitGroup
+	queues map[string]int
+	// lookupFailed is when learnQueues last failed to look up a (namespaced) topic's queues.
+	lookupFailed map[string]time.Time
+	closed       bool
+	cancels      map[uint64]context.CancelFunc // in-flight SendSync calls, cancelled by Close
+	nextID       uint64
+	wg           sync.WaitGroup
 }
 
 var (
@@ -200,13 +218,21 @@ func New(name string, cfg Config) (*Sink, error) {
 	if cfg.MaxMessageBytes == 0 {
 		cfg.MaxMessageBytes = DefaultMaxMessageBytes
 	}
+	if cfg.maxBatchMessages <= 0 {
+		cfg.maxBatchMessages = DefaultMaxBatchMessages
+	}
+	if cfg.maxBatchBytes <= 0 {
+		cfg.maxBatchBytes = DefaultMaxBatchBytes
+	}
+	cfg.maxBatchBytes = min(cfg.maxBatchBytes, cfg.MaxMessageBytes)
 	cfg.Name = name
 	s := &Sink{
-		name:    name,
-		cfg:     cfg,
-		log:     cfg.Logger.With().Str("sink", name).Logger(),
-		queues:  make(map[string]int),
-		cancels: make(map[uint64]context.CancelFunc),
+		name:         name,
+		cfg:          cfg,
+		log:          cfg.Logger.With().Str("sink", name).Logger(),
+		queues:       make(map[string]int),
+		lookupFailed: make(map[string]time.Time),
+		cancels:      make(map[uint64]context.CancelFunc),
 	}
 	// The client keeps one client object (connections, route tables, producer groups) per
 	// "ip@instance name" in a process-wide map and refuses a second producer with the same
@@ -380,7 +406,9 @@ func (s *Sink) namespaced(topic string) string {
 
 // selector is the producer's queue selector: the queue is hint modulo the topic's writable
 // queues, hint being FNV-1a of the key (what the client's own hash selector computes for a
-// text sharding key) or a rotating number for a message without a key.
+// text sharding key) or a rotating number for a message without a key. It finds the hint by
+// msg.Queue, which the sink sets on a request's first message and the client copies onto a
+// batch message, so a key's queue is the same whether it is sent alone or in a batch.
 type selector struct{ s *Sink }
 
 func (sel selector) Select(msg *primitive.Message, mqs []*primitive.MessageQueue, _ string) *primitive.MessageQueue {
@@ -391,10 +419,17 @@ func (sel selector) Select(msg *primitive.Message, mqs []*primitive.MessageQueue
 	sel.s.queues[msg.Topic] = len(mqs)
 	sel.s.mu.Unlock()
 	var h uint32
-	if v, ok := sel.s.hints.Load(msg); ok {
-		h = v.(uint32)
+	if v, ok := sel.s.hints.Load(msg.Queue); msg.Queue != nil && ok {
+		hn := v.(*hint)
+		if hn.n != 0 && hn.n != len(mqs) {
+			// The batch was grouped for another queue count: its keys no longer share one
+			// queue. No queue makes the client fail the request unsent; the sink resends.
+			hn.refused.Store(int32(len(mqs)))
+			return nil
+		}
+		h = hn.hash
 	} else if k := msg.GetShardingKey(); k != "" {
-		h = keyHash([]byte(k)) // not reached: every message the sink sends has a hint
+		h = keyHash([]byte(k)) // not reached: every request the sink sends has a hint
 	}
 	return mqs[int(h%uint32(len(mqs)))]
 }
@@ -403,334 +438,6 @@ func keyHash(key []byte) uint32 {
 	f := fnv.New32a()
 	_, _ = f.Write(key)
 	return f.Sum32()
-}
-
-// outMsg is one message of a Send, encoded before any I/O.
-type outMsg struct {
-	m    *sink.Message
-	pm   *primitive.Message
-	hash uint32
-}
-
-// build encodes m, or says why it can never be sent.
-func (s *Sink) build(i int, m *sink.Message) (*primitive.Message, error) {
-	if m == nil {
-		return nil, fmt.Errorf("message %d is nil: %w", i, errInvalidMessage)
-	}
-	if err := checkTopic(m.Topic); err != nil {
-		return nil, err
-	}
-	if err := checkTopic(s.namespaced(m.Topic)); err != nil {
-		return nil, fmt.Errorf("with namespace %q: %w", s.cfg.Namespace, err)
-	}
-	if len(m.Value) == 0 {
-		return nil, fmt.Errorf("topic %s: message %d (event %s) has an empty body, which RocketMQ rejects: %w", m.Topic, i, m.EventID, errInvalidMessage)
-	}
-	if len(m.Value) > s.cfg.MaxMessageBytes {
-		return nil, fmt.Errorf("topic %s: message %d (event %s) body is %d bytes, over max_message_bytes %d; raise it (and the broker's maxMessageSize) or shrink the event: %w",
-			m.Topic, i, m.EventID, len(m.Value), s.cfg.MaxMessageBytes, errTooLarge)
-	}
-	props := make(map[string]string, len(m.Headers)+3)
-	for _, h := range m.Headers {
-		var why string
-		switch {
-		case !validPropertyName(h.Key):
-			why = "is not text a RocketMQ property name can carry"
-		case isSystemProperty(h.Key):
-			why = "is a RocketMQ system property"
-		default:
-			if _, dup := props[h.Key]; dup {
-				why = "repeats an earlier header (RocketMQ properties are a map)"
-			}
-		}
-		if why != "" {
-			s.dropHeader(h.Key, why)
-			continue
-		}
-		props[h.Key] = encodeValue(h.Value)
-	}
-	// Set after the headers, which can therefore never replace them.
-	if m.Key != nil {
-		props[primitive.PropertyShardingKey] = encodeValue(m.Key)
-	}
-	if m.EventID != "" {
-		props[primitive.PropertyKeys] = encodeValue([]byte(m.EventID))
-	}
-	if m.Tag != "" {
-		props[primitive.PropertyTags] = encodeValue([]byte(m.Tag))
-	}
-	if n := propertiesSize(props); n > maxPropertiesBytes {
-		return nil, fmt.Errorf("topic %s: message %d (event %s) headers, key and tag encode to %d bytes of properties, over RocketMQ's limit of %d; shrink the headers: %w",
-			m.Topic, i, m.EventID, n, maxPropertiesBytes, errTooLarge)
-	}
-	pm := primitive.NewMessage(m.Topic, m.Value)
-	pm.WithProperties(props)
-	return pm, nil
-}
-
-func (s *Sink) dropHeader(name, why string) {
-	s.droppedHeaders.Add(1)
-	if _, seen := s.warned.LoadOrStore(name, struct{}{}); !seen {
-		s.log.Warn().Str("header", name).Msgf("header not sent: its name %s (logged once per name)", why)
-	}
-}
-
-// lane is the messages of one Send bound for one queue of one topic, in slice order.
-type lane struct {
-	topic string
-	idx   []int
-}
-
-// Send sends each message with SendSync and blocks until every one was answered, failed, or
-// ctx ended. It returns nil only when the broker answered SEND_OK for every message;
-// otherwise a *sink.SendError whose failures carry classify's verdict. Messages with the same
-// key go to the same queue in slice order, one in flight per queue; a failed message fails
-// every later one with the same key (across topics too), without sending it where that is
-// still possible. A cancelled ctx returns at once, every unanswered message failed (a request
-// already on the wire may still be stored: a resend can duplicate it). Safe for concurrent
-// use; callers keep one key in at most one Send at a time.
-func (s *Sink) Send(ctx context.Context, msgs []*sink.Message) error {
-	if len(msgs) == 0 {
-		return nil
-	}
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		return sink.AllFailed(len(msgs), fmt.Errorf("rocketmq sink %q: %w", s.name, errClosed))
-	}
-	if err := ctx.Err(); err != nil {
-		return sink.AllFailed(len(msgs), fmt.Errorf("rocketmq sink %q: %w", s.name, err))
-	}
-	errs := make([]error, len(msgs))
-	out := make([]outMsg, len(msgs))
-	for i, m := range msgs {
-		pm, err := s.build(i, m)
-		if err != nil {
-			errs[i] = classify(err)
-			continue
-		}
-		h := s.rr.Add(1)
-		if m.Key != nil {
-			h = keyHash(m.Key)
-		}
-		out[i] = outMsg{m: m, pm: pm, hash: h}
-	}
-	sink.CascadeByKey(msgs, errs, errNotSent)
-
-	lanes := s.assign(out, errs)
-	run := &sendRun{s: s, msgs: msgs, out: out, errs: errs, topicErr: map[string]error{}}
-	sink.FanOut(ctx, len(lanes), maxLanes,
-		func(k int) { run.lane(ctx, lanes[k]) },
-		func(k int) {
-			l := lanes[k]
-			for _, i := range l.idx {
-				errs[i] = fmt.Errorf("rocketmq sink %q: topic %s: %w", s.name, l.topic, ctx.Err())
-			}
-		})
-	sink.CascadeByKey(msgs, errs, errNotSent)
-
-	return sink.Collect(errs, nil)
-}
-
-// assign groups the sendable messages into lanes: per topic, hash modulo the topic's queue
-// count as last seen by the selector (so a lane is a queue), or modulo maxLanes before the
-// sink has seen the topic's route. Either way one key is in one lane, which is what keeps its
-// order; the queue itself is chosen by the selector from the same hash.
-func (s *Sink) assign(out []outMsg, errs []error) []*lane {
-	type laneKey struct {
-		topic string
-		n     uint32
-	}
-	s.mu.Lock()
-	counts := make(map[string]uint32)
-	for i, o := range out {
-		if errs[i] == nil {
-			if _, ok := counts[o.m.Topic]; !ok {
-				n := uint32(s.queues[s.namespaced(o.m.Topic)])
-				if n == 0 {
-					n = maxLanes
-				}
-				counts[o.m.Topic] = n
-			}
-		}
-	}
-	s.mu.Unlock()
-	byKey := make(map[laneKey]*lane)
-	var order []*lane
-	for i, o := range out {
-		if errs[i] != nil {
-			continue
-		}
-		k := laneKey{o.m.Topic, o.hash % counts[o.m.Topic]}
-		l := byKey[k]
-		if l == nil {
-			l = &lane{topic: o.m.Topic}
-			byKey[k] = l
-			order = append(order, l)
-		}
-		l.idx = append(l.idx, i)
-	}
-	return order
-}
-
-// sendRun is the state of one Send shared by its lanes. Each errs index is written by one
-// lane only.
-type sendRun struct {
-	s    *Sink
-	msgs []*sink.Message
-	out  []outMsg
-	errs []error
-
-	mu sync.Mutex
-	// topicErr is a route-level failure for a topic (no route, confirmed missing or not):
-	// the topic's remaining messages fail with it instead of each asking the NameServer.
-	topicErr map[string]error
-}
-
-// lane sends l's messages one at a time, each after the previous one was answered.
-func (r *sendRun) lane(ctx context.Context, l *lane) {
-	s := r.s
-	failedKey := make(map[string]int) // key → index of its first failure in this lane
-	for _, i := range l.idx {
-		o := r.out[i]
-		// A topic-wide verdict comes first: for a missing topic every message is permanent,
-		// including the ones that follow a failed key.
-		if terr := r.topicFailure(l.topic); terr != nil {
-			r.errs[i] = fmt.Errorf("message %d not sent: %w", i, terr)
-			continue
-		}
-		if o.m.Key != nil {
-			if j, failed := failedKey[string(o.m.Key)]; failed {
-				r.errs[i] = fmt.Errorf("topic %s: message %d follows failed message %d with the same key: %w", l.topic, i, j, errNotSent)
-				continue
-			}
-		}
-		err := ctx.Err()
-		if err != nil {
-			err = fmt.Errorf("rocketmq sink %q: topic %s: %w", s.name, l.topic, err)
-		}
-		if err == nil {
-			err = r.sendOne(ctx, i)
-		}
-		if err != nil {
-			r.errs[i] = err
-			if o.m.Key != nil {
-				failedKey[string(o.m.Key)] = i
-			}
-		}
-	}
-}
-
-func (r *sendRun) topicFailure(topic string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.topicErr[topic]
-}
-
-// sendOne sends message i and returns nil only on SEND_OK; otherwise the classified error.
-func (r *sendRun) sendOne(ctx context.Context, i int) error {
-	s := r.s
-	o := r.out[i]
-	res, err := s.sendSync(ctx, o.pm, o.hash)
-	if err != nil {
-		if cerr := ctx.Err(); cerr != nil {
-			// The client reports a cancelled request as its own "request timeout".
-			return fmt.Errorf("rocketmq sink %q: topic %s: message %d: %w (client: %v)", s.name, o.m.Topic, i, cerr, err)
-		}
-		if errors.Is(err, errClosed) || errors.Is(err, rmqerrors.ErrNotRunning) {
-			return fmt.Errorf("rocketmq sink %q: %w", s.name, errClosed)
-		}
-		err = fmt.Errorf("rocketmq sink %q: send to topic %s (message %d, event %s): %w", s.name, o.m.Topic, i, o.m.EventID, err)
-		if needsRouteCheck(err) {
-			// Held across the lookup so that the topic's other lanes wait for one verdict
-			// instead of each asking the NameServer.
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			if prev := r.topicErr[o.m.Topic]; prev != nil {
-				return fmt.Errorf("message %d: %w", i, prev)
-			}
-			err = classify(s.checkMissing(ctx, o.m.Topic, err))
-			r.topicErr[o.m.Topic] = err
-			return err
-		}
-		return classify(err)
-	}
-	queue := -1
-	if res.MessageQueue != nil {
-		queue = res.MessageQueue.QueueId
-	}
-	s.log.Debug().Str("topic", o.m.Topic).Str("event_id", o.m.EventID).Str("msg_id", res.MsgID).
-		Str("offset_msg_id", res.OffsetMsgID).Int("queue", queue).Int64("offset", res.QueueOffset).
-		Str("status", statusName(res.Status)).Msg("send answered")
-	if res.Status != primitive.SendOK {
-		return classify(fmt.Errorf("rocketmq sink %q: topic %s queue %d: message %d (event %s, msg_id %s) answered %s: %w",
-			s.name, o.m.Topic, queue, i, o.m.EventID, res.MsgID, statusName(res.Status), errNotOK))
-	}
-	return nil
-}
-
-func statusName(st primitive.SendStatus) string {
-	switch st {
-	case primitive.SendOK:
-		return "SEND_OK"
-	case primitive.SendFlushDiskTimeout:
-		return "FLUSH_DISK_TIMEOUT"
-	case primitive.SendFlushSlaveTimeout:
-		return "FLUSH_SLAVE_TIMEOUT"
-	case primitive.SendSlaveNotAvailable:
-		return "SLAVE_NOT_AVAILABLE"
-	default:
-		return fmt.Sprintf("status %d", st)
-	}
-}
-
-// sendSync runs the client's SendSync in a goroutine so that ctx ends the wait at once: the
-// client's route lookup ignores ctx (up to 6 s per NameServer). The goroutine, if abandoned,
-// ends at the latest when its own cancelled request or the route lookup returns; Close
-// cancels and waits for it.
-func (s *Sink) sendSync(ctx context.Context, pm *primitive.Message, hash uint32) (*primitive.SendResult, error) {
-	sendCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, errClosed
-	}
-	id := s.nextID
-	s.nextID++
-	s.cancels[id] = cancel
-	s.wg.Add(1)
-	s.mu.Unlock()
-
-	type result struct {
-		res *primitive.SendResult
-		err error
-	}
-	ch := make(chan result, 1)
-	s.hints.Store(pm, hash)
-	go func() {
-		defer s.wg.Done()
-		var res *primitive.SendResult
-		c, err := s.connect(sendCtx)
-		if err == nil {
-			res, err = c.producer.SendSync(sendCtx, pm)
-		}
-		s.hints.Delete(pm)
-		s.mu.Lock()
-		delete(s.cancels, id)
-		s.mu.Unlock()
-		ch <- result{res, err}
-	}()
-	select {
-	case r := <-ch:
-		return r.res, r.err
-	case <-sendCtx.Done():
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		return nil, errClosed
-	}
 }
 
 // checkMissing asks the NameServer whether topic exists after a send failed for want of a

@@ -119,11 +119,25 @@ func TestConformance(t *testing.T) {
 			return received(t, wait(t, c, topic, n))
 		},
 		FailNext: func(t *testing.T, topic string, transient bool, count int) {
-			code := rocketmq.CodeSystemBusy
-			if !transient {
-				code = rocketmq.CodeNoPermission
+			if transient {
+				t.Cleanup(c.Inject(rocketmq.Fault{Topic: topic, Count: count, Code: rocketmq.CodeSystemBusy}))
+				return
 			}
-			t.Cleanup(c.Inject(rocketmq.Fault{Topic: topic, Count: count, Code: code}))
+			// A permanent rejection is about what a message holds, so the broker refuses it
+			// again when it is resent, alone or in another batch: the fault latches onto the
+			// first count messages it sees and rejects every request carrying one of them.
+			// (A rejection that went away on a resend would be transient; the sink resends
+			// a batch refused for good one message at a time to find the culprit.)
+			var mu sync.Mutex
+			poison := map[string]bool{}
+			t.Cleanup(c.Inject(rocketmq.Fault{Topic: topic, Code: rocketmq.CodeMessageIllegal, Match: func(m rocketmq.Message) bool {
+				mu.Lock()
+				defer mu.Unlock()
+				if len(poison) < count {
+					poison[string(m.Body)] = true
+				}
+				return poison[string(m.Body)]
+			}}))
 		},
 		Hold: func(t *testing.T, topic string) func() {
 			remove := c.Inject(rocketmq.Fault{Topic: topic, NoReply: true})
@@ -135,6 +149,10 @@ func TestConformance(t *testing.T) {
 		MaxMessageBytes: DefaultMaxMessageBytes,
 		NoMessageTime:   true,
 	})
+	// The suite ran through batches, not only messages sent alone.
+	if req := c.Requests(); req[rocketmq.ReqSendBatchMessage] == 0 || req[rocketmq.ReqSendMessage] == 0 {
+		t.Errorf("requests %v: want both batches (320) and messages sent alone (10)", req)
+	}
 }
 
 // keyed builds n messages per key, key-interleaved, valued "<key>/<seq>".
@@ -188,12 +206,13 @@ func checkFirstOccurrences(t *testing.T, stored []rocketmq.Message, keys []strin
 }
 
 // TestNonOKStatusIsFailure: SendSync returns a nil error for FLUSH_DISK_TIMEOUT,
-// SLAVE_NOT_AVAILABLE and FLUSH_SLAVE_TIMEOUT; the sink must fail exactly that message and its
-// key's followers, retryably, whether or not the broker stored it.
+// SLAVE_NOT_AVAILABLE and FLUSH_SLAVE_TIMEOUT; the sink must fail the whole batch that got it
+// (whether or not the broker stored it) and everything behind it in its queue, retryably, and
+// nothing else.
 func TestNonOKStatusIsFailure(t *testing.T) {
 	c := startCluster(t, rocketmq.Options{})
 	s := newSink(t, c, nil)
-	keys := []string{"a", "b", "c", "d", "e"}
+	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
 	for _, code := range []int{rocketmq.CodeFlushDiskTimeout, rocketmq.CodeSlaveNotAvailable, rocketmq.CodeFlushSlaveTimeout} {
 		for _, store := range []bool{true, false} {
 			t.Run(fmt.Sprintf("code%d/store=%v", code, store), func(t *testing.T) {
@@ -202,31 +221,41 @@ func TestNonOKStatusIsFailure(t *testing.T) {
 				remove := c.Inject(rocketmq.Fault{Topic: topic, Count: 1, Code: code, Store: store,
 					Match: func(m rocketmq.Message) bool { return string(m.Body) == "b/1" }})
 				defer remove()
-				se := sendErr(t, s.Send(t.Context(), msgs))
-				var failed []string
-				for _, f := range se.Failures {
-					failed = append(failed, string(msgs[f.Index].Value))
-					if sink.IsPermanent(f.Err) {
-						t.Errorf("failure %s is permanent: %v", msgs[f.Index].Value, f.Err)
+				var want []string // b's queue: one batch, failed as a whole
+				for _, m := range msgs {
+					if keyHash(m.Key)%4 == keyHash([]byte("b"))%4 {
+						want = append(want, string(m.Value))
 					}
 				}
-				if got := strings.Join(failed, " "); got != "b/1 b/2" {
-					t.Fatalf("failed %q, want exactly b/1 and its follower b/2", got)
+				if len(want) == 3 || len(want) == len(msgs) {
+					t.Fatalf("b's queue holds %v: pick keys that share it with another and leave others out", want)
 				}
-				if !errors.Is(se.Failures[0].Err, errNotOK) || !strings.Contains(se.Failures[0].Err.Error(), statusName(statusFor(code))) {
+				se := sendErr(t, s.Send(t.Context(), msgs))
+				var failed []string
+				var resend []*sink.Message
+				for _, f := range se.Failures {
+					failed = append(failed, string(msgs[f.Index].Value))
+					resend = append(resend, msgs[f.Index])
+					if sink.IsPermanent(f.Err) || !errors.Is(f.Err, errNotOK) {
+						t.Errorf("failure %s: %v, want a transient non-OK failure", msgs[f.Index].Value, f.Err)
+					}
+				}
+				if got := strings.Join(failed, " "); got != strings.Join(want, " ") {
+					t.Fatalf("failed %q, want b's whole batch %q", got, strings.Join(want, " "))
+				}
+				if !strings.Contains(se.Failures[0].Err.Error(), statusName(statusFor(code))) {
 					t.Errorf("first failure %v does not name the broker's status", se.Failures[0].Err)
 				}
-				resend := []*sink.Message{msgs[se.Failures[0].Index], msgs[se.Failures[1].Index]}
 				if err := s.Send(t.Context(), resend); err != nil {
 					t.Fatalf("resend: %v", err)
 				}
-				want := len(msgs)
+				n := len(msgs)
 				if store {
-					want++ // b/1 was stored with the non-OK answer, and again by the resend
+					n += len(want) // stored with the non-OK answer, and again by the resend
 				}
-				stored := wait(t, c, topic, want)
-				if len(stored) != want {
-					t.Fatalf("%d messages stored, want %d", len(stored), want)
+				stored := wait(t, c, topic, n)
+				if len(stored) != n {
+					t.Fatalf("%d messages stored, want %d", len(stored), n)
 				}
 				checkFirstOccurrences(t, stored, keys, 3)
 			})

@@ -110,6 +110,11 @@ type Message struct {
 	Flag        int32
 	BornTime    time.Time
 	StoredAt    time.Time
+	// Request numbers the send request that stored the message (1, 2, … per cluster): the
+	// messages of one SEND_BATCH_MESSAGE share it, so a test can see how a producer batched.
+	Request int64
+	// Batch is whether the request was a SEND_BATCH_MESSAGE.
+	Batch bool
 }
 
 // Fault changes how the broker answers send requests (codes 10, 310, 320).
@@ -173,6 +178,7 @@ type Cluster struct {
 	faults       []*faultEntry
 	nextFaultID  int
 	requests     map[int]int
+	sendSeq      int64
 	commitOffset int64
 	// changed is closed and replaced whenever messages are stored, to wake
 	// WaitMessages without polling.
@@ -277,6 +283,20 @@ func (c *Cluster) messagesLocked(topic string, queue int) []Message {
 		}
 	}
 	return out
+}
+
+// Stored returns how many messages topic holds, without copying them. It does not block
+// for long (the cluster's lock).
+func (c *Cluster) Stored(topic string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	if ts := c.topics[topic]; ts != nil {
+		for _, q := range ts.queues {
+			n += len(q)
+		}
+	}
+	return n
 }
 
 // WaitMessages blocks until topic holds at least n messages or ctx ends. On

@@ -408,6 +408,7 @@ func TestBatchSend(t *testing.T) {
 		m := primitive.NewMessage("t", []byte(fmt.Sprintf("b%d", i)))
 		m.WithKeys([]string{fmt.Sprintf("k%d", i)})
 		m.WithTag("T")
+		m.WithProperty("user", fmt.Sprintf("u%d", i))
 		msgs = append(msgs, m)
 	}
 	res, err := p.SendSync(ctxT(t, 20*time.Second), msgs...)
@@ -423,8 +424,17 @@ func TestBatchSend(t *testing.T) {
 	}
 	for i, m := range got {
 		if string(m.Body) != fmt.Sprintf("b%d", i) || m.Keys != fmt.Sprintf("k%d", i) || m.Tags != "T" ||
-			m.Offset != res.QueueOffset+int64(i) || m.MsgID == "" {
+			m.Offset != res.QueueOffset+int64(i) || m.MsgID == "" || m.Properties["user"] != fmt.Sprintf("u%d", i) ||
+			!m.Batch || m.Request != got[0].Request {
 			t.Fatalf("batch item %d: %+v", i, m)
+		}
+	}
+	if _, err := p.SendSync(ctxT(t, 20*time.Second), primitive.NewMessage("t", []byte("alone"))); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range c.Messages("t") {
+		if string(m.Body) == "alone" && (m.Batch || m.Request == got[0].Request) {
+			t.Fatalf("single message stored as part of the batch: %+v", m)
 		}
 	}
 	if ids := strings.Split(res.OffsetMsgID, ","); len(ids) != 5 {

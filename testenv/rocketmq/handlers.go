@@ -172,7 +172,9 @@ func (c *Cluster) handleSend(req *command) reply {
 			return reply{resp: response(CodeMessageIllegal, "the message body is illegal: "+err.Error())}
 		}
 		for _, it := range items {
-			msgs = append(msgs, newMessage(h.topic, it.Body, it.Properties, it.Flag, born))
+			m := newMessage(h.topic, it.Body, it.Properties, it.Flag, born)
+			m.Batch = true
+			msgs = append(msgs, m)
 		}
 	} else {
 		body := req.Body
@@ -287,8 +289,10 @@ func (c *Cluster) matchFaultLocked(topic string, msgs []Message) *Fault {
 func (c *Cluster) storeLocked(ts *topicState, msgs []Message) []string {
 	now := time.Now()
 	ids := make([]string, 0, len(msgs))
+	c.sendSeq++
 	for i := range msgs {
 		m := &msgs[i]
+		m.Request = c.sendSeq
 		q := m.Queue
 		m.Offset = int64(len(ts.queues[q]))
 		m.StoredAt = now
