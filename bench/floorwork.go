@@ -51,30 +51,47 @@ func (h *harness) floorCatchUp(ctx context.Context, client string, txnRows int, 
 }
 
 // steadyOne is the single-connection steady probe: ONE connection commits one row at a time at
-// -steady1-rate, once through outboxd and once through the franz-go floor relay, each to a fresh
-// broker with the same generator and consumer; with -steady1-stamps each message's path is
-// stamped (see stamps.go) and the workload carries the breakdown.
+// each -steady1-rates rate, once through outboxd and once through the franz-go floor relay, each
+// to a fresh broker with the same generator and consumer; with -steady1-stamps each message's
+// path is stamped (see stamps.go) and the workload carries the breakdown.
 func (h *harness) steadyOne(ctx context.Context) {
 	for _, sys := range []string{"outboxd-kafka", "floor-" + floorFranz} {
 		if ctx.Err() != nil {
 			return
 		}
-		h.record(h.steadyOneRun(ctx, sys))
+		for _, w := range h.steadyOneRelay(ctx, sys) {
+			h.record(w)
+		}
 	}
 }
 
-func (h *harness) steadyOneRun(ctx context.Context, sys string) Workload {
-	rate := h.o.Steady1Rate
-	w := Workload{ID: fmt.Sprintf("steady1-%s-%d", sys, rate), Kind: "steady", System: sys, TxnRows: 1, TargetRate: float64(rate)}
+func steadyOneIDs(sys string, rate int) (string, string) {
+	id := fmt.Sprintf("steady1-%s-%d", sys, rate)
 	if sys == "outboxd-kafka" {
-		w.Name = fmt.Sprintf("outboxd → Kafka steady %d/s, ONE connection", rate)
-	} else {
-		w.Name = fmt.Sprintf("floor relay (franz-go) steady %d/s, ONE connection", rate)
+		return id, fmt.Sprintf("outboxd → Kafka steady %d/s, ONE connection", rate)
 	}
-	fail := func(err error) Workload { w.Error = err.Error(); return w }
-	dir := filepath.Join(h.tmp, w.ID)
+	return id, fmt.Sprintf("floor relay (franz-go) steady %d/s, ONE connection", rate)
+}
+
+// steadyOneRelay starts one relay (sys) and measures every probe rate through it.
+func (h *harness) steadyOneRelay(ctx context.Context, sys string) []Workload {
+	rates := h.o.Steady1Rates
+	out := make([]Workload, len(rates))
+	for k, rate := range rates {
+		id, name := steadyOneIDs(sys, rate)
+		out[k] = Workload{ID: id, Name: name, Kind: "steady", System: sys, TxnRows: 1, TargetRate: float64(rate)}
+	}
+	failAll := func(err error) []Workload {
+		for k := range out {
+			if out[k].Error == "" && out[k].Latency == nil {
+				out[k].Error = err.Error()
+			}
+		}
+		return out
+	}
+	dir := filepath.Join(h.tmp, "steady1-"+sys)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fail(err)
+		return failAll(err)
 	}
 	stampsPath := ""
 	if h.o.Steady1Stamps {
@@ -82,7 +99,7 @@ func (h *harness) steadyOneRun(ctx context.Context, sys string) Workload {
 	}
 	kp, err := newKafkaStamped("bench.steady1", stampsPath)
 	if err != nil {
-		return fail(err)
+		return failAll(err)
 	}
 	ks := &kafkaSink{c: kp, t: "bench.steady1"}
 	closed := false
@@ -92,14 +109,14 @@ func (h *harness) steadyOneRun(ctx context.Context, sys string) Workload {
 		}
 	}()
 	prefix := map[bool]string{true: "q1o-", false: "q1f-"}[sys == "outboxd-kafka"]
-	cons, err := startConsumer(ks.c.addrs, ks.t, prefix, 2, h.epoch)
+	cons, err := startConsumer(ks.c.addrs, ks.t, prefix, len(rates)+1, h.epoch)
 	if err != nil {
-		return fail(err)
+		return failAll(err)
 	}
 	defer cons.close()
 	pos, err := gtidPos(ctx, h.root)
 	if err != nil {
-		return fail(err)
+		return failAll(err)
 	}
 	var p *outboxdProc
 	if sys == "outboxd-kafka" {
@@ -112,41 +129,57 @@ func (h *harness) steadyOneRun(ctx context.Context, sys string) Workload {
 			Schema: benchSchema, Table: "outbox_event", Brokers: ks.c.addrs, Topic: ks.t})
 	}
 	if err != nil {
-		return fail(err)
+		return failAll(err)
 	}
 	defer p.stop(stopTimeout)
 	rcv := kafkaReceiver{cons}
-	if err := h.warmUp(ctx, outboxTable, prefix, 1, rcv, p.exited); err != nil {
-		return fail(err)
+	if err := h.warmUp(ctx, outboxTable, prefix, len(rates), rcv, p.exited); err != nil {
+		return failAll(err)
 	}
-	tr := newTracker(int(float64(rate)*h.o.Steady.Seconds()) + 16)
-	var tap *binlogTap
-	if h.o.Steady1Stamps {
-		if tap, err = startTap(h, pos, prefix, 0, len(tr.commit)); err != nil {
-			return fail(err)
+	trs := make([]*tracker, len(rates))
+	taps := make([]*binlogTap, len(rates))
+	for k, rate := range rates {
+		if ctx.Err() != nil {
+			return failAll(ctx.Err())
+		}
+		trs[k] = newTracker(int(float64(rate)*h.o.Steady.Seconds()) + 16)
+		if h.o.Steady1Stamps {
+			at, err := gtidPos(ctx, h.root)
+			if err == nil {
+				taps[k], err = startTap(h, at, prefix, k, len(trs[k].commit))
+			}
+			if err != nil {
+				out[k].Error = err.Error()
+				continue
+			}
+		}
+		out[k] = h.steadyRun(ctx, steadyRunSpec{
+			ID: out[k].ID, Name: out[k].Name, System: sys, Table: outboxTable, Rate: rate, Prefix: prefix, Run: k,
+			PID: p.pid(), Rcv: rcv, CollectTimeout: 20 * time.Second, Conns: 1, Tracker: trs[k],
+		})
+		if taps[k] != nil {
+			taps[k].stop()
+		}
+		if err := p.exited(); err != nil && out[k].Error == "" {
+			out[k].Error = err.Error()
 		}
 	}
-	w = h.steadyRun(ctx, steadyRunSpec{
-		ID: w.ID, Name: w.Name, System: sys, Table: outboxTable, Rate: rate, Prefix: prefix, Run: 0,
-		PID: p.pid(), Rcv: rcv, CollectTimeout: 20 * time.Second, Conns: 1, Tracker: tr,
-	})
-	if err := p.exited(); err != nil && w.Error == "" {
-		w.Error = err.Error()
-	}
-	if tap != nil {
-		tap.stop()
-	}
 	_ = p.stop(stopTimeout)
-	if !h.o.Steady1Stamps || w.Error != "" {
-		return w
+	if !h.o.Steady1Stamps {
+		return out
 	}
 	ks.close() // the broker writes its stamps as it exits
 	closed = true
-	broker := make([]int64, len(tr.commit))
-	if err := loadBrokerStamps(stampsPath, prefix, 0, h.epoch, broker); err != nil {
-		w.Notes = append(w.Notes, err.Error())
-		broker = nil
+	for k, rate := range rates {
+		if out[k].Error != "" || taps[k] == nil {
+			continue
+		}
+		broker := make([]int64, len(trs[k].commit))
+		if err := loadBrokerStamps(stampsPath, prefix, k, h.epoch, broker); err != nil {
+			out[k].Notes = append(out[k].Notes, err.Error())
+			broker = nil
+		}
+		out[k].Segments = breakdown(trs[k], taps[k].stamps, broker, float64(rate))
 	}
-	w.Segments = breakdown(tr, tap.stamps, broker, float64(rate))
-	return w
+	return out
 }

@@ -35,7 +35,7 @@ type options struct {
 	RMQRows       int
 	RMQRate       int
 	GenConns      int
-	Steady1Rate   int
+	Steady1Rates  []int
 	Steady1Stamps bool
 	Timeout       time.Duration
 	Only          []string
@@ -77,7 +77,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.RMQRows, "rmq-rows", 100_000, "catch-up rows through the RocketMQ sink")
 	fs.IntVar(&o.RMQRate, "rmq-rate", 3000, "steady rate through the RocketMQ sink")
 	fs.IntVar(&o.GenConns, "gen-conns", 8, "parallel connections writing the catch-up rows")
-	fs.IntVar(&o.Steady1Rate, "steady1-rate", 3000, "rate of the single-connection steady probe (outboxd and the floor relay)")
+	s1rates := fs.String("steady1-rates", "3000", "rates of the single-connection steady probe (outboxd and the floor relay)")
 	fs.BoolVar(&o.Steady1Stamps, "steady1-stamps", true, "stamp each probe message along its path (binlog reader, broker) for the latency breakdown")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "overall deadline; everything is cleaned up after it")
 	only := fs.String("only", "", "comma-separated subset of "+strings.Join(workloadNames, ","))
@@ -98,6 +98,9 @@ func parseFlags(args []string) (options, error) {
 	if o.BaselineRates, err = parseInts(*brates); err != nil {
 		return o, fmt.Errorf("-baseline-rates: %w", err)
 	}
+	if o.Steady1Rates, err = parseInts(*s1rates); err != nil {
+		return o, fmt.Errorf("-steady1-rates: %w", err)
+	}
 	for _, w := range strings.Split(*only, ",") {
 		if w = strings.TrimSpace(w); w == "" {
 			continue
@@ -107,8 +110,8 @@ func parseFlags(args []string) (options, error) {
 		}
 		o.Only = append(o.Only, w)
 	}
-	if o.Rows <= 0 || o.BaselineRows <= 0 || o.BigRows <= 0 || o.RMQRows <= 0 || o.RMQRate <= 0 || o.GenConns <= 0 || o.Steady <= 0 || o.Steady1Rate <= 0 {
-		return o, errors.New("-rows, -baseline-rows, -big-rows, -rmq-rows, -rmq-rate, -gen-conns, -steady and -steady1-rate must be positive")
+	if o.Rows <= 0 || o.BaselineRows <= 0 || o.BigRows <= 0 || o.RMQRows <= 0 || o.RMQRate <= 0 || o.GenConns <= 0 || o.Steady <= 0 {
+		return o, errors.New("-rows, -baseline-rows, -big-rows, -rmq-rows, -rmq-rate, -gen-conns and -steady must be positive")
 	}
 	return o, nil
 }
@@ -182,7 +185,7 @@ func run(ctx context.Context, o options) int {
 	h.res = &Results{Params: Params{
 		Rows: o.Rows, TxnSizes: o.TxnSizes, Steady: o.Steady.String(), Rates: o.Rates,
 		BaselineRates: o.BaselineRates, BaselineRows: o.BaselineRows, BigRows: o.BigRows,
-		RMQRows: o.RMQRows, RMQRate: o.RMQRate, GenConns: o.GenConns, Only: o.Only, Steady1Rate: o.Steady1Rate,
+		RMQRows: o.RMQRows, RMQRate: o.RMQRate, GenConns: o.GenConns, Only: o.Only, Steady1Rates: o.Steady1Rates,
 		OutboxdExtra: o.OutboxdExtra, PayloadBytes: payloadBytes, DistinctKeys: distinctKeys,
 		Partitions: benchPartitions, RMQQueues: rmqQueues, OutboxdBinary: "built from ./cmd/outboxd",
 	}}

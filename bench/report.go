@@ -50,7 +50,7 @@ type Params struct {
 	RMQRows       int      `json:"rocketmq_rows"`
 	RMQRate       int      `json:"rocketmq_rate"`
 	GenConns      int      `json:"gen_conns"`
-	Steady1Rate   int      `json:"steady1_rate"`
+	Steady1Rates  []int    `json:"steady1_rates"`
 	Only          []string `json:"only,omitempty"`
 	OutboxdExtra  string   `json:"outboxd_extra,omitempty"`
 	OutboxdBinary string   `json:"outboxd_binary"` // "built" or the -outboxd path
