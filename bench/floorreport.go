@@ -53,6 +53,18 @@ func (r *Results) floorRatios() {
 					so.Latency.P50MS, sf.Latency.P50MS, num0(so.EventsPerSec), num0(sf.EventsPerSec)),
 			})
 		}
+		po := r.find(fmt.Sprintf("steady1-paired-outboxd-kafka-%d", rate))
+		for _, f := range []string{floorFranz, floorKafkaGo} {
+			pf := r.find(fmt.Sprintf("steady1-paired-floor-%s-%d", f, rate))
+			if po != nil && pf != nil && po.Latency != nil && pf.Latency != nil && pf.Latency.P99MS > 0 {
+				r.Ratios = append(r.Ratios, Ratio{
+					Name:  fmt.Sprintf("paired (relays at once on the same commits) p99 at %d/s, ONE connection: outboxd / floor (%s)", rate, f),
+					Value: fp(po.Latency.P99MS / pf.Latency.P99MS),
+					Detail: fmt.Sprintf("%.2f ms vs %.2f ms (p50 %.2f vs %.2f; achieved %.0f commits/s)", po.Latency.P99MS, pf.Latency.P99MS,
+						po.Latency.P50MS, pf.Latency.P50MS, num0(po.EventsPerSec)),
+				})
+			}
+		}
 		if m := r.find(fmt.Sprintf("steady-kafka-%d", rate)); so != nil && m != nil && so.Latency != nil && m.Latency != nil && m.Latency.P99MS > 0 {
 			r.Ratios = append(r.Ratios, Ratio{
 				Name:  fmt.Sprintf("outboxd p99 at %d/s: ONE connection / several connections", rate),
@@ -87,7 +99,11 @@ func (r *Results) floorMarkdown(b *strings.Builder) {
 			"Stamps: the generator, an independent go-mysql reader in the harness, kfake's Produce handler, the consumer; " +
 			"a negative figure means the second stamp came first.\n\n| segment |")
 		for _, w := range probes {
-			fmt.Fprintf(b, " %s %.0f/s |", w.System, w.TargetRate)
+			label := w.System
+			if strings.HasPrefix(w.ID, "steady1-paired-") {
+				label = "paired " + label
+			}
+			fmt.Fprintf(b, " %s %.0f/s |", label, w.TargetRate)
 		}
 		b.WriteString("\n|---|")
 		for range probes {

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 )
 
@@ -61,6 +63,13 @@ func (h *harness) steadyOne(ctx context.Context) {
 		}
 		for _, w := range h.steadyOneRelay(ctx, sys) {
 			h.record(w)
+		}
+	}
+	if h.o.Steady1Paired {
+		for _, rate := range h.o.Steady1Rates {
+			if ctx.Err() == nil {
+				h.steadyOnePaired(ctx, rate)
+			}
 		}
 	}
 }
@@ -182,4 +191,166 @@ func (h *harness) steadyOneRelay(ctx context.Context, sys string) []Workload {
 		out[k].Segments = breakdown(trs[k], taps[k].stamps, broker, float64(rate))
 	}
 	return out
+}
+
+// groupReceiver is one consumer per relay (and broker) of the same commits: tr goes to the
+// first, and shadow trackers sharing tr's commit stamps go to the others.
+type groupReceiver struct {
+	rs      []kafkaReceiver
+	shadows map[*atomic.Int64][]*tracker // by &tr.commit[0]
+}
+
+// all is tr followed by its shadows, one per receiver.
+func (g groupReceiver) all(tr *tracker) []*tracker {
+	k := &tr.commit[0]
+	if g.shadows[k] == nil {
+		ts := []*tracker{tr}
+		for range g.rs[1:] {
+			ts = append(ts, &tracker{commit: tr.commit, sent: tr.sent, recv: make([]atomic.Int64, len(tr.commit))})
+		}
+		g.shadows[k] = ts
+	}
+	return g.shadows[k]
+}
+
+func (g groupReceiver) attach(run int, tr *tracker) {
+	for i, t := range g.all(tr) {
+		g.rs[i].attach(run, t)
+	}
+}
+func (g groupReceiver) ready(tr *tracker) bool {
+	for i, t := range g.all(tr) {
+		if !g.rs[i].ready(t) {
+			return false
+		}
+	}
+	return true
+}
+func (g groupReceiver) collect(ctx context.Context, run int, tr *tracker, timeout time.Duration) {
+	for i, t := range g.all(tr) {
+		g.rs[i].collect(ctx, run, t, timeout)
+	}
+}
+
+// steadyOnePaired runs outboxd and the floor relays (-steady1-floors) AT ONCE, each to its own
+// broker and consumer, on the same single-connection commits: every message has a latency
+// through each, under exactly the same database and machine load (which a shared machine does not
+// hold still from one run to the next). The relays compete for the same cores, which costs each.
+// CPU % is outboxd's.
+func (h *harness) steadyOnePaired(ctx context.Context, rate int) {
+	systems := []string{"outboxd-kafka"}
+	for _, f := range h.o.Steady1Floors {
+		systems = append(systems, "floor-"+f)
+	}
+	ws := make([]Workload, len(systems))
+	for k, sys := range systems {
+		ws[k] = Workload{ID: fmt.Sprintf("steady1-paired-%s-%d", sys, rate), Kind: "steady", System: sys, TxnRows: 1, TargetRate: float64(rate),
+			Name: fmt.Sprintf("paired: %s steady %d/s, ONE connection, same commits", sys, rate)}
+	}
+	fail := func(err error) {
+		for k := range ws {
+			ws[k].Error = err.Error()
+			h.record(ws[k])
+		}
+	}
+	dir := filepath.Join(h.tmp, "steady1-paired")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fail(err)
+		return
+	}
+	const prefix, topic = "q1p-", "bench.steady1p"
+	ks := make([]*kafkaSink, len(systems))
+	stamps := make([]string, len(systems))
+	rcv := groupReceiver{shadows: map[*atomic.Int64][]*tracker{}}
+	for k, sys := range systems {
+		stamps[k] = filepath.Join(dir, "broker-stamps-"+sys+".txt")
+		kp, err := newKafkaStamped(topic, stamps[k])
+		if err != nil {
+			fail(err)
+			return
+		}
+		ks[k] = &kafkaSink{c: kp, t: topic}
+		defer ks[k].close()
+		c, err := startConsumer(kp.addrs, topic, prefix, 2, h.epoch)
+		if err != nil {
+			fail(err)
+			return
+		}
+		defer c.close()
+		rcv.rs = append(rcv.rs, kafkaReceiver{c})
+	}
+	pos, err := gtidPos(ctx, h.root)
+	if err != nil {
+		fail(err)
+		return
+	}
+	procs := make([]*outboxdProc, len(systems))
+	for k, sys := range systems {
+		if k == 0 {
+			procs[k], err = startOutboxd(h.bin, relayConfig{
+				Addr: h.srv.Addr, ServerID: h.serverID(), Start: pos, Table: outboxTable.String(),
+				Sink: ks[k].sinkYAML(), Topic: topic, Dir: dir, Extra: h.o.OutboxdExtra,
+			})
+		} else {
+			procs[k], err = startFloor(filepath.Join(dir, sys), floorConfig{Client: sys[len("floor-"):], Addr: h.srv.Addr, ServerID: uint32(h.serverID()),
+				Start: pos, Schema: benchSchema, Table: "outbox_event", Brokers: ks[k].c.addrs, Topic: topic})
+		}
+		if err != nil {
+			fail(err)
+			return
+		}
+		defer procs[k].stop(stopTimeout)
+	}
+	check := func() error {
+		var errs []error
+		for _, p := range procs {
+			errs = append(errs, p.exited())
+		}
+		return errors.Join(errs...)
+	}
+	if err := h.warmUp(ctx, outboxTable, prefix, 1, rcv, check); err != nil {
+		fail(err)
+		return
+	}
+	tr := newTracker(int(float64(rate)*h.o.Steady.Seconds()) + 16)
+	at, err := gtidPos(ctx, h.root)
+	if err != nil {
+		fail(err)
+		return
+	}
+	tap, err := startTap(h, at, prefix, 0, len(tr.commit))
+	if err != nil {
+		fail(err)
+		return
+	}
+	w := h.steadyRun(ctx, steadyRunSpec{
+		ID: ws[0].ID, Name: ws[0].Name, System: ws[0].System, Table: outboxTable, Rate: rate, Prefix: prefix, Run: 0,
+		PID: procs[0].pid(), Rcv: rcv, CollectTimeout: 20 * time.Second, Conns: 1, Tracker: tr,
+	})
+	tap.stop()
+	if err := check(); err != nil && w.Error == "" {
+		w.Error = err.Error()
+	}
+	for _, p := range procs {
+		_ = p.stop(stopTimeout)
+	}
+	ws[0] = w
+	trs := rcv.all(tr)
+	for k := range systems {
+		if k > 0 {
+			trs[k].start.Store(tr.start.Load())
+			ws[k].Events, ws[k].Seconds, ws[k].EventsPerSec, ws[k].Error = w.Events, w.Seconds, w.EventsPerSec, w.Error
+			ws[k].Latency = latencies(trs[k])
+			ws[k].Notes = append(ws[k].Notes, "the same commits as the paired outboxd row; CPU not measured")
+		}
+		if w.Error == "" {
+			ks[k].close() // the broker writes its stamps as it exits (the deferred close then returns at once)
+			broker := make([]int64, len(tr.commit))
+			if err := loadBrokerStamps(stamps[k], prefix, 0, h.epoch, broker); err != nil {
+				broker = nil
+			}
+			ws[k].Segments = breakdown(trs[k], tap.stamps, broker, float64(rate))
+		}
+		h.record(ws[k])
+	}
 }

@@ -37,6 +37,8 @@ type options struct {
 	GenConns      int
 	Steady1Rates  []int
 	Steady1Stamps bool
+	Steady1Paired bool
+	Steady1Floors []string
 	Timeout       time.Duration
 	Only          []string
 	OutboxdExtra  string
@@ -78,6 +80,8 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.RMQRate, "rmq-rate", 3000, "steady rate through the RocketMQ sink")
 	fs.IntVar(&o.GenConns, "gen-conns", 8, "parallel connections writing the catch-up rows")
 	s1rates := fs.String("steady1-rates", "3000", "rates of the single-connection steady probe (outboxd and the floor relay)")
+	fs.BoolVar(&o.Steady1Paired, "steady1-paired", false, "also run outboxd and the -steady1-floors at once on the same single-connection commits (a diagnostic)")
+	s1floors := fs.String("steady1-floors", floorFranz, "floor relays the paired probe runs beside outboxd: franz-go, kafka-go")
 	fs.BoolVar(&o.Steady1Stamps, "steady1-stamps", true, "stamp each probe message along its path (binlog reader, broker) for the latency breakdown")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "overall deadline; everything is cleaned up after it")
 	only := fs.String("only", "", "comma-separated subset of "+strings.Join(workloadNames, ","))
@@ -100,6 +104,12 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.Steady1Rates, err = parseInts(*s1rates); err != nil {
 		return o, fmt.Errorf("-steady1-rates: %w", err)
+	}
+	for _, f := range strings.Split(*s1floors, ",") {
+		if f = strings.TrimSpace(f); f != floorFranz && f != floorKafkaGo {
+			return o, fmt.Errorf("-steady1-floors: %q is not %s or %s", f, floorFranz, floorKafkaGo)
+		}
+		o.Steady1Floors = append(o.Steady1Floors, f)
 	}
 	for _, w := range strings.Split(*only, ",") {
 		if w = strings.TrimSpace(w); w == "" {
