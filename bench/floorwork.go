@@ -189,6 +189,9 @@ func (h *harness) steadyOneRelay(ctx context.Context, sys string) []Workload {
 			broker = nil
 		}
 		out[k].Segments = breakdown(trs[k], taps[k].stamps, broker, float64(rate))
+		if err := writeStampsTSV(filepath.Join(dir, fmt.Sprintf("stamps-%d.tsv", rate)), h.epoch, trs[k], taps[k].stamps, broker, float64(rate)); err != nil {
+			logf("%s: %v", out[k].Name, err)
+		}
 	}
 	return out
 }
@@ -350,6 +353,9 @@ func (h *harness) steadyOnePaired(ctx context.Context, rate int) {
 				broker = nil
 			}
 			ws[k].Segments = breakdown(trs[k], tap.stamps, broker, float64(rate))
+			if err := writeStampsTSV(filepath.Join(dir, "stamps-"+systems[k]+".tsv"), h.epoch, trs[k], tap.stamps, broker, float64(rate)); err != nil {
+				logf("%s: %v", ws[k].Name, err)
+			}
 		}
 		h.record(ws[k])
 	}

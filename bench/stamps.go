@@ -295,3 +295,33 @@ func breakdown(tr *tracker, tap []atomic.Int64, broker []int64, rate float64) []
 	}
 	return out
 }
+
+// writeStampsTSV writes every committed message's stamps (wall-clock ns, 0 for none) to path, one
+// line each: i, due, sent, commit, tap, broker, recv. For offline analysis (-keep keeps the file).
+func writeStampsTSV(path string, epoch time.Time, tr *tracker, tap []atomic.Int64, broker []int64, rate float64) error {
+	var b strings.Builder
+	b.WriteString("i\tdue\tsent\tcommit\ttap\tbroker\trecv\n")
+	e := epoch.UnixNano() - 1 // harness stamps are ns since epoch plus one
+	wall := func(v int64) int64 {
+		if v == 0 {
+			return 0
+		}
+		return v + e
+	}
+	for i := range tr.commit {
+		c := tr.commit[i].Load()
+		if c == 0 {
+			continue
+		}
+		var t, bk int64
+		if tap != nil {
+			t = tap[i].Load()
+		}
+		if broker != nil {
+			bk = broker[i]
+		}
+		due := tr.start.Load() + int64(float64(i)/rate*1e9)
+		fmt.Fprintf(&b, "%d\t%d\t%d\t%d\t%d\t%d\t%d\n", i, wall(due), wall(tr.sent[i].Load()), wall(c), wall(t), wall(bk), wall(tr.recv[i].Load()))
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
