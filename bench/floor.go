@@ -216,17 +216,19 @@ func (f *franzFloor) send(ctx context.Context, r floorRow) {
 
 func (f *franzFloor) close() { f.cl.Close() }
 
-// gate bounds the rows in flight (floorMaxBuffered); acquire blocks while it is full.
+// gate bounds the rows in flight (floorMaxBuffered); acquire blocks while it is full, until
+// open (a failure or the end: the reader must get to see the failure, not wait forever).
 type gate struct {
-	mu   sync.Mutex
-	cond *sync.Cond
-	n    int
+	mu     sync.Mutex
+	cond   *sync.Cond
+	n      int
+	opened bool
 }
 
 func newGate() *gate { g := &gate{}; g.cond = sync.NewCond(&g.mu); return g }
 func (g *gate) acquire() {
 	g.mu.Lock()
-	for g.n >= floorMaxBuffered {
+	for g.n >= floorMaxBuffered && !g.opened {
 		g.cond.Wait()
 	}
 	g.n++
@@ -235,6 +237,12 @@ func (g *gate) acquire() {
 func (g *gate) release(k int) {
 	g.mu.Lock()
 	g.n -= k
+	g.mu.Unlock()
+	g.cond.Broadcast()
+}
+func (g *gate) open() {
+	g.mu.Lock()
+	g.opened = true
 	g.mu.Unlock()
 	g.cond.Broadcast()
 }
@@ -357,6 +365,7 @@ func (f *kafkaGoFloor) worker(ctx context.Context, partition int, q *laneQueue[k
 			if ctx.Err() == nil {
 				f.fail(fmt.Errorf("kafka-go produce to partition %d: %w", partition, err))
 			}
+			f.gate.open()
 			return
 		}
 		f.gate.release(len(recs))
@@ -365,7 +374,7 @@ func (f *kafkaGoFloor) worker(ctx context.Context, partition int, q *laneQueue[k
 
 func (f *kafkaGoFloor) close() {
 	f.stop()
-	f.gate.release(floorMaxBuffered) // unblock a reader waiting for the gate
+	f.gate.open() // unblock a reader waiting for the gate
 	f.wg.Wait()
 	f.tr.CloseIdleConnections()
 }
@@ -448,6 +457,7 @@ func (f *rmqFloor) worker(ctx context.Context, q *laneQueue[*primitive.Message])
 				if ctx.Err() == nil {
 					f.fail(fmt.Errorf("rocketmq send: %w", err))
 				}
+				f.gate.open()
 				return
 			}
 			f.gate.release(1)
@@ -457,7 +467,7 @@ func (f *rmqFloor) worker(ctx context.Context, q *laneQueue[*primitive.Message])
 
 func (f *rmqFloor) close() {
 	f.stop()
-	f.gate.release(floorMaxBuffered)
+	f.gate.open()
 	f.wg.Wait()
 	_ = f.p.Shutdown()
 }
