@@ -58,7 +58,7 @@ func (r *Results) floorRatios() {
 			pf := r.find(fmt.Sprintf("steady1-paired-floor-%s-%d", f, rate))
 			if po != nil && pf != nil && po.Latency != nil && pf.Latency != nil && pf.Latency.P99MS > 0 {
 				r.Ratios = append(r.Ratios, Ratio{
-					Name:  fmt.Sprintf("paired (relays at once on the same commits) p99 at %d/s, ONE connection: outboxd / floor (%s)", rate, f),
+					Name:  fmt.Sprintf("paired (relays at once on the same commits) p99 at %d/s, %s: outboxd / floor (%s)", rate, connsLabel(r.Params.PairedConns), f),
 					Value: fp(po.Latency.P99MS / pf.Latency.P99MS),
 					Detail: fmt.Sprintf("%.2f ms vs %.2f ms (p50 %.2f vs %.2f; achieved %.0f commits/s)", po.Latency.P99MS, pf.Latency.P99MS,
 						po.Latency.P50MS, pf.Latency.P50MS, num0(po.EventsPerSec)),

@@ -235,6 +235,13 @@ func (g groupReceiver) collect(ctx context.Context, run int, tr *tracker, timeou
 	}
 }
 
+func connsLabel(n int) string {
+	if n == 1 {
+		return "ONE connection"
+	}
+	return fmt.Sprintf("%d connections", n)
+}
+
 // steadyOnePaired runs outboxd and the floor relays (-steady1-floors) AT ONCE, each to its own
 // broker and consumer, on the same single-connection commits: every message has a latency
 // through each, under exactly the same database and machine load (which a shared machine does not
@@ -248,7 +255,7 @@ func (h *harness) steadyOnePaired(ctx context.Context, rate int) {
 	ws := make([]Workload, len(systems))
 	for k, sys := range systems {
 		ws[k] = Workload{ID: fmt.Sprintf("steady1-paired-%s-%d", sys, rate), Kind: "steady", System: sys, TxnRows: 1, TargetRate: float64(rate),
-			Name: fmt.Sprintf("paired: %s steady %d/s, ONE connection, same commits", sys, rate)}
+			Name: fmt.Sprintf("paired: %s steady %d/s, %s, same commits", sys, rate, connsLabel(h.o.PairedConns))}
 	}
 	fail := func(err error) {
 		for k := range ws {
@@ -328,7 +335,7 @@ func (h *harness) steadyOnePaired(ctx context.Context, rate int) {
 	}
 	w := h.steadyRun(ctx, steadyRunSpec{
 		ID: ws[0].ID, Name: ws[0].Name, System: ws[0].System, Table: outboxTable, Rate: rate, Prefix: prefix, Run: 0,
-		PID: procs[0].pid(), Rcv: rcv, CollectTimeout: 20 * time.Second, Conns: 1, Tracker: tr,
+		PID: procs[0].pid(), Rcv: rcv, CollectTimeout: 20 * time.Second, Conns: h.o.PairedConns, Tracker: tr,
 	})
 	tap.stop()
 	if err := check(); err != nil && w.Error == "" {

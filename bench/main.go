@@ -39,6 +39,7 @@ type options struct {
 	Steady1Stamps bool
 	Steady1Paired bool
 	Steady1Floors []string
+	PairedConns   int // the paired probe's generator connections
 	Timeout       time.Duration
 	Only          []string
 	OutboxdExtra  string
@@ -81,6 +82,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.GenConns, "gen-conns", 8, "parallel connections writing the catch-up rows")
 	s1rates := fs.String("steady1-rates", "3000", "rates of the single-connection steady probe (outboxd and the floor relay)")
 	fs.BoolVar(&o.Steady1Paired, "steady1-paired", false, "also run outboxd and the -steady1-floors at once on the same single-connection commits (a diagnostic)")
+	fs.IntVar(&o.PairedConns, "steady1-paired-conns", 1, "generator connections of the paired probe (more: compare with the several-connection steady pacing)")
 	s1floors := fs.String("steady1-floors", floorFranz, "floor relays the paired probe runs beside outboxd: franz-go, kafka-go")
 	fs.BoolVar(&o.Steady1Stamps, "steady1-stamps", true, "stamp each probe message along its path (binlog reader, broker) for the latency breakdown")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "overall deadline; everything is cleaned up after it")
@@ -120,8 +122,8 @@ func parseFlags(args []string) (options, error) {
 		}
 		o.Only = append(o.Only, w)
 	}
-	if o.Rows <= 0 || o.BaselineRows <= 0 || o.BigRows <= 0 || o.RMQRows <= 0 || o.RMQRate <= 0 || o.GenConns <= 0 || o.Steady <= 0 {
-		return o, errors.New("-rows, -baseline-rows, -big-rows, -rmq-rows, -rmq-rate, -gen-conns and -steady must be positive")
+	if o.Rows <= 0 || o.BaselineRows <= 0 || o.BigRows <= 0 || o.RMQRows <= 0 || o.RMQRate <= 0 || o.GenConns <= 0 || o.Steady <= 0 || o.PairedConns <= 0 {
+		return o, errors.New("-rows, -baseline-rows, -big-rows, -rmq-rows, -rmq-rate, -gen-conns, -steady and -steady1-paired-conns must be positive")
 	}
 	return o, nil
 }
@@ -201,6 +203,9 @@ func run(ctx context.Context, o options) int {
 	}}
 	if o.Outboxd != "" {
 		h.res.Params.OutboxdBinary = o.Outboxd
+	}
+	if o.Steady1Paired {
+		h.res.Params.PairedConns = o.PairedConns
 	}
 	if err := h.setup(ctx); err != nil {
 		logf("setup: %v", err)

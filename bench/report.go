@@ -51,6 +51,7 @@ type Params struct {
 	RMQRate       int      `json:"rocketmq_rate"`
 	GenConns      int      `json:"gen_conns"`
 	Steady1Rates  []int    `json:"steady1_rates"`
+	PairedConns   int      `json:"steady1_paired_conns,omitempty"` // 0: no paired probe
 	Only          []string `json:"only,omitempty"`
 	OutboxdExtra  string   `json:"outboxd_extra,omitempty"`
 	OutboxdBinary string   `json:"outboxd_binary"` // "built" or the -outboxd path
