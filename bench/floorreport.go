@@ -163,12 +163,16 @@ func (r *Results) targetsMarkdown(b *strings.Builder) {
 		if w.RSSSteadyMiB != nil && (rss == nil || *w.RSSSteadyMiB > *rss) {
 			rss = w.RSSSteadyMiB
 		}
-		if w.DBQueriesPerSec != nil && (q == nil || *w.DBQueriesPerSec > *q) {
-			q = w.DBQueriesPerSec
+		if w.DBQueriesPerSec != nil && w.EventsPerSec != nil && *w.EventsPerSec > 0 {
+			if per := *w.DBQueriesPerSec / *w.EventsPerSec; q == nil || per > *q {
+				q = fp(per)
+			}
 		}
 	}
 	check("Steady RSS ≤ 64 MiB (largest median over outboxd's Kafka steady rows)", rss, func(v float64) bool { return v <= 64 }, "%.0f MiB")
-	check("0 DB queries per event (largest over outboxd's Kafka steady rows)", q, func(v float64) bool { return v < 0.5 }, "%.1f queries/s")
+	// The window's Questions delta also holds the harness's own statements (warm-up, positions):
+	// under one per thousand events is none of outboxd's.
+	check("0 DB queries per event (largest over outboxd's Kafka steady rows)", q, func(v float64) bool { return v < 0.001 }, "%.5f per event")
 	if len(rows) == 0 {
 		return
 	}
