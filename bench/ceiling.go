@@ -13,6 +13,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/replication"
 
 	"github.com/outboxd/outboxd/binlog"
+	"github.com/outboxd/outboxd/config"
 )
 
 // ceilingResult is go-mysql alone reading and decoding a binlog range.
@@ -26,35 +27,9 @@ type ceilingResult struct {
 // (binlog.Reader's syncerConfig) and no sink, counting the rows of WRITE_ROWS events on schema.
 // tableName, until want rows were seen. It blocks; it fails on a stream error or ctx's end.
 func readCeiling(ctx context.Context, addr string, serverID uint32, start, schema, tableName string, want int) (ceilingResult, error) {
-	host, portStr, err := net.SplitHostPort(addr)
+	cfg, err := syncerConfig(addr, serverID, schema, tableName)
 	if err != nil {
 		return ceilingResult{}, err
-	}
-	port, err := strconv.ParseUint(portStr, 10, 16)
-	if err != nil {
-		return ceilingResult{}, err
-	}
-	filter := binlog.NewTableFilter([]binlog.TableSpec{{Schema: schema, Table: tableName}})
-	cfg := replication.BinlogSyncerConfig{
-		ServerID: serverID,
-		Flavor:   mysql.MariaDBFlavor,
-		Host:     host,
-		Port:     uint16(port),
-		User:     "root",
-		Charset:  "utf8mb4",
-		Option: func(c *client.Conn) error {
-			_, err := c.Execute("SET NAMES utf8mb4 COLLATE utf8mb4_general_ci")
-			return err
-		},
-		RenderJSONAsMySQLText: true,
-		HeartbeatPeriod:       5 * time.Second,
-		ReadTimeout:           15 * time.Second,
-		DisableRetrySync:      true,
-		VerifyChecksum:        true,
-		EventCacheCount:       256, // binlog.eventCacheCount
-		DiscardGTIDSet:        true,
-		RowsEventDecodeFunc:   filter.DecodeRows,
-		Logger:                slog.New(slog.DiscardHandler),
 	}
 	set, err := mysql.ParseMariadbGTIDSet(start)
 	if err != nil {
@@ -83,4 +58,41 @@ func readCeiling(ctx context.Context, addr string, serverID uint32, start, schem
 		}
 	}
 	return ceilingResult{Rows: n, Elapsed: time.Since(t0), CPU: selfCPU() - cpu0}, nil
+}
+
+// syncerConfig is go-mysql configured as outboxd's reader (binlog.Reader's syncerConfig, with
+// outboxd's default heartbeat and read timeout) for one outbox table: the ceiling and the floor
+// relay read with it, so they decode exactly what outboxd decodes.
+func syncerConfig(addr string, serverID uint32, schema, tableName string) (replication.BinlogSyncerConfig, error) {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return replication.BinlogSyncerConfig{}, err
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		return replication.BinlogSyncerConfig{}, err
+	}
+	filter := binlog.NewTableFilter([]binlog.TableSpec{{Schema: schema, Table: tableName}})
+	return replication.BinlogSyncerConfig{
+		ServerID: serverID,
+		Flavor:   mysql.MariaDBFlavor,
+		Host:     host,
+		Port:     uint16(port),
+		User:     "root",
+		Charset:  "utf8mb4",
+		Option: func(c *client.Conn) error {
+			_, err := c.Execute("SET NAMES utf8mb4 COLLATE utf8mb4_general_ci")
+			return err
+		},
+		ParseTime:             true, // as outboxd's reader: DATETIME decodes to time.Time, not fmt text
+		RenderJSONAsMySQLText: true,
+		HeartbeatPeriod:       config.SourceHeartbeatPeriod,
+		ReadTimeout:           config.DefaultSourceReadTimeout,
+		DisableRetrySync:      true,
+		VerifyChecksum:        true,
+		EventCacheCount:       256, // binlog.eventCacheCount
+		DiscardGTIDSet:        true,
+		RowsEventDecodeFunc:   filter.DecodeRows,
+		Logger:                slog.New(slog.DiscardHandler),
+	}, nil
 }

@@ -271,6 +271,7 @@ func steadyGenerate(ctx context.Context, db *sql.DB, spec steadySpec, tr *tracke
 	due := make(chan int, total)
 	var res steadyResult
 	start := time.Now()
+	tr.start.Store(int64(start.Sub(epoch)) + 1)
 	runCtx, cancel := context.WithTimeout(ctx, spec.Duration+2*time.Second)
 	defer cancel()
 
@@ -313,6 +314,7 @@ func steadyGenerate(ctx context.Context, db *sql.DB, spec steadySpec, tr *tracke
 					return
 				}
 				args = rowArgs(spec.Table, args[:0], eventID(spec.Prefix, spec.Run, i), i)
+				tr.sent[i].Store(int64(time.Since(epoch)) + 1)
 				if _, err := conn.ExecContext(runCtx, q, args...); err != nil {
 					if runCtx.Err() == nil {
 						errc <- fmt.Errorf("steady insert %d: %w", i, err)

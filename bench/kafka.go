@@ -34,13 +34,20 @@ type kafkaProc struct {
 const kfakeEnv = "OUTBOXD_BENCH_KFAKE"
 
 // newKafka starts a fresh kfake broker process holding topic.
-func newKafka(topic string) (*kafkaProc, error) {
+func newKafka(topic string) (*kafkaProc, error) { return newKafkaStamped(topic, "") }
+
+// newKafkaStamped is newKafka with a broker that, when stamps is not "", writes the arrival time
+// of every produced record to that file as it exits (see brokerStamps).
+func newKafkaStamped(topic, stamps string) (*kafkaProc, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(self)
 	cmd.Env = append(os.Environ(), kfakeEnv+"="+topic)
+	if stamps != "" {
+		cmd.Env = append(cmd.Env, kfakeStampsEnv+"="+stamps)
+	}
 	cmd.Stderr = os.Stderr
 	setPdeathsig(cmd)
 	stdin, err := cmd.StdinPipe()
@@ -87,8 +94,20 @@ func serveKfake(topic string) int {
 		return 1
 	}
 	defer c.Close()
+	var stamps *brokerStamps
+	path := os.Getenv(kfakeStampsEnv)
+	if path != "" {
+		stamps = &brokerStamps{}
+		stamps.hook(c)
+	}
 	fmt.Println(strings.Join(c.ListenAddrs(), " "))
 	_, _ = io.Copy(io.Discard, os.Stdin)
+	if stamps != nil {
+		if err := stamps.write(path); err != nil {
+			fmt.Fprintln(os.Stderr, "bench kfake:", err)
+			return 1
+		}
+	}
 	return 0
 }
 
@@ -151,10 +170,14 @@ func waitEndOffsets(ctx context.Context, addrs []string, topic string, n int64, 
 // number, as nanoseconds since the harness's epoch (monotonic clock) plus one, 0 meaning "none".
 type tracker struct {
 	commit, recv []atomic.Int64
+	// sent is when the generator sent row i's INSERT (for the single-connection probe's
+	// breakdown); start is the generator's schedule origin, row i being due at start+i/rate.
+	sent  []atomic.Int64
+	start atomic.Int64
 }
 
 func newTracker(capacity int) *tracker {
-	return &tracker{commit: make([]atomic.Int64, capacity), recv: make([]atomic.Int64, capacity)}
+	return &tracker{commit: make([]atomic.Int64, capacity), recv: make([]atomic.Int64, capacity), sent: make([]atomic.Int64, capacity)}
 }
 
 // eventID names message i of run w; parseEventID reverses it.

@@ -35,6 +35,11 @@ type options struct {
 	RMQRows       int
 	RMQRate       int
 	GenConns      int
+	Steady1Rates  []int
+	Steady1Stamps bool
+	Steady1Paired bool
+	Steady1Floors []string
+	PairedConns   int // the paired probe's generator connections
 	Timeout       time.Duration
 	Only          []string
 	OutboxdExtra  string
@@ -59,7 +64,7 @@ func parseInts(s string) ([]int, error) {
 	return out, nil
 }
 
-var workloadNames = []string{"catchup", "ceiling", "steady", "baseline", "memory", "rocketmq"}
+var workloadNames = []string{"catchup", "ceiling", "floor", "steady", "steady1", "baseline", "memory", "rocketmq"}
 
 func parseFlags(args []string) (options, error) {
 	var o options
@@ -75,6 +80,11 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.RMQRows, "rmq-rows", 100_000, "catch-up rows through the RocketMQ sink")
 	fs.IntVar(&o.RMQRate, "rmq-rate", 3000, "steady rate through the RocketMQ sink")
 	fs.IntVar(&o.GenConns, "gen-conns", 8, "parallel connections writing the catch-up rows")
+	s1rates := fs.String("steady1-rates", "3000", "rates of the single-connection steady probe (outboxd and the floor relay)")
+	fs.BoolVar(&o.Steady1Paired, "steady1-paired", false, "also run outboxd and the -steady1-floors at once on the same single-connection commits (a diagnostic)")
+	fs.IntVar(&o.PairedConns, "steady1-paired-conns", 1, "generator connections of the paired probe (more: compare with the several-connection steady pacing)")
+	s1floors := fs.String("steady1-floors", floorFranz, "floor relays the paired probe runs beside outboxd: franz-go, kafka-go")
+	fs.BoolVar(&o.Steady1Stamps, "steady1-stamps", true, "stamp each probe message along its path (binlog reader, broker) for the latency breakdown")
 	fs.DurationVar(&o.Timeout, "timeout", 30*time.Minute, "overall deadline; everything is cleaned up after it")
 	only := fs.String("only", "", "comma-separated subset of "+strings.Join(workloadNames, ","))
 	fs.StringVar(&o.OutboxdExtra, "outboxd-extra", "", "YAML appended to the generated outboxd config (e.g. a pipeline: block)")
@@ -94,6 +104,15 @@ func parseFlags(args []string) (options, error) {
 	if o.BaselineRates, err = parseInts(*brates); err != nil {
 		return o, fmt.Errorf("-baseline-rates: %w", err)
 	}
+	if o.Steady1Rates, err = parseInts(*s1rates); err != nil {
+		return o, fmt.Errorf("-steady1-rates: %w", err)
+	}
+	for _, f := range strings.Split(*s1floors, ",") {
+		if f = strings.TrimSpace(f); f != floorFranz && f != floorKafkaGo {
+			return o, fmt.Errorf("-steady1-floors: %q is not %s or %s", f, floorFranz, floorKafkaGo)
+		}
+		o.Steady1Floors = append(o.Steady1Floors, f)
+	}
 	for _, w := range strings.Split(*only, ",") {
 		if w = strings.TrimSpace(w); w == "" {
 			continue
@@ -103,8 +122,8 @@ func parseFlags(args []string) (options, error) {
 		}
 		o.Only = append(o.Only, w)
 	}
-	if o.Rows <= 0 || o.BaselineRows <= 0 || o.BigRows <= 0 || o.RMQRows <= 0 || o.RMQRate <= 0 || o.GenConns <= 0 || o.Steady <= 0 {
-		return o, errors.New("-rows, -baseline-rows, -big-rows, -rmq-rows, -rmq-rate, -gen-conns and -steady must be positive")
+	if o.Rows <= 0 || o.BaselineRows <= 0 || o.BigRows <= 0 || o.RMQRows <= 0 || o.RMQRate <= 0 || o.GenConns <= 0 || o.Steady <= 0 || o.PairedConns <= 0 {
+		return o, errors.New("-rows, -baseline-rows, -big-rows, -rmq-rows, -rmq-rate, -gen-conns, -steady and -steady1-paired-conns must be positive")
 	}
 	return o, nil
 }
@@ -114,6 +133,9 @@ func (o options) want(name string) bool { return len(o.Only) == 0 || slices.Cont
 func main() {
 	if topic := os.Getenv(kfakeEnv); topic != "" {
 		os.Exit(serveKfake(topic))
+	}
+	if cfg := os.Getenv(floorEnv); cfg != "" {
+		os.Exit(serveFloor(cfg))
 	}
 	o, err := parseFlags(os.Args[1:])
 	if err != nil {
@@ -175,12 +197,15 @@ func run(ctx context.Context, o options) int {
 	h.res = &Results{Params: Params{
 		Rows: o.Rows, TxnSizes: o.TxnSizes, Steady: o.Steady.String(), Rates: o.Rates,
 		BaselineRates: o.BaselineRates, BaselineRows: o.BaselineRows, BigRows: o.BigRows,
-		RMQRows: o.RMQRows, RMQRate: o.RMQRate, GenConns: o.GenConns, Only: o.Only,
+		RMQRows: o.RMQRows, RMQRate: o.RMQRate, GenConns: o.GenConns, Only: o.Only, Steady1Rates: o.Steady1Rates,
 		OutboxdExtra: o.OutboxdExtra, PayloadBytes: payloadBytes, DistinctKeys: distinctKeys,
 		Partitions: benchPartitions, RMQQueues: rmqQueues, OutboxdBinary: "built from ./cmd/outboxd",
 	}}
 	if o.Outboxd != "" {
 		h.res.Params.OutboxdBinary = o.Outboxd
+	}
+	if o.Steady1Paired {
+		h.res.Params.PairedConns = o.PairedConns
 	}
 	if err := h.setup(ctx); err != nil {
 		logf("setup: %v", err)
@@ -296,7 +321,7 @@ func (h *harness) serverID() int {
 }
 
 func (h *harness) workloads(ctx context.Context) {
-	if h.o.want("catchup") || h.o.want("ceiling") {
+	if h.o.want("catchup") || h.o.want("ceiling") || h.o.want("floor") {
 		for _, n := range h.o.TxnSizes {
 			if ctx.Err() != nil {
 				return
@@ -318,7 +343,10 @@ func (h *harness) workloads(ctx context.Context) {
 	if h.o.want("memory") && ctx.Err() == nil {
 		h.memory(ctx)
 	}
-	if h.o.want("rocketmq") && ctx.Err() == nil {
+	if h.o.want("steady1") && ctx.Err() == nil {
+		h.steadyOne(ctx)
+	}
+	if (h.o.want("rocketmq") || h.o.want("floor")) && ctx.Err() == nil {
 		h.rocketMQ(ctx)
 	}
 	if ctx.Err() != nil {

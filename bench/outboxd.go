@@ -50,9 +50,10 @@ func (c relayConfig) yaml() string {
 	return b.String()
 }
 
-// outboxdProc is outboxd running as a child process.
+// outboxdProc is outboxd (or the floor relay) running as a child process.
 type outboxdProc struct {
 	cmd     *exec.Cmd
+	name    string
 	log     string
 	started time.Time
 	done    chan struct{}
@@ -69,18 +70,26 @@ func startOutboxd(bin string, c relayConfig) (*outboxdProc, error) {
 	if err := os.WriteFile(cfgPath, []byte(c.yaml()), 0o600); err != nil {
 		return nil, fmt.Errorf("write outboxd config: %w", err)
 	}
-	logPath := filepath.Join(c.Dir, "outboxd.log")
+	p, err := startChild(exec.Command(bin, "run", "--config", cfgPath), filepath.Join(c.Dir, "outboxd.log"), "outboxd")
+	if err != nil {
+		return nil, fmt.Errorf("start outboxd: %w", err)
+	}
+	return p, nil
+}
+
+// startChild starts cmd (outboxd or the floor relay, named name in errors) with its output going
+// to logPath, killed if the harness dies. It does not wait for readiness.
+func startChild(cmd *exec.Cmd, logPath, name string) (*outboxdProc, error) {
 	lf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "run", "--config", cfgPath)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	setPdeathsig(cmd)
-	p := &outboxdProc{cmd: cmd, log: logPath, done: make(chan struct{})}
+	p := &outboxdProc{cmd: cmd, name: name, log: logPath, done: make(chan struct{})}
 	if err := cmd.Start(); err != nil {
 		lf.Close()
-		return nil, fmt.Errorf("start outboxd: %w", err)
+		return nil, err
 	}
 	p.started = time.Now()
 	go func() {
@@ -97,7 +106,7 @@ func (p *outboxdProc) pid() int { return p.cmd.Process.Pid }
 func (p *outboxdProc) exited() error {
 	select {
 	case <-p.done:
-		return fmt.Errorf("outboxd exited early (%v); log tail:\n%s", p.err, p.logTail(3000))
+		return fmt.Errorf("%s exited early (%v); log tail:\n%s", p.name, p.err, p.logTail(3000))
 	default:
 		return nil
 	}
@@ -127,12 +136,12 @@ func (p *outboxdProc) stop(timeout time.Duration) error {
 			return p.err
 		}
 		if p.err != nil {
-			return fmt.Errorf("outboxd exited with %w after SIGTERM; log tail:\n%s", p.err, p.logTail(2000))
+			return fmt.Errorf("%s exited with %w after SIGTERM; log tail:\n%s", p.name, p.err, p.logTail(2000))
 		}
 		return nil
 	case <-time.After(timeout):
 		_ = p.cmd.Process.Kill()
 		<-p.done
-		return fmt.Errorf("outboxd did not exit within %s of SIGTERM; killed", timeout)
+		return fmt.Errorf("%s did not exit within %s of SIGTERM; killed", p.name, timeout)
 	}
 }

@@ -50,6 +50,8 @@ type Params struct {
 	RMQRows       int      `json:"rocketmq_rows"`
 	RMQRate       int      `json:"rocketmq_rate"`
 	GenConns      int      `json:"gen_conns"`
+	Steady1Rates  []int    `json:"steady1_rates"`
+	PairedConns   int      `json:"steady1_paired_conns,omitempty"` // 0: no paired probe
 	Only          []string `json:"only,omitempty"`
 	OutboxdExtra  string   `json:"outboxd_extra,omitempty"`
 	OutboxdBinary string   `json:"outboxd_binary"` // "built" or the -outboxd path
@@ -63,8 +65,8 @@ type Params struct {
 type Workload struct {
 	ID      string `json:"id"`
 	Name    string `json:"name"`
-	Kind    string `json:"kind"`   // catchup | ceiling | steady | memory
-	System  string `json:"system"` // outboxd-kafka | outboxd-rocketmq | go-mysql | poll-1s | poll-10ms
+	Kind    string `json:"kind"`   // catchup | ceiling | floor | steady | memory
+	System  string `json:"system"` // outboxd-kafka | outboxd-rocketmq | go-mysql | floor-<client> | poll-1s | poll-10ms
 	Events  int    `json:"events"`
 	TxnRows int    `json:"txn_rows"`
 
@@ -80,6 +82,9 @@ type Workload struct {
 	Latency      *LatencyStats `json:"latency,omitempty"`
 	RSSPeakMiB   *float64      `json:"rss_peak_mib"`   // VmHWM
 	RSSSteadyMiB *float64      `json:"rss_steady_mib"` // median VmRSS over the window
+
+	// Segments split the single-connection probe's latency along the path (stamps.go).
+	Segments []Segment `json:"segments,omitempty"`
 
 	DBQueriesPerSec  *float64 `json:"db_queries_per_sec"`  // Questions delta minus the generator's statements
 	OwnQueriesPerSec *float64 `json:"own_queries_per_sec"` // the polling relay's own statement count
@@ -158,6 +163,7 @@ func (r *Results) computeRatios() {
 			}
 		}
 	}
+	r.floorRatios()
 }
 
 func writeJSON(path string, v any) error {
@@ -210,6 +216,7 @@ func (r *Results) markdown() string {
 			fmt.Fprintf(&b, "| %s | %s | %s |\n", x.Name, num(x.Value, 2), x.Detail)
 		}
 	}
+	r.floorMarkdown(&b)
 	var notes []string
 	for _, w := range r.Workloads {
 		for _, n := range w.Notes {

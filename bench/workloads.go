@@ -53,6 +53,22 @@ func (h *harness) catchUp(ctx context.Context, s catchSpec) (Workload, string) {
 	w.GenSeconds = gen.Seconds()
 	logf("%s: wrote them in %s (%.0f rows/s); starting outboxd at %s", s.Name, gen.Round(time.Millisecond), float64(s.Rows)/gen.Seconds(), pos0)
 
+	h.measureCatchUp(ctx, &w, s.Sink, func() (*outboxdProc, error) {
+		return startOutboxd(h.bin, relayConfig{
+			Addr: h.srv.Addr, ServerID: h.serverID(), Start: pos0, Table: outboxTable.String(),
+			Sink: s.Sink.sinkYAML(), Topic: s.Sink.topic(), Dir: filepath.Join(h.tmp, s.ID), Extra: h.o.OutboxdExtra,
+		})
+	})
+	return w, pos0 // the rows are written even when outboxd failed: the ceiling and floors can read them
+}
+
+// measureCatchUp runs one relay process (start) over rows already in the binlog and fills w with
+// its throughput, CPU and memory, and MariaDB's and the broker+harness CPU meanwhile. The clock
+// runs from the process start to the broker holding rows messages. It blocks; failures go into
+// w.Error.
+func (h *harness) measureCatchUp(ctx context.Context, w *Workload, sink benchSink, start func() (*outboxdProc, error)) {
+	rows := w.Events
+	fail := func(err error) { w.Error = err.Error() }
 	h.waitDBIdle(ctx)
 	// Earlier workloads (a closed kfake holding a million records, the generator) leave
 	// garbage in this process, which also hosts the broker: collect it now, not during the run.
@@ -61,33 +77,33 @@ func (h *harness) catchUp(ctx context.Context, s catchSpec) (Workload, string) {
 	dbCPU0, _ := procCPU(h.dbPID)
 	self0, _ := procCPU(os.Getpid())
 	var broker0 time.Duration
-	if bp, ok := s.Sink.(interface{ brokerPID() int }); ok {
+	if bp, ok := sink.(interface{ brokerPID() int }); ok {
 		broker0, _ = procCPU(bp.brokerPID())
 	}
-	p, err := startOutboxd(h.bin, relayConfig{
-		Addr: h.srv.Addr, ServerID: h.serverID(), Start: pos0, Table: outboxTable.String(),
-		Sink: s.Sink.sinkYAML(), Topic: s.Sink.topic(), Dir: filepath.Join(h.tmp, s.ID), Extra: h.o.OutboxdExtra,
-	})
+	p, err := start()
 	if err != nil {
-		return fail(err)
+		fail(err)
+		return
 	}
 	defer p.stop(stopTimeout)
 	sampler := sampleRSS(p.pid(), 100*time.Millisecond)
 	wctx, wcancel := context.WithTimeout(ctx, catchUpTimeout)
-	doneAt, err := s.Sink.waitCount(wctx, int64(s.Rows), p.exited)
+	doneAt, err := sink.waitCount(wctx, int64(rows), p.exited)
 	wcancel()
 	samples := sampler.Stop()
 	if err != nil {
-		return fail(err)
+		fail(err)
+		return
 	}
 	cpu, err := procCPU(p.pid())
 	if err != nil {
-		return fail(err)
+		fail(err)
+		return
 	}
 	mem, _ := procMem(p.pid())
 	dbCPU1, _ := procCPU(h.dbPID)
 	self1, _ := procCPU(os.Getpid())
-	if bp, ok := s.Sink.(interface{ brokerPID() int }); ok {
+	if bp, ok := sink.(interface{ brokerPID() int }); ok {
 		b1, _ := procCPU(bp.brokerPID())
 		self1 += b1 - broker0
 	}
@@ -100,16 +116,15 @@ func (h *harness) catchUp(ctx context.Context, s catchSpec) (Workload, string) {
 	}
 	elapsed := doneAt.Sub(p.started)
 	w.Seconds = elapsed.Seconds()
-	w.EventsPerSec = fp(float64(s.Rows) / elapsed.Seconds())
+	w.EventsPerSec = fp(float64(rows) / elapsed.Seconds())
 	w.CPUSeconds = fp(cpu.Seconds())
-	w.CPUPer100k = fp(cpu.Seconds() / float64(s.Rows) * 1e5)
+	w.CPUPer100k = fp(cpu.Seconds() / float64(rows) * 1e5)
 	w.RSSPeakMiB = fp(mib(peak))
 	if h.dbPID != 0 {
 		w.DBCPUSeconds = fp((dbCPU1 - dbCPU0).Seconds())
 		w.DBCPUPercent = fp(100 * (dbCPU1 - dbCPU0).Seconds() / elapsed.Seconds())
 	}
 	w.HarnessCPUPercent = fp(100 * (self1 - self0).Seconds() / elapsed.Seconds())
-	return w, pos0
 }
 
 func (h *harness) catchUpWithCeiling(ctx context.Context, txnRows int) {
@@ -125,11 +140,24 @@ func (h *harness) catchUpWithCeiling(ctx context.Context, txnRows int) {
 	})
 	sink.close() // frees kfake's copy of the messages before the ceiling runs
 	if !h.o.want("catchup") && w.Error == "" {
-		// Only the ceiling was asked for; the catch-up still had to write the rows.
-		w.Notes = append(w.Notes, "run to write the rows for the ceiling")
+		// Only the ceiling or the floor was asked for; the catch-up still had to write the rows.
+		w.Notes = append(w.Notes, "run to write the rows for the ceiling and floor")
 	}
 	h.record(w)
-	if !h.o.want("ceiling") || pos0 == "" || ctx.Err() != nil {
+	if pos0 == "" {
+		return
+	}
+	h.ceiling(ctx, txnRows, pos0)
+	if h.o.want("floor") {
+		for _, client := range []string{floorFranz, floorKafkaGo} {
+			h.floorCatchUp(ctx, client, txnRows, pos0)
+		}
+	}
+}
+
+// ceiling reads the binlog range from pos0 with go-mysql alone and records it.
+func (h *harness) ceiling(ctx context.Context, txnRows int, pos0 string) {
+	if !h.o.want("ceiling") || ctx.Err() != nil {
 		return
 	}
 	c := Workload{ID: fmt.Sprintf("ceiling-txn%d", txnRows), Kind: "ceiling", System: "go-mysql", Events: h.o.Rows, TxnRows: txnRows,
@@ -279,13 +307,22 @@ type steadyRunSpec struct {
 	Rcv              receiver
 	CollectTimeout   time.Duration
 	OwnStmts         func() int64 // nil unless the relay counts its statements
+	Conns            int          // generator connections; 0: genConns(Rate)
+	// Tracker, when set, is the run's tracker (the caller reads its stamps afterwards).
+	Tracker *tracker
 }
 
 func (h *harness) steadyRun(ctx context.Context, s steadyRunSpec) Workload {
 	w := Workload{ID: s.ID, Name: s.Name, Kind: "steady", System: s.System, TxnRows: 1, TargetRate: float64(s.Rate)}
-	tr := newTracker(int(float64(s.Rate)*h.o.Steady.Seconds()) + 16)
+	tr := s.Tracker
+	if tr == nil {
+		tr = newTracker(int(float64(s.Rate)*h.o.Steady.Seconds()) + 16)
+	}
 	s.Rcv.attach(s.Run, tr)
-	conns := genConns(s.Rate)
+	conns := s.Conns
+	if conns == 0 {
+		conns = genConns(s.Rate)
+	}
 	h.prewarmConns(ctx, conns)
 	var own0 int64
 	if s.OwnStmts != nil {
@@ -576,14 +613,17 @@ func (h *harness) rocketMQ(ctx context.Context) {
 	if err != nil {
 		h.record(Workload{ID: "catchup-rocketmq-txn1", Name: "RocketMQ catch-up", Error: err.Error()})
 	} else {
-		w, _ := h.catchUp(ctx, catchSpec{
+		w, pos0 := h.catchUp(ctx, catchSpec{
 			ID: "catchup-rocketmq-txn1", Kind: "catchup", Name: "outboxd → RocketMQ catch-up, 1-row txns",
 			Rows: h.o.RMQRows, TxnRows: 1, Conns: h.o.GenConns, Prefix: "rc-", Sink: sink,
 		})
 		sink.close()
 		h.record(w)
+		if pos0 != "" && h.o.want("floor") && ctx.Err() == nil {
+			h.floorCatchUp(ctx, floorRocketMQ, 1, pos0)
+		}
 	}
-	if ctx.Err() == nil {
+	if h.o.want("rocketmq") && ctx.Err() == nil {
 		h.steadyOutboxd(ctx, "rocketmq", []int{h.o.RMQRate})
 	}
 }
