@@ -333,10 +333,13 @@ func (h *haWorld) row() ckRow {
 // flow commits one outbox row per transaction from one goroutine (so the commit order is the
 // order of ids) on keys k0..k4 until halt.
 type flow struct {
-	mu     sync.Mutex
-	ids    []string
-	gtid   map[string]string
-	at     map[string]time.Time // when the commit returned
+	mu   sync.Mutex
+	ids  []string
+	gtid map[string]string
+	// at is when the transaction began: MariaDB sends a transaction to binlog readers before
+	// its COMMIT returns, so a row whose COMMIT returned after a moment may have been read
+	// before it; one begun after it cannot have been.
+	at     map[string]time.Time
 	err    error
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -350,6 +353,7 @@ func (h *haWorld) startFlow(prefix string, every time.Duration) *flow {
 		for i := 0; ctx.Err() == nil; i++ {
 			id := fmt.Sprintf("%s%05d", prefix, i)
 			// Not bound to ctx: a commit the halt cut short could be committed and unrecorded.
+			began := time.Now()
 			g, err := commitOne(context.Background(), h.w, row{EventID: id, Key: fmt.Sprintf("k%d", i%5), Topic: "t", Payload: []byte(id)})
 			if err != nil {
 				f.mu.Lock()
@@ -359,7 +363,7 @@ func (h *haWorld) startFlow(prefix string, every time.Duration) *flow {
 			}
 			f.mu.Lock()
 			f.ids = append(f.ids, id)
-			f.gtid[id], f.at[id] = g, time.Now()
+			f.gtid[id], f.at[id] = g, began
 			f.mu.Unlock()
 			select {
 			case <-ctx.Done():

@@ -41,7 +41,7 @@ func dupsWithin(t *testing.T, rs []*kgo.Record, f *flow, saved string, crash tim
 			t.Errorf("event %s (GTID %s) resent though the checkpoint row %s covered it", id, g, saved)
 		}
 		if f.at[id].After(crash) {
-			t.Errorf("event %s committed after the crash and still duplicated", id)
+			t.Errorf("event %s begun after the crash and still duplicated", id)
 		}
 	}
 	return dups

@@ -92,6 +92,7 @@ func (t *Term) watch() {
 	for {
 		select {
 		case <-t.stop:
+			t.releaseLock()
 			return
 		case <-t.lost:
 			return
@@ -110,6 +111,7 @@ func (t *Term) watch() {
 		cancel()
 		select {
 		case <-t.stop:
+			t.releaseLock()
 			return // released meanwhile: the error is ours
 		default:
 		}
@@ -130,6 +132,16 @@ func (t *Term) watch() {
 		}
 		t.mu.Unlock()
 	}
+}
+
+// releaseLock frees the lock on the server at once (RELEASE_LOCK) before the connection
+// closes: a closed connection frees it only once the server has noticed the disconnect, and a
+// standby waiting in GET_LOCK then takes over that much later. It waits at most a second; a
+// server that does not answer frees the lock when it notices the connection gone.
+func (t *Term) releaseLock() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, _ = t.conn.ExecContext(ctx, "DO RELEASE_LOCK(?)", t.e.cfg.LockName)
 }
 
 // Release ends the term: it stops the pings and closes the lock connection, which frees the

@@ -347,7 +347,11 @@ func (p *Proxy) copy(pr *pair, dir Direction, dst, src net.Conn) {
 			}
 		}
 		if err != nil {
-			return // EOF or a reset: serve tears down both sides
+			// EOF or a reset: serve tears down both sides, but not while blackholed: a
+			// black hole passes on a peer's close no more than its bytes (the other side
+			// would learn at once what a cut link hides until a timeout).
+			p.hold(pr)
+			return
 		}
 	}
 }

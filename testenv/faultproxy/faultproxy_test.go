@@ -149,3 +149,42 @@ func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
 }
+
+// A black hole does not pass on a close either: the client closing a blackholed connection
+// leaves the server's side open (a cut link hides the FIN) until the mode leaves Blackhole.
+func TestBlackholeHidesClose(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	p, err := New(ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := <-accepted
+	defer s.Close()
+	p.SetMode(Blackhole)
+	c.Close()
+	_ = s.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	if _, err := s.Read(make([]byte, 1)); !isTimeout(err) {
+		t.Fatalf("the server side saw %v while blackholed, want nothing (a timeout)", err)
+	}
+	p.SetMode(Pass)
+	_ = s.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := s.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+		t.Fatalf("after the black hole the server side saw %v, want the connection ended", err)
+	}
+}
