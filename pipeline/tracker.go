@@ -116,14 +116,16 @@ func (t *tracker) admit(ctx context.Context, n, size int) error {
 // held). Unless held, it also admits them when nothing is in flight that an acknowledgement
 // could free: only held XA rows, which wait for a later XA COMMIT, so waiting would never end.
 func (t *tracker) reserve(ctx context.Context, n, size int, held bool) error {
-	stop := context.AfterFunc(ctx, func() {
-		t.mu.Lock()
-		t.space.Broadcast()
-		t.mu.Unlock()
-	})
-	defer stop()
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	// The wake-up on ctx's end is registered only once the piece has to wait: registering it for
+	// every transaction cost an allocation and a lock of ctx per 1-row transaction.
+	var stop func() bool
+	defer func() {
+		if stop != nil {
+			stop()
+		}
+	}()
 	for {
 		if t.closed {
 			return errClosed
@@ -140,6 +142,16 @@ func (t *tracker) reserve(ctx context.Context, n, size int, held bool) error {
 				t.heldBytes += size
 			}
 			return nil
+		}
+		if stop == nil {
+			t.mu.Unlock()
+			stop = context.AfterFunc(ctx, func() {
+				t.mu.Lock()
+				t.space.Broadcast()
+				t.mu.Unlock()
+			})
+			t.mu.Lock()
+			continue // the state may have changed while mu was released
 		}
 		t.space.Wait()
 	}
