@@ -4,9 +4,10 @@
 // It deliberately avoids kafka-go's Writer (see TRAPS.md): the Writer defaults to no acks and a
 // 1 s linger, and after MaxAttempts it drops a batch and writes the next one for the partition,
 // so a resend by outboxd would arrive out of order. Here each Send picks partitions itself
-// (Java-compatible murmur2 on the key), sends one ProduceRequest per leader broker carrying a
-// record batch per partition, never retries on its own behind the caller's back, and reports
-// exactly which messages were not acknowledged.
+// (Java-compatible murmur2 on the key), sends produce requests per leader broker carrying a
+// record batch per partition (shared by the Sends running at once, see combiner), never retries
+// on its own behind the caller's back, and reports exactly which messages were not
+// acknowledged.
 package kafka
 
 import (
@@ -104,6 +105,8 @@ type Sink struct {
 
 	mu          sync.Mutex
 	refreshedAt time.Time // when the transport's metadata cache was last discarded
+
+	combine combiner // merges concurrent Sends' record batches into few requests (produce.go)
 }
 
 var (
@@ -177,7 +180,7 @@ func New(name string, cfg Config) (*Sink, error) {
 		auth = &authTracker{mech: mech, user: cfg.SASL.Username}
 		tr.SASL = auth
 	}
-	return &Sink{
+	s := &Sink{
 		auth:      auth,
 		name:      name,
 		cfg:       cfg,
@@ -187,7 +190,9 @@ func New(name string, cfg Config) (*Sink, error) {
 		// it unset kafka-go would ask the broker for a 500 ms wait regardless of ctx.
 		client: &kafkago.Client{Addr: addr, Timeout: cfg.Timeout, Transport: tr},
 		log:    cfg.Logger.With().Str("sink", name).Logger(),
-	}, nil
+	}
+	s.combine.s = s
+	return s, nil
 }
 
 // Close releases the connections. It does not wait for Sends in flight, which fail or finish on
