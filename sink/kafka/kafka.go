@@ -107,6 +107,7 @@ type Sink struct {
 	refreshedAt time.Time // when the transport's metadata cache was last discarded
 
 	combine combiner // merges concurrent Sends' record batches into few requests (produce.go)
+	topics  topicCache
 }
 
 var (
@@ -346,6 +347,11 @@ func (s *Sink) resolve(ctx context.Context, start time.Time, topics []string) ma
 			infos[t] = topicInfo{err: classify(fmt.Errorf("metadata for topic %s: %w", t, err))}
 		}
 	}
+	now := time.Now()
+	if cached, ok := s.topics.get(topics, now); ok {
+		return cached
+	}
+	defer func() { s.topics.put(infos, now) }()
 	md, err := s.metadata(ctx, topics)
 	if err != nil {
 		if staleMetadata(err) && ctx.Err() == nil {
@@ -480,6 +486,7 @@ func (s *Sink) refresh(since time.Time, why error) {
 	}
 	s.refreshedAt = time.Now()
 	s.log.Debug().Str("reason", why.Error()).Msg("refreshing kafka metadata")
+	s.topics.clear()
 	s.transport.CloseIdleConnections()
 }
 
