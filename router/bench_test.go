@@ -5,7 +5,7 @@ import "testing"
 // BenchmarkRoute is the per-event routing of a catch-up: a literal topic, the base headers, no
 // headers column. go test ./router -run '^$' -bench Route -benchmem
 func BenchmarkRoute(b *testing.B) {
-	r := newRouter(&testing.T{}, `routes:
+	r := newRouter(b, `routes:
   - sink: main
     topic: "bench.catchup"
 `)
