@@ -174,6 +174,25 @@ func (t *tracker) beginAt(gtidStr string, commit time.Time, precise bool, now ti
 	return e
 }
 
+// beginWhole is begin, extend, markOwn (own) and finish of a transaction that arrived whole, under
+// one lock instead of four: a 1-row catch-up paid them per event. Call before any of items can
+// be acknowledged (before they are handed to lanes); items may be empty.
+func (t *tracker) beginWhole(gtidStr string, commit time.Time, precise bool, now time.Time, items []item, own bool, file string, pos uint32) *entry {
+	e := &entry{gtid: gtidStr, commitTime: commit, precise: precise, readAt: now, own: own,
+		final: true, file: file, pos: pos, pending: len(items)}
+	if len(items) > 0 {
+		e.first = firstItem{ev: items[0].ev, msg: items[0].msg, sink: items[0].sink}
+	}
+	t.mu.Lock()
+	t.queue = append(t.queue, e)
+	if e.pending == 0 {
+		t.acked1(e)
+	}
+	t.advance()
+	t.mu.Unlock()
+	return e
+}
+
 // extend counts items, a piece of e, as pending. Call before any of them can be acknowledged.
 func (t *tracker) extend(e *entry, items []item) {
 	t.mu.Lock()
