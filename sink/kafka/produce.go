@@ -17,7 +17,7 @@ import (
 const (
 	// maxRequestBytes caps the record batches one produce request carries; what is left waits
 	// for the next request. Far below the broker's socket.request.max.bytes (100 MiB).
-	maxRequestBytes = 16 << 20
+	maxRequestBytes = 4 << 20
 	// maxRequestsPerBroker bounds the produce requests in flight to one broker across all the
 	// Sends running at once. What the Sends hand over while they are all busy goes out together
 	// in the next request, a partition's batches from several Sends merged into one record
