@@ -143,3 +143,64 @@ func pendingReqs(s *Sink) int {
 	}
 	return n
 }
+
+// A Send that gives up while its batches still wait for a request slot leaves nothing behind:
+// they are never written (a fenced leader's sends must end within the request timeout).
+func TestCancelledSendWritesNothingLater(t *testing.T) {
+	e := newEnv(t)
+	s := e.sink(t, nil)
+	topic := e.topic(t, 1)
+	release := e.hold(t, topic, false)
+	var wg sync.WaitGroup
+	for g := range maxRequestsPerBroker {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Send(context.Background(), keyed(topic, 1, func(int) string { return fmt.Sprintf("held-%d", g) })); err != nil {
+				t.Errorf("held send %d: %v", g, err)
+			}
+		}()
+	}
+	for deadline := time.Now().Add(5 * time.Second); inflight(s) < maxRequestsPerBroker; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests in flight, want %d", inflight(s), maxRequestsPerBroker)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Send(ctx, keyed(topic, 2, func(int) string { return "late" })) }()
+	for deadline := time.Now().Add(5 * time.Second); pendingReqs(s) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the late Send's batch never queued")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the cancelled Send reported success")
+	}
+	release()
+	wg.Wait()
+	time.Sleep(300 * time.Millisecond) // a late write would have landed by now
+	got := e.read(t, topic, maxRequestsPerBroker)
+	for _, r := range got {
+		if string(r.Key) == "late" {
+			t.Errorf("the cancelled Send's message %q was stored after it returned", r.Value)
+		}
+	}
+	if len(got) != maxRequestsPerBroker {
+		t.Errorf("stored %d, want the %d held sends' messages", len(got), maxRequestsPerBroker)
+	}
+}
+
+// inflight counts the requests in flight in s's combiner.
+func inflight(s *Sink) int {
+	s.combine.mu.Lock()
+	defer s.combine.mu.Unlock()
+	n := 0
+	for _, q := range s.combine.brokers {
+		n += q.inflight
+	}
+	return n
+}

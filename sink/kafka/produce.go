@@ -109,7 +109,7 @@ func (s *Sink) sendRound(ctx context.Context, start time.Time, msgs []*sink.Mess
 	for k, p := range parts {
 		c := p.queue[p.next]
 		reqs[k] = &batchReq{topic: p.topic, partition: p.partition, leader: p.leader, msgs: msgs, idx: c,
-			size: batchBytes(msgs, c), alone: p.alone, done: make(chan batchResult, 1)}
+			size: batchBytes(msgs, c), alone: p.alone, gone: ctx.Done(), done: make(chan batchResult, 1)}
 	}
 	s.combine.submit(reqs)
 	for k, p := range parts {
@@ -195,7 +195,11 @@ type batchReq struct {
 	idx       []int // the records, indexes into msgs, in order
 	size      int   // batchBytes of them
 	alone     bool  // never merged with another batchReq
-	done      chan batchResult
+	// gone is closed when the Send gave up (its ctx's Done): a batch not yet taken into a
+	// request then never goes out, so nothing is written for a Send after it ended (a fenced
+	// leader's sends end within the request timeout, see the HA contract).
+	gone <-chan struct{}
+	done chan batchResult
 }
 
 // batchResult is the broker's answer for one batchReq.
@@ -294,6 +298,12 @@ func (c *combiner) take(q *brokerQueue) [][]*batchReq {
 	total := 0
 	kept := q.pending[:0]
 	for _, r := range q.pending {
+		select {
+		case <-r.gone:
+			r.done <- batchResult{err: fmt.Errorf("not sent: %w", errNotSent)}
+			continue
+		default:
+		}
 		k := tp{r.topic, r.partition}
 		g, open := at[k]
 		switch {
