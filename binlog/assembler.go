@@ -216,7 +216,7 @@ func (a *Assembler) Handle(ctx context.Context, ev *replication.BinlogEvent) (*T
 			st = stateStandalone
 		}
 		g := e.GTID
-		a.begin(fmt.Sprintf("%d-%d-%d", g.DomainID, g.ServerID, g.SequenceNumber),
+		a.begin(mariadbGTID(g.DomainID, g.ServerID, g.SequenceNumber),
 			time.Unix(int64(ev.Header.Timestamp), 0).UTC(), st)
 		a.xa.open = e.Flags&mariadbFlPreparedXA != 0
 	case *replication.QueryEvent:
@@ -574,6 +574,18 @@ func valueField(v any) Field {
 	default:
 		return Field{Bytes: fmt.Append(nil, x)}
 	}
+}
+
+// mariadbGTID formats a MariaDB GTID as the server prints it, "domain-server-seq", with one
+// allocation (fmt.Sprintf was ~1.5% of a 1-row catch-up's CPU).
+func mariadbGTID(domain, server uint32, seq uint64) string {
+	var b [48]byte
+	out := strconv.AppendUint(b[:0], uint64(domain), 10)
+	out = append(out, '-')
+	out = strconv.AppendUint(out, uint64(server), 10)
+	out = append(out, '-')
+	out = strconv.AppendUint(out, seq, 10)
+	return string(out)
 }
 
 // mysqlGTID formats a MySQL GTID event as the server prints it: "uuid:N" or "uuid:tag:N".

@@ -279,7 +279,9 @@ func (r *Reader) syncerConfig(filter TableFilter) replication.BinlogSyncerConfig
 		// order and number types kept) instead of Go's json.Marshal of decoded maps.
 		RenderJSONAsMySQLText: true,
 		HeartbeatPeriod:       r.cfg.HeartbeatPeriod,
-		ReadTimeout:           r.cfg.ReadTimeout,
+		// ReadTimeout is enforced by the connections themselves (idleconn.go), not by
+		// go-mysql's deadline per packet.
+		Dialer: idleDialer(r.cfg.ReadTimeout),
 		// We own reconnects: go-mysql's would silently replay a partly read transaction.
 		DisableRetrySync: true,
 		VerifyChecksum:   true,

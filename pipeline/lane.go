@@ -30,6 +30,9 @@ type item struct {
 	missingSince time.Time
 }
 
+// keepQueue is the largest queue backing array (in items) a lane keeps for reuse once empty.
+const keepQueue = 512
+
 // lane sends one sink's messages for a subset of keys, one batch at a time: a key always maps
 // to the same lane, so no key ever has two batches in flight.
 type lane struct {
@@ -84,9 +87,15 @@ func (l *lane) take(ctx context.Context) ([]item, error) {
 			batch := make([]item, k)
 			copy(batch, l.queue[:k])
 			clear(l.queue[:k])
-			l.queue = l.queue[k:]
-			if len(l.queue) == 0 {
-				l.queue = nil // let the backing array go
+			switch {
+			case k < n:
+				l.queue = l.queue[k:]
+			case cap(l.queue) <= keepQueue:
+				// Reused: a 1-row catch-up otherwise regrew every lane's queue from nil
+				// (1, 2, 4, 8 items) between two takes.
+				l.queue = l.queue[:0]
+			default:
+				l.queue = nil // let a large backing array go
 			}
 			l.mu.Unlock()
 			return batch, nil

@@ -349,6 +349,11 @@ func (p *Pipeline) dispatch(ctx context.Context, in <-chan *binlog.Txn) error {
 		if err := p.tracker.admit(ctx, len(items), size); err != nil {
 			return nil // shutting down; this piece was never sent, so nothing moves past it
 		}
+		if open == nil && !t.Partial {
+			e := p.tracker.beginWhole(t.GTID, t.CommitTime, t.CommitTimePrecise, p.cfg.Now(), items, t.OnlyCheckpoint, t.File, t.Pos)
+			p.hand(items, e)
+			continue
+		}
 		if open == nil {
 			open = p.tracker.beginAt(t.GTID, t.CommitTime, t.CommitTimePrecise, p.cfg.Now())
 		}

@@ -174,7 +174,9 @@ func (r *Router) RouteIndexed(txn *binlog.Txn, ev *binlog.Event) (sinkName strin
 	if dest == "" {
 		return "", -1, nil, poison(txn, ev, fmt.Sprintf("routes[%d] renders topic template %q to an empty topic", rt.index, rt.topic))
 	}
-	headers, err := appendRowHeaders(baseHeaders(txn, ev), ev.Headers)
+	// The message and its base headers in one allocation (routed is per event).
+	out := &routed{}
+	headers, err := appendRowHeaders(appendBaseHeaders(out.headers[:0], txn, ev), ev.Headers)
 	if err != nil {
 		return "", -1, nil, poison(txn, ev, err.Error())
 	}
@@ -182,7 +184,7 @@ func (r *Router) RouteIndexed(txn *binlog.Txn, ev *binlog.Event) (sinkName strin
 	if rt.hasTag {
 		tag = rt.tag.Render(vars)
 	}
-	return rt.sink, rt.index, &sink.Message{
+	out.msg = sink.Message{
 		Topic:   dest,
 		Key:     key(ev.Key),
 		Value:   nonNil(ev.Payload.Bytes),
@@ -190,7 +192,14 @@ func (r *Router) RouteIndexed(txn *binlog.Txn, ev *binlog.Event) (sinkName strin
 		Time:    txn.CommitTime,
 		EventID: string(ev.EventID.Bytes),
 		Tag:     tag,
-	}, nil
+	}
+	return rt.sink, rt.index, &out.msg, nil
+}
+
+// routed is a routed message with room for the base headers, allocated as one.
+type routed struct {
+	msg     sink.Message
+	headers [4]sink.Header
 }
 
 // DeadLetter builds the dead-letter message for a row that Route or a sink rejected for good
@@ -291,16 +300,24 @@ func globMatch(glob, s string) bool {
 
 // baseHeaders returns the headers outboxd sets itself, in their fixed order.
 func baseHeaders(txn *binlog.Txn, ev *binlog.Event) []sink.Header {
-	hs := make([]sink.Header, 0, 8)
+	return appendBaseHeaders(make([]sink.Header, 0, 8), txn, ev)
+}
+
+// appendBaseHeaders appends baseHeaders to hs; the table and GTID values share one allocation.
+func appendBaseHeaders(hs []sink.Header, txn *binlog.Txn, ev *binlog.Event) []sink.Header {
 	if present(ev.EventID) {
 		hs = append(hs, sink.Header{Key: HeaderEventID, Value: nonNil(ev.EventID.Bytes)})
 	}
 	if present(ev.EventType) {
 		hs = append(hs, sink.Header{Key: HeaderEventType, Value: nonNil(ev.EventType.Bytes)})
 	}
+	vals := make([]byte, 0, len(ev.Schema)+1+len(ev.Table)+len(txn.GTID))
+	vals = append(append(append(vals, ev.Schema...), '.'), ev.Table...)
+	table := vals[:len(vals):len(vals)]
+	vals = append(vals, txn.GTID...)
 	return append(hs,
-		sink.Header{Key: HeaderTable, Value: []byte(ev.Schema + "." + ev.Table)},
-		sink.Header{Key: HeaderGTID, Value: []byte(txn.GTID)},
+		sink.Header{Key: HeaderTable, Value: table},
+		sink.Header{Key: HeaderGTID, Value: vals[len(table):]},
 	)
 }
 

@@ -28,7 +28,7 @@ sinks:
   mq: {type: rocketmq, nameservers: ["127.0.0.1:9876"]}
 `
 
-func newRouter(t *testing.T, routes string) *Router {
+func newRouter(t testing.TB, routes string) *Router {
 	t.Helper()
 	cfg, err := config.Parse([]byte(baseConfig + routes))
 	if err != nil {

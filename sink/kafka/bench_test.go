@@ -28,7 +28,7 @@ const (
 
 var (
 	benchLanes   = []int{16, 64}
-	benchBatches = []int{100, 1000, 5000}
+	benchBatches = []int{10, 100, 1000, 5000}
 )
 
 // sendFunc is one implementation under test: it must return only after the broker

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/sink/sinktest"
@@ -24,6 +25,7 @@ type env struct {
 	c     *kfake.Cluster
 	addrs []string
 	adm   *kadm.Client
+	fwd   *kgo.Client // for partialFailure
 	seq   atomic.Int64
 }
 
@@ -40,7 +42,13 @@ func newEnv(t *testing.T, opts ...kfake.Opt) *env {
 		t.Fatalf("admin client: %v", err)
 	}
 	t.Cleanup(cl.Close)
-	return &env{c: c, addrs: addrs, adm: kadm.NewClient(cl)}
+	// Produce v13 names topics by id; the requests partialFailure forwards carry only names.
+	fwd, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.MaxVersions(kversion.V3_9_0()))
+	if err != nil {
+		t.Fatalf("forwarding client: %v", err)
+	}
+	t.Cleanup(fwd.Close)
+	return &env{c: c, addrs: addrs, adm: kadm.NewClient(cl), fwd: fwd}
 }
 
 func (e *env) sink(t *testing.T, mod func(*Config)) *Sink {
@@ -165,19 +173,22 @@ func hasTopic(req *kmsg.ProduceRequest, topic string, partition int32) bool {
 	return false
 }
 
-// failProduce answers the next count produce requests for topic (and partition, unless it is
-// negative; count < 0 means until the test ends) with code instead of storing them.
+// failProduce answers the partition batches of topic in the next count produce requests that
+// carry it (count < 0: until the test ends) with code instead of storing them: the batch of
+// partition, or when partition is negative the first batch of topic in each request. The
+// request's other partitions are stored and answered as a broker does, each on its own (see
+// partialFailure).
 func (e *env) failProduce(topic string, partition int32, code int16, count int) {
 	var mu sync.Mutex
 	left := count
 	e.c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		req := kreq.(*kmsg.ProduceRequest)
-		if !hasTopic(req, topic, partition) {
+		if req.TimeoutMillis == forwardedMarker || !hasTopic(req, topic, partition) {
 			return nil, nil, false
 		}
 		mu.Lock()
-		defer mu.Unlock()
 		if left == 0 {
+			mu.Unlock()
 			e.c.DropControl()
 			return nil, nil, false
 		}
@@ -187,8 +198,90 @@ func (e *env) failProduce(topic string, partition int32, code int16, count int) 
 		if left != 0 {
 			e.c.KeepControl()
 		}
-		return kafkafault.ProduceError(req, code), nil, true
+		mu.Unlock()
+		first := true
+		return e.partialFailure(req, code, func(t string, p int32) bool {
+			if t != topic || partition >= 0 && p != partition || partition < 0 && !first {
+				return false
+			}
+			first = false
+			return true
+		}), nil, true
 	})
+}
+
+// forwardedMarker is the TimeoutMillis of the produce requests partialFailure forwards, so the
+// control functions let them through.
+const forwardedMarker = 29_999
+
+// partialFailure answers req as a broker does when the partitions for which bad is true fail
+// with code: those store nothing and carry code, the others are stored (forwarded to the
+// cluster in a request of their own while this control function sleeps) with their own answer.
+func (e *env) partialFailure(req *kmsg.ProduceRequest, code int16, bad func(topic string, partition int32) bool) *kmsg.ProduceResponse {
+	resp := kafkafault.ProduceError(req, code)
+	type tp struct {
+		topic     string
+		partition int32
+	}
+	failed := map[tp]bool{} // bad may be stateful: ask once per partition
+	for _, t := range req.Topics {
+		for _, p := range t.Partitions {
+			failed[tp{t.Topic, p.Partition}] = bad(t.Topic, p.Partition)
+		}
+	}
+	fwd := kmsg.NewPtrProduceRequest()
+	fwd.Acks, fwd.TimeoutMillis = req.Acks, forwardedMarker
+	for _, t := range req.Topics {
+		ft := kmsg.NewProduceRequestTopic()
+		ft.Topic = t.Topic
+		for _, p := range t.Partitions {
+			if !failed[tp{t.Topic, p.Partition}] {
+				ft.Partitions = append(ft.Partitions, p)
+			}
+		}
+		if len(ft.Partitions) > 0 {
+			fwd.Topics = append(fwd.Topics, ft)
+		}
+	}
+	if len(fwd.Topics) == 0 {
+		return resp
+	}
+	done := make(chan struct{})
+	var got kmsg.Response
+	var err error
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		got, err = e.fwd.Request(ctx, fwd)
+	}()
+	e.c.SleepControl(func() { <-done })
+	answers := map[string]map[int32]kmsg.ProduceResponseTopicPartition{}
+	if fr, ok := got.(*kmsg.ProduceResponse); ok && err == nil {
+		for _, t := range fr.Topics {
+			for _, p := range t.Partitions {
+				if answers[t.Topic] == nil {
+					answers[t.Topic] = map[int32]kmsg.ProduceResponseTopicPartition{}
+				}
+				answers[t.Topic][p.Partition] = p
+			}
+		}
+	}
+	for ti := range resp.Topics {
+		rt := &resp.Topics[ti]
+		for pi := range rt.Partitions {
+			rp := &rt.Partitions[pi]
+			if failed[tp{rt.Topic, rp.Partition}] {
+				continue
+			}
+			if a, ok := answers[rt.Topic][rp.Partition]; ok {
+				rp.ErrorCode, rp.BaseOffset = a.ErrorCode, a.BaseOffset
+			} else {
+				rp.ErrorCode = codeNotEnoughReplicas // the forward failed: nothing known to be stored
+			}
+		}
+	}
+	return resp
 }
 
 // hold leaves produce requests for topic unanswered until release; with drop, they are then

@@ -1,11 +1,12 @@
 // Package kafka is the Kafka sink: it produces with acks=all through kafka-go's protocol-level
-// Client and turns each partition's broker acknowledgement into a nil error.
+// Transport and turns each partition's broker acknowledgement into a nil error.
 //
 // It deliberately avoids kafka-go's Writer (see TRAPS.md): the Writer defaults to no acks and a
 // 1 s linger, and after MaxAttempts it drops a batch and writes the next one for the partition,
 // so a resend by outboxd would arrive out of order. Here each Send picks partitions itself
-// (Java-compatible murmur2 on the key), sends one ProduceRequest per partition batch, never
-// retries on its own behind the caller's back, and reports exactly which messages were not
+// (Java-compatible murmur2 on the key), sends produce requests per leader broker carrying a
+// record batch per partition (shared by the Sends running at once, see combiner), never retries
+// on its own behind the caller's back, and reports exactly which messages were not
 // acknowledged.
 package kafka
 
@@ -104,6 +105,9 @@ type Sink struct {
 
 	mu          sync.Mutex
 	refreshedAt time.Time // when the transport's metadata cache was last discarded
+
+	combine combiner // merges concurrent Sends' record batches into few requests (produce.go)
+	topics  topicCache
 }
 
 var (
@@ -177,7 +181,7 @@ func New(name string, cfg Config) (*Sink, error) {
 		auth = &authTracker{mech: mech, user: cfg.SASL.Username}
 		tr.SASL = auth
 	}
-	return &Sink{
+	s := &Sink{
 		auth:      auth,
 		name:      name,
 		cfg:       cfg,
@@ -187,7 +191,9 @@ func New(name string, cfg Config) (*Sink, error) {
 		// it unset kafka-go would ask the broker for a 500 ms wait regardless of ctx.
 		client: &kafkago.Client{Addr: addr, Timeout: cfg.Timeout, Transport: tr},
 		log:    cfg.Logger.With().Str("sink", name).Logger(),
-	}, nil
+	}
+	s.combine.s = s
+	return s, nil
 }
 
 // Close releases the connections. It does not wait for Sends in flight, which fail or finish on
@@ -202,6 +208,7 @@ func (s *Sink) Close() error {
 type partBatch struct {
 	topic     string
 	partition int
+	leader    int // the partition leader's broker id in the cached metadata, -1 if none
 	idx       []int
 }
 
@@ -253,15 +260,17 @@ func (s *Sink) Send(ctx context.Context, msgs []*sink.Message) error {
 	}
 	sink.CascadeByKey(msgs, errs, errNotSent)
 
-	batches := s.assign(msgs, errs, infos)
-	// kafka-go runs one request at a time per connection, so each concurrent partition request
-	// holds a connection of its own; the limit caps how many a wide Send opens.
-	sink.FanOut(ctx, len(batches), maxInFlight,
-		func(k int) { s.sendPartition(ctx, start, msgs, batches[k], errs) },
+	groups := byLeader(s.assign(msgs, errs, infos))
+	// One produce request per leader carries every partition of the Send that it leads (see
+	// sendLeader); kafka-go runs one request at a time per connection, so each concurrent
+	// request holds a connection of its own, and the limit caps how many a wide Send opens.
+	sink.FanOut(ctx, len(groups), maxInFlight,
+		func(k int) { s.sendLeader(ctx, start, msgs, groups[k], errs) },
 		func(k int) {
-			b := batches[k]
-			for _, i := range b.idx {
-				errs[i] = fmt.Errorf("topic %s partition %d: %w", b.topic, b.partition, ctx.Err())
+			for _, b := range groups[k] {
+				for _, i := range b.idx {
+					errs[i] = fmt.Errorf("topic %s partition %d: %w", b.topic, b.partition, ctx.Err())
+				}
 			}
 		})
 	sink.CascadeByKey(msgs, errs, errNotSent)
@@ -304,7 +313,11 @@ func (s *Sink) assign(msgs []*sink.Message, errs []error, infos map[string]topic
 		k := tp{m.Topic, p}
 		b := byTP[k]
 		if b == nil {
-			b = &partBatch{topic: m.Topic, partition: p}
+			leader, ok := infos[m.Topic].leaders[p]
+			if !ok {
+				leader = -1
+			}
+			b = &partBatch{topic: m.Topic, partition: p, leader: leader}
 			byTP[k] = b
 			order = append(order, b)
 		}
@@ -313,103 +326,11 @@ func (s *Sink) assign(msgs []*sink.Message, errs []error, infos map[string]topic
 	return order
 }
 
-// sendPartition sends b's messages as consecutive record batches of at most MaxMessageBytes,
-// each only after the previous one was acknowledged, and writes the failures into errs (each
-// index is written by one goroutine only). The first failure ends the partition: later batches
-// are not sent.
-func (s *Sink) sendPartition(ctx context.Context, start time.Time, msgs []*sink.Message, b *partBatch, errs []error) {
-	queue := chunk(msgs, b.idx, s.cfg.MaxMessageBytes)
-	failRest := func(from int, err error) {
-		for _, c := range queue[from:] {
-			for _, i := range c {
-				if errs[i] == nil {
-					errs[i] = err
-				}
-			}
-		}
-	}
-	for q := 0; q < len(queue); q++ {
-		c := queue[q]
-		if err := ctx.Err(); err != nil {
-			failRest(q, fmt.Errorf("topic %s partition %d: %w", b.topic, b.partition, err))
-			return
-		}
-		res, err := s.produce(ctx, b.topic, b.partition, msgs, c)
-		if err == nil && res != nil {
-			err = res.Error
-		}
-		if err == nil {
-			continue
-		}
-		if staleMetadata(err) && ctx.Err() == nil {
-			s.refresh(start, err)
-		}
-		// The broker rejects an oversized batch before appending anything, so sending its
-		// messages one by one is safe; it happens when the broker's message.max.bytes is below
-		// MaxMessageBytes, and each message then gets its own verdict.
-		if errors.Is(err, kafkago.MessageSizeTooLarge) && len(c) > 1 {
-			singles := make([][]int, 0, len(c)+len(queue)-q-1)
-			for _, i := range c {
-				singles = append(singles, []int{i})
-			}
-			queue = append(singles, queue[q+1:]...)
-			q = -1
-			continue
-		}
-		wrapped := classify(fmt.Errorf("produce to topic %s partition %d: %w", b.topic, b.partition, err))
-		if res != nil && len(res.RecordErrors) > 0 {
-			// Per-record errors reject the whole batch; only the named records are bad, the
-			// others are merely not stored and can be resent as they are. %v, not %w: the
-			// batch's error must not make them permanent.
-			for k, i := range c {
-				if recErr, bad := res.RecordErrors[k]; bad {
-					errs[i] = classify(fmt.Errorf("produce to topic %s partition %d: %w: record %d: %v", b.topic, b.partition, err, k, recErr))
-				} else {
-					errs[i] = fmt.Errorf("produce to topic %s partition %d: batch rejected for another record (%v): %w", b.topic, b.partition, err, errNotSent)
-				}
-			}
-		} else {
-			for _, i := range c {
-				errs[i] = wrapped
-			}
-		}
-		failRest(q+1, fmt.Errorf("topic %s partition %d: an earlier batch failed (%v): %w", b.topic, b.partition, err, errNotSent))
-		return
-	}
-}
-
-// produce sends one record batch with acks=all and blocks until the broker answered, Timeout
-// passed or ctx ended.
-func (s *Sink) produce(ctx context.Context, topic string, partition int, msgs []*sink.Message, idx []int) (*kafkago.ProduceResponse, error) {
-	recs := make([]kafkago.Record, len(idx))
-	for k, i := range idx {
-		m := msgs[i]
-		var hs []kafkago.Header
-		if len(m.Headers) > 0 {
-			hs = make([]kafkago.Header, len(m.Headers))
-			for j, h := range m.Headers {
-				hs[j] = kafkago.Header{Key: h.Key, Value: h.Value}
-			}
-		}
-		recs[k] = kafkago.Record{
-			Time:    m.Time, // zero: kafka-go stamps the encoding time
-			Key:     kafkago.NewBytes(m.Key),
-			Value:   kafkago.NewBytes(m.Value),
-			Headers: hs,
-		}
-	}
-	return s.client.Produce(ctx, &kafkago.ProduceRequest{
-		Topic:        topic,
-		Partition:    partition,
-		RequiredAcks: kafkago.RequireAll,
-		Records:      kafkago.NewRecordReader(recs...),
-		Compression:  s.cfg.Compression,
-	})
-}
-
-// topicInfo is a topic's sorted partition ids, or why messages for it cannot be sent.
+// topicInfo is a topic's sorted partition ids and their leaders' broker ids, or why messages
+// for it cannot be sent.
 type topicInfo struct {
 	partitions []int
+	leaders    map[int]int
 	err        error // classified
 }
 
@@ -426,6 +347,11 @@ func (s *Sink) resolve(ctx context.Context, start time.Time, topics []string) ma
 			infos[t] = topicInfo{err: classify(fmt.Errorf("metadata for topic %s: %w", t, err))}
 		}
 	}
+	now := time.Now()
+	if cached, ok := s.topics.get(topics, now); ok {
+		return cached
+	}
+	defer func() { s.topics.put(infos, now) }()
 	md, err := s.metadata(ctx, topics)
 	if err != nil {
 		if staleMetadata(err) && ctx.Err() == nil {
@@ -495,11 +421,16 @@ func (s *Sink) topicInfo(start time.Time, mt kafkago.Topic) topicInfo {
 		return topicInfo{err: classify(fmt.Errorf("metadata for topic %s: no partitions: %w", mt.Name, kafkago.LeaderNotAvailable))}
 	}
 	ids := make([]int, len(mt.Partitions))
+	leaders := make(map[int]int, len(mt.Partitions))
 	for i, p := range mt.Partitions {
 		ids[i] = p.ID
+		leaders[p.ID] = -1
+		if p.Leader.Host != "" { // kafka-go gives a partition without a leader the zero Broker
+			leaders[p.ID] = p.Leader.ID
+		}
 	}
 	sort.Ints(ids)
-	return topicInfo{partitions: ids}
+	return topicInfo{partitions: ids, leaders: leaders}
 }
 
 // metadata returns the named topics from the transport's cache (fetching it first if the cache
@@ -555,6 +486,7 @@ func (s *Sink) refresh(since time.Time, why error) {
 	}
 	s.refreshedAt = time.Now()
 	s.log.Debug().Str("reason", why.Error()).Msg("refreshing kafka metadata")
+	s.topics.clear()
 	s.transport.CloseIdleConnections()
 }
 
