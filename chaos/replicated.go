@@ -130,15 +130,7 @@ func (w *world) switchover(ctx context.Context, gen *generator) error {
 	pctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
 	err := w.pair.Promote(pctx)
-	if p := w.pair.Primary(); p != w.srv {
-		w.srv = p
-		w.db = w.dbs[w.primaryIdx()]
-		gen.db = w.db
-	}
-	for _, ob := range w.obds {
-		ob.myPx.SetTarget(w.srv.Addr)
-		ob.myPx.SetMode(faultproxy.Pass)
-	}
+	w.followPrimary(gen)
 	gen.gate.Unlock() // writes resume on the new primary
 	if err == nil {
 		// The old primary takes connections again a while later, so the stream the demotion
@@ -180,15 +172,7 @@ func (w *world) crashFailover(ctx context.Context, gen *generator, lag time.Dura
 	defer cancel()
 	err := w.pair.PromoteAfterCrash(pctx)
 	gen.gate.Lock()
-	if p := w.pair.Primary(); p != w.srv {
-		w.srv = p
-		w.db = w.dbs[w.primaryIdx()]
-		gen.db = w.db
-	}
-	for _, ob := range w.obds {
-		ob.myPx.SetTarget(w.srv.Addr)
-		ob.myPx.ResetAll()
-	}
+	w.followPrimary(gen)
 	gen.gate.Unlock() // writes resume on the new primary
 	if err != nil {
 		return fmt.Errorf("crash failover: %w\n%s", err, w.pair.LogTail(2000))
@@ -236,6 +220,22 @@ func (w *world) onlyOn(ctx context.Context, a, b *sql.DB) (map[string]bool, erro
 		delete(ids, id)
 	}
 	return ids, nil
+}
+
+// followPrimary points the harness, the generator (whose gate the caller holds) and every
+// writer proxy (the VIP) at the pair's primary now; the writer proxies drop what they had open
+// and take connections again.
+func (w *world) followPrimary(gen *generator) {
+	if p := w.pair.Primary(); p != w.srv {
+		w.srv = p
+		w.db = w.dbs[w.primaryIdx()]
+		gen.db = w.db
+	}
+	for _, ob := range w.obds {
+		ob.myPx.SetTarget(w.srv.Addr)
+		ob.myPx.ResetAll()
+		ob.myPx.SetMode(faultproxy.Pass)
+	}
 }
 
 // refuseOld is how long the old primary refuses connections after a switchover: longer than

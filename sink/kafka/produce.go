@@ -136,8 +136,11 @@ func (s *Sink) sendRound(ctx context.Context, start time.Time, msgs []*sink.Mess
 		if staleMetadata(perr) && ctx.Err() == nil {
 			s.refresh(start, perr)
 		}
-		if errors.Is(perr, kafkago.MessageSizeTooLarge) && res.merged {
-			p.alone = true // too large together with other Sends' records: resend it on its own
+		if res.merged && !res.recordErrors && sink.IsPermanent(classify(perr)) {
+			// A batch-level refusal of a batch merged with other Sends' records (too large,
+			// larger than segment.bytes, a bad record of another Send without per-record
+			// errors) says nothing certain about this Send's records: resend them on their own.
+			p.alone = true
 			continue
 		}
 		// The broker rejects an oversized batch before appending anything, so sending its
@@ -277,6 +280,9 @@ func (c *combiner) withdraw(reqs []*batchReq) {
 func (c *combiner) kick(q *brokerQueue) {
 	for q.inflight < maxRequestsPerBroker && len(q.pending) > 0 {
 		groups := c.take(q)
+		if len(groups) == 0 {
+			break // everything pending belonged to Sends that gave up
+		}
 		q.inflight++
 		go c.send(q, groups)
 	}

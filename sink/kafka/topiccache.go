@@ -41,20 +41,29 @@ func (c *topicCache) get(topics []string, now time.Time) (map[string]topicInfo, 
 }
 
 // put caches the successful infos, fetched at fetched; older entries go when the fetch time
-// moves, so all entries share one age. Infos fetched before the last clear are dropped.
+// moves, so all entries share one age. Infos fetched before the last clear, or before the
+// cached ones, are dropped, and a topic never goes back to fewer partitions until a clear.
 func (c *topicCache) put(infos map[string]topicInfo, fetched time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if fetched.Before(c.cleared) {
-		return
+	if fetched.Before(c.cleared) || fetched.Before(c.at) {
+		return // an older fetch finishing late must not replace a newer layout
 	}
+	prev := c.infos
 	if !fetched.Equal(c.at) {
 		c.at, c.infos = fetched, make(map[string]topicInfo, len(infos))
 	}
 	for t, ti := range infos {
-		if ti.err == nil {
-			c.infos[t] = ti
+		if ti.err != nil {
+			continue
 		}
+		// A topic's partition count only grows: fewer than cached is a layout read before
+		// the one cached (fetch start order is not read order), and a key moved back to its
+		// old partition for a second would break its order. Keep the newer one.
+		if old, ok := prev[t]; ok && len(old.partitions) > len(ti.partitions) {
+			ti = old
+		}
+		c.infos[t] = ti
 	}
 }
 
