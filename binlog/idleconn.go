@@ -44,6 +44,7 @@ type idleConn struct {
 	// ownDeadline: the caller set a read deadline of its own (go-mysql's Close does), whose
 	// timeouts are always real.
 	ownDeadline atomic.Bool
+	deadlineMu  sync.Mutex // orders undoTrip with the caller's own deadlines
 	stop        chan struct{}
 	closeOnce   sync.Once
 }
@@ -89,9 +90,8 @@ func (c *idleConn) Read(b []byte) (int, error) {
 		n, err := c.Conn.Read(b)
 		c.reading.Store(false)
 		var ne net.Error
-		if err != nil && errors.As(err, &ne) && ne.Timeout() && c.tripped.Load() != s && !c.ownDeadline.Load() {
-			// The watchdog expired an earlier Read that returned just before: undo it.
-			_ = c.Conn.SetReadDeadline(time.Time{})
+		if err != nil && errors.As(err, &ne) && ne.Timeout() && c.tripped.Load() != s && c.undoTrip() {
+			// The watchdog expired an earlier Read that returned just before: undone.
 			if n > 0 {
 				return n, nil
 			}
@@ -101,12 +101,29 @@ func (c *idleConn) Read(b []byte) (int, error) {
 	}
 }
 
+// undoTrip clears the deadline the watchdog set, unless the caller has a deadline of its own
+// (then the timeout is real); it reports whether it cleared it. Under deadlineMu, so a
+// caller's deadline set meanwhile is not wiped.
+func (c *idleConn) undoTrip() bool {
+	c.deadlineMu.Lock()
+	defer c.deadlineMu.Unlock()
+	if c.ownDeadline.Load() {
+		return false
+	}
+	_ = c.Conn.SetReadDeadline(time.Time{})
+	return true
+}
+
 func (c *idleConn) SetReadDeadline(t time.Time) error {
+	c.deadlineMu.Lock()
+	defer c.deadlineMu.Unlock()
 	c.ownDeadline.Store(!t.IsZero())
 	return c.Conn.SetReadDeadline(t)
 }
 
 func (c *idleConn) SetDeadline(t time.Time) error {
+	c.deadlineMu.Lock()
+	defer c.deadlineMu.Unlock()
 	c.ownDeadline.Store(!t.IsZero())
 	return c.Conn.SetDeadline(t)
 }
