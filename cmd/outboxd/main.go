@@ -99,7 +99,7 @@ func (e *exitError) Unwrap() error { return e.err }
 func main() {
 	sig := handleSignals(os.Stderr, os.Exit)
 	tuneGC()
-	stopProfile := startProfile(os.Getenv("OUTBOXD_CPUPROFILE"), os.Getenv("OUTBOXD_MEMPROFILE"))
+	stopProfile := startProfile(os.Getenv("OUTBOXD_CPUPROFILE"), os.Getenv("OUTBOXD_MEMPROFILE"), os.Getenv("OUTBOXD_BLOCKPROFILE"))
 	err := dispatch(sig.ctx, sig, os.Args[1:], os.Stdout, os.Stderr)
 	stopProfile()
 	sig.stop()
@@ -241,10 +241,12 @@ func printUsage(w io.Writer, name string, fs *flag.FlagSet) {
 func timeNow() time.Time { return time.Now().UTC() }
 
 // startProfile writes a CPU profile to cpuPath until the returned func is called, which also
-// writes the allocation profile (every allocation since start, sampled) to memPath; for finding
-// the hot path under `make bench` (OUTBOXD_CPUPROFILE=/tmp/cpu.prof,
-// OUTBOXD_MEMPROFILE=/tmp/mem.prof). "" skips either.
-func startProfile(cpuPath, memPath string) func() {
+// writes the allocation profile (every allocation since start, sampled) to memPath and the
+// blocking profile (where goroutines waited on channels, locks and selects for 10 µs or more)
+// to blockPath; for finding the hot path and the waits under `make bench`
+// (OUTBOXD_CPUPROFILE=/tmp/cpu.prof, OUTBOXD_MEMPROFILE=/tmp/mem.prof,
+// OUTBOXD_BLOCKPROFILE=/tmp/block.prof). "" skips each.
+func startProfile(cpuPath, memPath, blockPath string) func() {
 	stopCPU := func() {}
 	if cpuPath != "" {
 		if f, err := os.Create(cpuPath); err != nil {
@@ -259,21 +261,30 @@ func startProfile(cpuPath, memPath string) func() {
 			}
 		}
 	}
+	if blockPath != "" {
+		runtime.SetBlockProfileRate(int((10 * time.Microsecond).Nanoseconds()))
+	}
 	return func() {
 		stopCPU()
-		if memPath == "" {
-			return
+		writeProfile("allocs", memPath, "OUTBOXD_MEMPROFILE")
+		writeProfile("block", blockPath, "OUTBOXD_BLOCKPROFILE")
+	}
+}
+
+// writeProfile writes the named runtime profile to path ("" skips it); env names it in errors.
+func writeProfile(name, path, env string) {
+	if path == "" {
+		return
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.Lookup(name).WriteTo(f, 0)
+		if cerr := f.Close(); err == nil {
+			err = cerr
 		}
-		f, err := os.Create(memPath)
-		if err == nil {
-			err = pprof.Lookup("allocs").WriteTo(f, 0)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "outboxd: OUTBOXD_MEMPROFILE:", err)
-		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "outboxd: "+env+":", err)
 	}
 }
 
