@@ -18,7 +18,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -389,7 +388,6 @@ type rmqFloor struct {
 	gate   *gate
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
-	sent   atomic.Int64
 	failOnce
 }
 

@@ -76,11 +76,7 @@ func (r *rmqSink) waitCount(ctx context.Context, n int64, check func() error) (t
 	defer t.Stop()
 	for {
 		if r.sends() >= n {
-			seen := time.Now()
-			// Confirm with the stored messages (one copy, only once the count looks complete).
-			if int64(len(r.c.Messages(r.t))) >= n {
-				return seen, nil
-			}
+			return time.Now(), nil
 		}
 		if check != nil {
 			if err := check(); err != nil {

@@ -576,16 +576,10 @@ func valueField(v any) Field {
 	}
 }
 
-// mariadbGTID formats a MariaDB GTID as the server prints it, "domain-server-seq", with one
-// allocation (fmt.Sprintf was ~1.5% of a 1-row catch-up's CPU).
+// mariadbGTID formats a MariaDB GTID as the server prints it (gtid.FormatMariaDB: one
+// allocation; fmt.Sprintf was ~1.5% of a 1-row catch-up's CPU).
 func mariadbGTID(domain, server uint32, seq uint64) string {
-	var b [48]byte
-	out := strconv.AppendUint(b[:0], uint64(domain), 10)
-	out = append(out, '-')
-	out = strconv.AppendUint(out, uint64(server), 10)
-	out = append(out, '-')
-	out = strconv.AppendUint(out, seq, 10)
-	return string(out)
+	return gtid.FormatMariaDB(domain, server, seq)
 }
 
 // mysqlGTID formats a MySQL GTID event as the server prints it: "uuid:N" or "uuid:tag:N".

@@ -182,7 +182,7 @@ func (w *world) crashFailover(ctx context.Context, gen *generator, lag time.Dura
 	if err := w.pair.Restart(pctx, dead); err != nil {
 		return fmt.Errorf("crash failover: restart the dead primary to read what only it had: %w", err)
 	}
-	onlyOld, err := w.onlyOn(pctx, w.dbs[old], w.db)
+	onlyOld, err := onlyOn(pctx, w.dbs[old], w.db)
 	if err != nil {
 		return fmt.Errorf("crash failover: %w", err)
 	}
@@ -207,7 +207,7 @@ func (w *world) crashFailover(ctx context.Context, gen *generator, lag time.Dura
 }
 
 // onlyOn returns the event ids in a's outbox table that b's lacks.
-func (w *world) onlyOn(ctx context.Context, a, b *sql.DB) (map[string]bool, error) {
+func onlyOn(ctx context.Context, a, b *sql.DB) (map[string]bool, error) {
 	ids, err := eventIDs(ctx, a)
 	if err != nil {
 		return nil, fmt.Errorf("read the dead primary's outbox table: %w", err)

@@ -577,6 +577,27 @@ func openWithBackoff(ctx context.Context, conn server.Conn, what string, log zer
 	}
 }
 
+// retryTransient calls f until it returns nil or an error that is an answer rather than a
+// broken connection (transientSQL), waiting the reconnect backoff between tries and logging
+// msg at each; when ctx ends while it waits, it returns ctx's error. For start-up queries, which wait for a
+// server that is restarting (or a reset path) rather than exit.
+func retryTransient(ctx context.Context, log zerolog.Logger, msg string, f func() error) error {
+	backoff := reconnectInitial
+	for {
+		err := f()
+		if err == nil || !transientSQL(err) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		log.Warn().Err(err).Stringer("retry_in", backoff).Msg(msg)
+		if !waitBackoff(ctx, &backoff) {
+			return ctx.Err()
+		}
+	}
+}
+
 // waitBackoff sleeps for *backoff, then doubles it up to reconnectMax. It returns false, at
 // once, when ctx ends first.
 func waitBackoff(ctx context.Context, backoff *time.Duration) bool {

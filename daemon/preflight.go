@@ -130,18 +130,12 @@ func startPreflight(ctx context.Context, db *sql.DB, cfg *config.Config, log zer
 // the connection was opened), as reverify does; it returns ctx's error when ctx ends (Run
 // turns a stop during start-up into nil).
 func startPreflightWaiting(ctx context.Context, db *sql.DB, cfg *config.Config, log zerolog.Logger) error {
-	err := startPreflight(ctx, db, cfg, log)
-	for backoff := reconnectInitial; err != nil && transientSQL(err) && ctx.Err() == nil; {
-		log.Warn().Err(err).Stringer("retry_in", backoff).Msg("source not inspectable at start, retrying")
-		if !waitBackoff(ctx, &backoff) {
-			return ctx.Err()
-		}
-		err = preflight(ctx, db, cfg, log)
-	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return err
+	check := startPreflight
+	return retryTransient(ctx, log, "source not inspectable at start, retrying", func() error {
+		err := check(ctx, db, cfg, log)
+		check = preflight // the skipped checks are named once
+		return err
+	})
 }
 
 // reverify runs the preflight again before a reconnect, since a server restarted with other

@@ -230,7 +230,7 @@ func (r *relay) resolve(ctx context.Context, fromGTID string) (gtid.Set, string,
 		ch, err := r.src.pick(ctx, cp, hasCP, verified)
 		verified = ""
 		if err == nil && earlier.ok {
-			r.lostBehind(ctx, earlier.last, ch)
+			r.lostBehind(ctx, earlier.last, cp, ch)
 		}
 		switch {
 		case err == nil && ch.resume != nil:
@@ -269,17 +269,12 @@ func (r *relay) resolve(ctx context.Context, fromGTID string) (gtid.Set, string,
 // writer restarting, a reset) is retried with the reconnect backoff, as the start position
 // queries are, not an exit.
 func (r *relay) loadCheckpoint(ctx context.Context) (*checkpoint.Checkpoint, error) {
-	backoff := reconnectInitial
-	for {
-		c, err := r.saver.store.Load()
-		if err == nil || !transientSQL(err) || ctx.Err() != nil {
-			return c, err
-		}
-		r.log.Warn().Err(err).Stringer("retry_in", backoff).Msg("checkpoint not loaded: the store connection failed, retrying")
-		if !waitBackoff(ctx, &backoff) {
-			return nil, ctx.Err()
-		}
-	}
+	var c *checkpoint.Checkpoint
+	err := retryTransient(ctx, r.log, "checkpoint not loaded: the store connection failed, retrying", func() (err error) {
+		c, err = r.saver.store.Load()
+		return err
+	})
+	return c, err
 }
 
 // originMissingContinue is the origin of a start cut back to the newest position both histories
@@ -322,20 +317,21 @@ func (r *relay) reconnect(ctx context.Context, start gtid.Set, backoff *time.Dur
 }
 
 // lostBehind reports the transactions of prev, the last checkpoint this process saved (or
-// loaded) in an earlier term, that the chosen candidate no longer has. That happens when the
+// loaded) in an earlier term, that the chosen candidate no longer has (nothing when prev is
+// the position pick was given, picked). That happens when the
 // checkpoint lives on the database (the mysql store) and an asynchronous crash failover lost
 // the old primary's last transactions: the checkpoint row the new primary holds replicated
 // with the data, so it is older and consistent with that server (outboxd resumes from it), but
 // this process remembers delivering what the database lost. They are logged and counted as
 // on_missing_gtids: continue's are, under either setting: there is nothing to stop for, the
 // store's position is on the server. A process started after the failover cannot know them.
-func (r *relay) lostBehind(ctx context.Context, prev checkpoint.Checkpoint, ch choice) {
+func (r *relay) lostBehind(ctx context.Context, prev checkpoint.Checkpoint, picked gtid.Set, ch choice) {
 	if prev.Flavor != r.cfg.Source.Flavor {
 		return
 	}
 	pos, err := prev.Set()
-	if err != nil || pos.IsEmpty() {
-		return
+	if err != nil || pos.IsEmpty() || pos.Equal(picked) {
+		return // the position pick judged (and gaveUp reported) already
 	}
 	cctx, cancel := context.WithTimeout(ctx, candidateTimeout)
 	defer cancel()

@@ -102,15 +102,12 @@ func newRoles(ctx context.Context, cfg *config.Config, r *relay, log zerolog.Log
 		return nil, fmt.Errorf("leader lock on checkpoint.writer_addr %s: %w", conn.Addr, err)
 	}
 	if !slices.Contains(cfg.Source.SkipChecks, server.CheckCheckpointWriter) {
-		ro, err := server.ReadOnly(ctx, db)
-		for backoff := reconnectInitial; err != nil && transientSQL(err) && ctx.Err() == nil; {
-			// Gone again right away (restarting, a reset path): wait for it as at start.
-			log.Warn().Err(err).Stringer("retry_in", backoff).Msg("checkpoint writer's read_only not read: the connection failed, retrying")
-			if !waitBackoff(ctx, &backoff) {
-				break
-			}
+		// Gone again right away (restarting, a reset path): waited for as at start.
+		var ro bool
+		err := retryTransient(ctx, log, "checkpoint writer's read_only not read: the connection failed, retrying", func() (err error) {
 			ro, err = server.ReadOnly(ctx, db)
-		}
+			return err
+		})
 		if err == nil && ro {
 			err = fmt.Errorf("checkpoint.writer_addr %s is read-only (@@read_only ON, a replica?): point it at the writable primary; "+
 				"the leader lock and the checkpoint row must live where the data is written, since a lock is not replicated and instances "+

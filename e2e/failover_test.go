@@ -69,12 +69,18 @@ func (f *failoverWorld) commit(from, to int) string {
 // onPrimary points the world's writes at the pair's current primary.
 func (f *failoverWorld) onPrimary() {
 	f.t.Helper()
-	db, err := f.pair.Primary().DB(context.Background(), "")
+	f.w = &world{t: f.t, srv: f.pair.Primary(), db: serverDB(f.t, f.pair.Primary()), schema: f.w.schema}
+}
+
+// serverDB is a root pool to s, closed when the test ends.
+func serverDB(t *testing.T, s *mariadb.Server) *sql.DB {
+	t.Helper()
+	db, err := s.DB(context.Background(), "")
 	if err != nil {
-		f.t.Fatal(err)
+		t.Fatal(err)
 	}
-	f.t.Cleanup(func() { db.Close() })
-	f.w = &world{t: f.t, srv: f.pair.Primary(), db: db, schema: f.w.schema}
+	t.Cleanup(func() { db.Close() })
+	return db
 }
 
 func primaryFirst(p *replication.Pair) []string { return []string{p.Primary().Addr, p.Replica().Addr} }
@@ -164,11 +170,7 @@ func TestFailoverCrashLosesDeliveredTransactions(t *testing.T) {
 			if err := f.pair.WaitCaughtUp(ctx); err != nil {
 				t.Fatal(err)
 			}
-			rdb, err := f.pair.Replica().DB(ctx, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rdb.Close()
+			rdb := serverDB(t, f.pair.Replica())
 			if _, err := rdb.Exec("STOP SLAVE"); err != nil {
 				t.Fatal(err)
 			}
@@ -369,11 +371,7 @@ func TestFailoverSkipsACandidateThatPurged(t *testing.T) {
 	if err := f.pair.WaitCaughtUp(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rdb, err := f.pair.Replica().DB(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rdb.Close()
+	rdb := serverDB(t, f.pair.Replica())
 	if _, err := rdb.Exec("FLUSH BINARY LOGS"); err != nil {
 		t.Fatal(err)
 	}

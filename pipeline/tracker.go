@@ -181,16 +181,18 @@ func (t *tracker) beginWhole(gtidStr string, commit time.Time, precise bool, now
 	e := &entry{gtid: gtidStr, commitTime: commit, precise: precise, readAt: now, own: own,
 		final: true, file: file, pos: pos, pending: len(items)}
 	if len(items) > 0 {
-		e.first = firstItem{ev: items[0].ev, msg: items[0].msg, sink: items[0].sink}
+		e.first = firstOf(items)
 	}
 	t.mu.Lock()
 	t.queue = append(t.queue, e)
-	if e.pending == 0 {
-		t.acked1(e)
-	}
-	t.advance()
+	t.finishedLocked(e)
 	t.mu.Unlock()
 	return e
+}
+
+// firstOf is the firstItem of a piece's items (not empty).
+func firstOf(items []item) firstItem {
+	return firstItem{ev: items[0].ev, msg: items[0].msg, sink: items[0].sink}
 }
 
 // extend counts items, a piece of e, as pending. Call before any of them can be acknowledged.
@@ -198,7 +200,7 @@ func (t *tracker) extend(e *entry, items []item) {
 	t.mu.Lock()
 	e.pending += len(items)
 	if e.first.ev == nil && len(items) > 0 {
-		e.first = firstItem{ev: items[0].ev, msg: items[0].msg, sink: items[0].sink}
+		e.first = firstOf(items)
 	}
 	t.mu.Unlock()
 }
@@ -208,11 +210,18 @@ func (t *tracker) finish(e *entry, file string, pos uint32) {
 	t.mu.Lock()
 	e.final = true
 	e.file, e.pos = file, pos
+	t.finishedLocked(e)
+	t.mu.Unlock()
+}
+
+// finishedLocked is the end of finish for e, now final: acknowledged already if nothing of it
+// is pending (its last events were acknowledged before its last piece was recorded), then the
+// acknowledged prefix moves. Holding mu.
+func (t *tracker) finishedLocked(e *entry) {
 	if e.pending == 0 {
-		t.acked1(e) // its last events were acknowledged before its last piece was recorded
+		t.acked1(e)
 	}
 	t.advance()
-	t.mu.Unlock()
 }
 
 // ack records that the events of items were acknowledged by their broker, and frees their

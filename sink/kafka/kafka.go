@@ -262,8 +262,8 @@ func (s *Sink) Send(ctx context.Context, msgs []*sink.Message) error {
 
 	groups := byLeader(s.assign(msgs, errs, infos))
 	// One produce request per leader carries every partition of the Send that it leads (see
-	// sendLeader); kafka-go runs one request at a time per connection, so each concurrent
-	// request holds a connection of its own, and the limit caps how many a wide Send opens.
+	// sendLeader); the combiner caps the requests in flight per broker (maxRequestsPerBroker),
+	// and the limit here caps how many leader groups of one Send run at once.
 	sink.FanOut(ctx, len(groups), maxInFlight,
 		func(k int) { s.sendLeader(ctx, start, msgs, groups[k], errs) },
 		func(k int) {
@@ -287,11 +287,7 @@ func (s *Sink) Send(ctx context.Context, msgs []*sink.Message) error {
 // placement matches other producers of the same keys; messages without a key of one topic go to
 // one partition per Send, rotating across Sends.
 func (s *Sink) assign(msgs []*sink.Message, errs []error, infos map[string]topicInfo) []*partBatch {
-	type tp struct {
-		topic string
-		p     int
-	}
-	byTP := make(map[tp]*partBatch)
+	byTP := make(map[topicPartition]*partBatch)
 	var order []*partBatch
 	sticky := make(map[string]int)
 	balancer := kafkago.Murmur2Balancer{Consistent: true}
@@ -310,7 +306,7 @@ func (s *Sink) assign(msgs []*sink.Message, errs []error, infos map[string]topic
 		} else {
 			p = balancer.Balance(kafkago.Message{Key: m.Key}, parts...)
 		}
-		k := tp{m.Topic, p}
+		k := topicPartition{m.Topic, p}
 		b := byTP[k]
 		if b == nil {
 			leader, ok := infos[m.Topic].leaders[p]
@@ -338,18 +334,18 @@ type topicInfo struct {
 // from the cache is looked up again in metadata fetched after start (and created if allowed);
 // only when it is missing there too does it fail permanently.
 func (s *Sink) resolve(ctx context.Context, start time.Time, topics []string) map[string]topicInfo {
-	infos := make(map[string]topicInfo, len(topics))
 	if len(topics) == 0 {
-		return infos
-	}
-	failAll := func(ts []string, err error) {
-		for _, t := range ts {
-			infos[t] = topicInfo{err: classify(fmt.Errorf("metadata for topic %s: %w", t, err))}
-		}
+		return map[string]topicInfo{}
 	}
 	now := time.Now()
 	if cached, ok := s.topics.get(topics, now); ok {
 		return cached
+	}
+	infos := make(map[string]topicInfo, len(topics))
+	failAll := func(ts []string, err error) {
+		for _, t := range ts {
+			infos[t] = topicInfo{err: classify(fmt.Errorf("metadata for topic %s: %w", t, err))}
+		}
 	}
 	defer func() { s.topics.put(infos, now) }()
 	md, err := s.metadata(ctx, topics)

@@ -293,12 +293,8 @@ func (c *combiner) kick(q *brokerQueue) {
 // within maxRequestBytes. A partition's batch that does not fit closes that partition for this
 // request, so a partition's batches are always sent in submission order. Holding mu.
 func (c *combiner) take(q *brokerQueue) [][]*batchReq {
-	type tp struct {
-		topic     string
-		partition int
-	}
-	at := make(map[tp]int)
-	closed := make(map[tp]bool)
+	at := make(map[topicPartition]int)
+	closed := make(map[topicPartition]bool)
 	var groups [][]*batchReq
 	var sizes []int
 	total := 0
@@ -310,7 +306,7 @@ func (c *combiner) take(q *brokerQueue) [][]*batchReq {
 			continue
 		default:
 		}
-		k := tp{r.topic, r.partition}
+		k := topicPartition{r.topic, r.partition}
 		g, open := at[k]
 		switch {
 		case closed[k]:

@@ -89,6 +89,13 @@ func needsRouteCheck(err error) bool {
 	return strings.Contains(text, "route info not found") || strings.Contains(text, "No route info of this topic")
 }
 
+// routeRace reports whether err is the client's own "topic=<t> route info not found" from a
+// send that found the route's queues but not yet the broker's address (see the send loop): it
+// failed before any I/O.
+func routeRace(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "topic=") && strings.HasSuffix(err.Error(), " route info not found")
+}
+
 // classify is the one place that decides whether retrying err can succeed: it returns err
 // wrapped with sink.Permanent when it cannot, and err unchanged otherwise. A topic the
 // NameServer confirmed missing (after the client's "route info not found" or a broker's

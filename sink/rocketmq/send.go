@@ -168,7 +168,7 @@ func (s *Sink) Send(ctx context.Context, msgs []*sink.Message) error {
 
 	s.learnQueues(ctx, out, errs)
 	lanes := s.assign(out, errs)
-	run := &sendRun{s: s, msgs: msgs, out: out, errs: errs, topicErr: map[string]error{}}
+	run := &sendRun{s: s, out: out, errs: errs, topicErr: map[string]error{}}
 	sink.FanOut(ctx, len(lanes), maxLanes,
 		func(k int) { run.lane(ctx, lanes[k]) },
 		func(k int) {
@@ -293,7 +293,6 @@ func (s *Sink) assign(out []outMsg, errs []error) []*lane {
 // lane only.
 type sendRun struct {
 	s    *Sink
-	msgs []*sink.Message
 	out  []outMsg
 	errs []error
 
@@ -420,9 +419,12 @@ func (r *sendRun) sendBatch(ctx context.Context, l *lane, batch []int) error {
 			h.n = l.n
 		}
 	}
-	what := fmt.Sprintf("message %d, event %s", batch[0], first.m.EventID)
-	if len(batch) > 1 {
-		what = fmt.Sprintf("batch of %d messages from message %d, event %s", len(batch), batch[0], first.m.EventID)
+	// what names the request in error messages (built only when one is).
+	what := func() string {
+		if len(batch) > 1 {
+			return fmt.Sprintf("batch of %d messages from message %d, event %s", len(batch), batch[0], first.m.EventID)
+		}
+		return fmt.Sprintf("message %d, event %s", batch[0], first.m.EventID)
 	}
 	var res *primitive.SendResult
 	var err error
@@ -438,8 +440,7 @@ func (r *sendRun) sendBatch(ctx context.Context, l *lane, batch []int) error {
 		// The client publishes a route it has just looked up before it records the
 		// broker's address: a concurrent first request to that broker can find the queues
 		// but no address, and fails before any I/O. Sending it again cannot duplicate.
-		if attempt == 0 && err != nil && ctx.Err() == nil && strings.HasPrefix(err.Error(), "topic=") &&
-			strings.HasSuffix(err.Error(), " route info not found") {
+		if attempt == 0 && ctx.Err() == nil && routeRace(err) {
 			time.Sleep(routeRaceWait)
 			continue
 		}
@@ -448,16 +449,16 @@ func (r *sendRun) sendBatch(ctx context.Context, l *lane, batch []int) error {
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			// The client reports a cancelled request as its own "request timeout".
-			return fmt.Errorf("rocketmq sink %q: topic %s: %s: %w (client: %v)", s.name, l.topic, what, cerr, err)
+			return fmt.Errorf("rocketmq sink %q: topic %s: %s: %w (client: %v)", s.name, l.topic, what(), cerr, err)
 		}
 		if errors.Is(err, errClosed) || errors.Is(err, rmqerrors.ErrNotRunning) {
 			return fmt.Errorf("rocketmq sink %q: %w", s.name, errClosed)
 		}
 		if n := h.refused.Load(); n != 0 {
 			return fmt.Errorf("rocketmq sink %q: topic %s (%s): not sent, the topic has %d writable queues now, not the %d it was grouped for: %w",
-				s.name, l.topic, what, n, h.n, errQueuesChanged)
+				s.name, l.topic, what(), n, h.n, errQueuesChanged)
 		}
-		err = fmt.Errorf("rocketmq sink %q: send to topic %s (%s): %w", s.name, l.topic, what, err)
+		err = fmt.Errorf("rocketmq sink %q: send to topic %s (%s): %w", s.name, l.topic, what(), err)
 		if needsRouteCheck(err) {
 			// Held across the lookup so that the topic's other lanes wait for one verdict
 			// instead of each asking the NameServer.
@@ -494,7 +495,7 @@ func (r *sendRun) sendBatch(ctx context.Context, l *lane, batch []int) error {
 	}
 	if res.Status != primitive.SendOK {
 		return classify(fmt.Errorf("rocketmq sink %q: topic %s queue %d (%s) answered %s: %w",
-			s.name, l.topic, queue, what, statusName(res.Status), errNotOK))
+			s.name, l.topic, queue, what(), statusName(res.Status), errNotOK))
 	}
 	return nil
 }

@@ -21,10 +21,7 @@ func (p *Pair) Rebuild(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r := p.replica
-	i := 0
-	if r == p.servers[1] {
-		i = 1
-	}
+	i := p.index(r)
 	if p.nextID == 0 {
 		p.nextID = ReplicaServerID + 1
 	}

@@ -201,11 +201,14 @@ func (p *Pair) Rejoin(ctx context.Context) error {
 }
 
 // argsOf returns the flags s was started with.
-func (p *Pair) argsOf(s *mariadb.Server) []string {
+func (p *Pair) argsOf(s *mariadb.Server) []string { return p.args[p.index(s)] }
+
+// index is s's place in p.servers (start order).
+func (p *Pair) index(s *mariadb.Server) int {
 	if s == p.servers[0] {
-		return p.args[0]
+		return 0
 	}
-	return p.args[1]
+	return 1
 }
 
 // Close stops both servers and removes their directories. It blocks until both exited.
