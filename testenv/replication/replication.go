@@ -183,7 +183,7 @@ func (p *Pair) PromoteAfterCrash(ctx context.Context) error {
 // read-only replica of the primary from its own binlog position. It fails when the old primary
 // has transactions the new one lacks (a diverged history: gtid_strict_mode refuses it, and the
 // error is the replica's); the server then runs but does not replicate. It blocks until the
-// replication threads run.
+// replica has caught up with the primary.
 func (p *Pair) Rejoin(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -194,6 +194,11 @@ func (p *Pair) Rejoin(ctx context.Context) error {
 		}
 	}
 	if err := follow(ctx, r, p.primary, true); err != nil {
+		return fmt.Errorf("replication: rejoin %s: %w", r.Addr, err)
+	}
+	// Running threads do not prove the primary took the position: a diverged history is
+	// refused (ERROR 1236) only once the IO thread asks for it. Catching up proves it.
+	if err := waitCaughtUp(ctx, r, p.primary); err != nil {
 		return fmt.Errorf("replication: rejoin %s: %w", r.Addr, err)
 	}
 	p.replicating = true
