@@ -33,6 +33,10 @@ Usage:
                                           replace the saved checkpoint
   outboxd checkpoint migrate [--config F] --from-file PATH [--overwrite] [--force] [--ignore-leader]
                                           copy a checkpoint file into the mysql store
+  outboxd backfill [--config F] --table T [--where COND] [--batch N] [--dry-run] [--overwrite]
+                  [--ignore-leader] [--no-lock] [--lock-wait D]
+                                          send rows already in the table at one snapshot, then
+                                          set the checkpoint to that snapshot
   outboxd health [--addr HOST:PORT] [--ready] [--timeout D]
                                           exit 0 if a running outboxd's admin server answers 200
   outboxd version                         print the version
@@ -80,6 +84,18 @@ superseded at its next save and exits without writing over the new position.`},
 (checkpoint.store: mysql), after checking it against the source as set does (--force skips
 that). It refuses when the row already exists unless --overwrite. Stop the outboxd that used
 the file first (its lock is taken while copying), then start it with the new config.`},
+	"backfill": {"outboxd backfill [--config F] --table T [--where COND] [--batch N] [--dry-run] [--overwrite] [--ignore-leader] [--no-lock] [--lock-wait D]",
+		`Sends the rows already in outbox table T that the binlog will not deliver (rows from before
+outboxd, a polling relay's PENDING rows): it reads the rows matching COND at one consistent
+snapshot on the primary (checkpoint.writer_addr, default source.addr), in primary-key order,
+sends them through the configured routes and sinks as run does (on_poison applies; every send
+is acknowledged by the broker), and then sets the checkpoint to the snapshot's GTID position,
+so run goes on with exactly the transactions after it. It refuses while an outboxd runs on the
+checkpoint (file lock; leader lock with checkpoint.store: mysql unless --ignore-leader) and when
+a checkpoint exists unless --overwrite. On any failure the checkpoint is not changed: run the
+backfill again (rows sent before are sent again). MySQL needs BACKUP_ADMIN, or RELOAD for a
+brief FLUSH TABLES WITH READ LOCK (see the README). Exits 0 when done, 1 on an error, 2 on a
+bad config or flag.`},
 	"health": {"outboxd health [--addr HOST:PORT] [--ready] [--timeout D]",
 		`Probes a running outboxd's admin server (admin.listen) and exits 0 when it answers 200, 1
 otherwise (not listening, timeout, any other status); 2 on a bad flag. For container
@@ -143,6 +159,8 @@ func dispatchCommand(ctx context.Context, sig *signals, args []string, stdout, s
 		return cmdCheck(ctx, args[1:], stdout, stderr)
 	case "status":
 		return cmdStatus(ctx, args[1:], stdout, stderr)
+	case "backfill":
+		return cmdBackfill(ctx, args[1:], stdout, stderr)
 	case "health":
 		return cmdHealth(ctx, args[1:], stdout, stderr)
 	case "checkpoint":

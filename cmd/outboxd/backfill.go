@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/outboxd/outboxd/backfill"
+	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/checkpoint"
+	"github.com/outboxd/outboxd/daemon"
+)
+
+// cmdBackfill wires the backfill: the checkpoint store (held, or its leader lock checked, for the
+// whole run), the primary, the sinks, then backfill.Run, then the checkpoint at the snapshot.
+func cmdBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newConfigFlags("backfill", stdout, stderr)
+	var tables stringList
+	fs.Var(&tables, "table", "outbox table to backfill, schema.table, one of the config's tables[] (repeatable; all read at one snapshot; required)")
+	where := fs.String("where", "", `SQL condition selecting the rows to send, such as "status IN (0, 1)" (default: every row)`)
+	batch := fs.Int("batch", backfill.DefaultBatchRows, "rows per page of the read (and per batch handed to the pipeline)")
+	dryRun := fs.Bool("dry-run", false, "take the snapshot, print the rows that match and its GTID position, send nothing, set nothing")
+	overwrite := fs.Bool("overwrite", false, "replace a checkpoint that already exists (see the README: transactions between it and the snapshot are delivered only as far as --where selects their rows)")
+	ignoreLeader := fs.Bool("ignore-leader", false, "with checkpoint.store: mysql, go on although an outboxd holds the leader lock (it is superseded and exits)")
+	noLock := fs.Bool("no-lock", false, "MySQL: never fall back to FLUSH TABLES WITH READ LOCK (fail instead when performance_schema.log_status cannot be used)")
+	lockWait := fs.Duration("lock-wait", 10*time.Second, "MySQL: the longest wait for FLUSH TABLES WITH READ LOCK (writes queue behind it meanwhile)")
+	cfg, err := fs.load(args)
+	if err != nil {
+		return err
+	}
+	if len(tables) == 0 {
+		return &exitError{code: 2, err: errors.New("--table is required: the outbox table whose rows to send (schema.table)")}
+	}
+	if *batch <= 0 {
+		return &exitError{code: 2, err: fmt.Errorf("--batch %d: must be positive", *batch)}
+	}
+	log := newLogger(cfg.Log, stderr)
+	// The file's lock, held until the end, keeps an outboxd off the checkpoint meanwhile; the
+	// mysql store is guarded by its leader lock, checked now and again before the write.
+	store, err := openCLIStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if cfg.Checkpoint.MySQL() && !*ignoreLeader {
+		if err := refuseWhileLeading(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	old, err := store.Load()
+	if err != nil {
+		return err
+	}
+	if old != nil && !*overwrite && !*dryRun {
+		return &exitError{code: 1, err: fmt.Errorf("checkpoint %s already holds %s: outboxd has run on it, so the binlog after it is being relayed; "+
+			"backfill sets the checkpoint to its snapshot and would skip the transactions in between whose rows --where does not select. "+
+			"Pass --overwrite if that is meant (see the README), or point checkpoint.path/name elsewhere", cfg.Checkpoint.Where(), old.GTIDSet)}
+	}
+	db, err := server.Open(ctx, daemon.WriterConn(cfg))
+	if err != nil {
+		return fmt.Errorf("connect to the primary: %w", err)
+	}
+	defer db.Close()
+	bc := backfill.Config{
+		Cfg: cfg, DB: db, Tables: tables, Where: *where, BatchRows: *batch, DryRun: *dryRun,
+		Snapshot: backfill.SnapshotOptions{LockWait: *lockWait, NoLock: *noLock},
+		Logger:   log,
+	}
+	if !*dryRun {
+		sinks, err := daemon.OpenSinks(cfg, log)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			for _, s := range sinks {
+				s.Close()
+			}
+		}()
+		bc.Sinks = sinks
+	}
+	res, err := backfill.Run(ctx, bc)
+	if err != nil {
+		log.Error().Err(err).Msg("backfill failed; the checkpoint was not changed")
+		return fmt.Errorf("%w: %w", errReported, err)
+	}
+	snap := res.Snapshot
+	verb := "sent"
+	if *dryRun {
+		verb = "match"
+	}
+	for _, t := range tables {
+		fmt.Fprintf(stdout, "%s: %d rows %s\n", t, res.Rows[t], verb)
+	}
+	fmt.Fprintf(stdout, "snapshot: %s (%s)\n", snap.Position, snap.Method)
+	if *dryRun {
+		return nil
+	}
+	if cfg.Checkpoint.MySQL() && !*ignoreLeader {
+		if err := refuseWhileLeading(ctx, cfg); err != nil {
+			return fmt.Errorf("the rows were sent but the checkpoint was not set: %w", err)
+		}
+	}
+	cp := checkpoint.Checkpoint{Flavor: cfg.Source.Flavor, GTIDSet: snap.Position.String(), SavedAt: timeNow()}
+	if err := replaceCheckpoint(store, cp, "backfill"); err != nil {
+		return fmt.Errorf("the rows were sent but the checkpoint was not set: %w", err)
+	}
+	prev := "(none)"
+	if old != nil {
+		prev = old.GTIDSet
+	}
+	fmt.Fprintf(stdout, "checkpoint %s: %s -> %s\n", cfg.Checkpoint.Where(), prev, cp.GTIDSet)
+	return nil
+}
