@@ -25,10 +25,16 @@ type writer struct {
 	stop   chan struct{}
 	done   chan struct{}
 	prefix string
+	// insert is the INSERT statement, with the event id, key and payload as its arguments.
+	insert string
 }
 
 func startWriter(w *world, prefix string, keys int) *writer {
-	wr := &writer{w: w, keys: keys, gtids: map[string]string{}, stop: make(chan struct{}), done: make(chan struct{}), prefix: prefix}
+	return startWriterSQL(w, prefix, keys, "INSERT INTO "+w.schema+".outbox_event (event_id, biz_key, topic, payload) VALUES (?, ?, 'orders', ?)")
+}
+
+func startWriterSQL(w *world, prefix string, keys int, insert string) *writer {
+	wr := &writer{w: w, keys: keys, gtids: map[string]string{}, stop: make(chan struct{}), done: make(chan struct{}), prefix: prefix, insert: insert}
 	go wr.loop()
 	return wr
 }
@@ -49,8 +55,7 @@ func (wr *writer) loop() {
 		default:
 		}
 		id := fmt.Sprintf("%s%d", wr.prefix, i)
-		if _, err := conn.ExecContext(ctx, "INSERT INTO "+wr.w.schema+".outbox_event (event_id, biz_key, topic, payload) VALUES (?, ?, 'orders', ?)",
-			id, fmt.Sprintf("k%d", i%wr.keys), id); err != nil {
+		if _, err := conn.ExecContext(ctx, wr.insert, id, fmt.Sprintf("k%d", i%wr.keys), id); err != nil {
 			wr.err = err
 			return
 		}
