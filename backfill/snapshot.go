@@ -95,7 +95,9 @@ func EndSnapshot(conn *sql.Conn) {
 	_, _ = conn.ExecContext(ctx, "UNLOCK TABLES")
 }
 
-const startSnapshot = "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"
+// startSnapshot has no READ ONLY: the session only reads anyway, and Dolt rejects the two
+// characteristics together.
+const startSnapshot = "START TRANSACTION WITH CONSISTENT SNAPSHOT"
 
 // mariadbSnapshot: MariaDB (since 5.3) ties the InnoDB read view of START TRANSACTION WITH
 // CONSISTENT SNAPSHOT to the binlog through its group commit, and reports that point in the
