@@ -48,7 +48,11 @@ type Config struct {
 	// DryRun counts the matching rows at the snapshot and sends nothing.
 	DryRun   bool
 	Snapshot SnapshotOptions
-	Logger   zerolog.Logger
+	// DeadLetterEvents and Audit are run's --dead-letter-event (pipeline.Config): rows an
+	// operator chose to dead-letter if they are poison, even under on_poison: stop.
+	DeadLetterEvents map[string]bool
+	Audit            func(line string) error
+	Logger           zerolog.Logger
 	// Metrics receives the pipeline's delivery metrics; nil records nothing.
 	Metrics *metrics.Metrics
 }
@@ -138,11 +142,15 @@ func deliver(ctx context.Context, c Config, snap Snapshot, produce func(context.
 		RetryMax:           cfg.Retry.Max,
 		MissingTopicWait:   cfg.Retry.MissingTopicTimeout,
 		CheckpointInterval: time.Hour, // nothing to save (noSave)
-		MaxInflightEvents:  cfg.Pipeline.MaxInflightEvents,
-		MaxInflightBytes:   cfg.Pipeline.MaxInflightBytes,
-		RouteLabels:        cfg.RouteLabels(),
-		Logger:             c.Logger.With().Str("component", "pipeline").Logger(),
-		Metrics:            c.Metrics,
+		// An interrupted backfill saves nothing, so sends finishing after it gain nothing.
+		DrainTimeout:      time.Second,
+		MaxInflightEvents: cfg.Pipeline.MaxInflightEvents,
+		MaxInflightBytes:  cfg.Pipeline.MaxInflightBytes,
+		RouteLabels:       cfg.RouteLabels(),
+		DeadLetterEvents:  c.DeadLetterEvents,
+		Audit:             c.Audit,
+		Logger:            c.Logger.With().Str("component", "pipeline").Logger(),
+		Metrics:           c.Metrics,
 	})
 	if err != nil {
 		return err

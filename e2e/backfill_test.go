@@ -3,8 +3,11 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -255,4 +258,97 @@ func TestDoltBackfill(t *testing.T) {
 		}
 	}
 	stopDolt(t, p)
+}
+
+// What a backfill that cannot finish leaves: no checkpoint, ever. While an outboxd runs on the
+// checkpoint it refuses at once. A poison row under on_poison: stop fails it after the pages
+// before its page were sent; --dead-letter-event diverts that row (audited) and the backfill finishes.
+// A broker that does not answer keeps it retrying; an interrupt then ends it without a checkpoint.
+func TestBackfillFailuresSetNoCheckpoint(t *testing.T) {
+	w := newWorld(t, sharedServer(t))
+	c := kafkaCluster(t, "orders", "dlq")
+	table := w.schema + ".outbox_event"
+	for i := range 20 {
+		r := row{EventID: fmt.Sprintf("e%d", i), Key: "k", Topic: "orders", Payload: []byte("x")}
+		if i == 12 {
+			r.Topic = "" // poison: an empty topic
+		}
+		w.commit(r)
+	}
+
+	// An outboxd on the same checkpoint file: refused (the file's lock).
+	o := simpleCfg(t, w, c, "latest")
+	cfgPath := writeCfg(t, o)
+	rel := startRelay(t, o, daemon.Options{})
+	waitCheckpoint(t, o.Dir, w.position(), 20*time.Second)
+	before := readCheckpoint(t, o.Dir)
+	code, out := runBinary(t, "backfill", "--config", cfgPath, "--table", table)
+	if code != 1 || !strings.Contains(out, "locked by another process") {
+		t.Fatalf("backfill beside a running outboxd exited %d, want 1 (the checkpoint's lock):\n%s", code, out)
+	}
+	if err := rel.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if got := readCheckpoint(t, o.Dir); got != before {
+		t.Fatalf("checkpoint moved from %s to %s", before, got)
+	}
+
+	// A fresh checkpoint: the poison row stops the backfill, nothing is saved.
+	o = simpleCfg(t, w, c, "")
+	o.Extra = "dead_letter: {sink: main, topic: dlq}\n"
+	cfgPath = writeCfg(t, o)
+	code, out = runBinary(t, "backfill", "--config", cfgPath, "--table", table, "--batch", "5")
+	if code != 1 || !strings.Contains(out, "poison row") || !strings.Contains(out, "e12") {
+		t.Fatalf("backfill over a poison row exited %d, want 1 naming e12:\n%s", code, out)
+	}
+	if got := readCheckpoint(t, o.Dir); got != "" {
+		t.Fatalf("a failed backfill saved checkpoint %s", got)
+	}
+	cons := newConsumer(t, c, "orders", "dlq")
+	// The pages before the poison row's were sent and acknowledged (a page is one transaction
+	// to the pipeline: none of the poison row's page is sent).
+	cons.waitForEvent("e9", 20*time.Second)
+
+	code, out = runBinary(t, "backfill", "--config", cfgPath, "--table", table, "--dead-letter-event", "e12")
+	if code != 0 || readCheckpoint(t, o.Dir) != w.position() {
+		t.Fatalf("backfill with --dead-letter-event e12 exited %d, checkpoint %q (want %s):\n%s", code, readCheckpoint(t, o.Dir), w.position(), out)
+	}
+	rs := cons.waitForEvent("e19", 20*time.Second)
+	dead := 0
+	for _, r := range rs {
+		if r.Topic == "dlq" && header(r, "event_id") == "e12" {
+			dead++
+		}
+	}
+	if dead != 1 {
+		t.Fatalf("e12 dead-lettered %d times, want 1", dead)
+	}
+	if b, err := os.ReadFile(filepath.Join(o.Dir, "audit.log")); err != nil || !strings.Contains(string(b), "e12") {
+		t.Fatalf("audit.log: %q, %v", b, err)
+	}
+
+	// A broker that never answers: the backfill retries until interrupted, then saves nothing.
+	dead2 := kafkaCluster(t, "orders")
+	addr := dead2.ListenAddrs()[0]
+	dead2.Close()
+	o = simpleCfg(t, w, c, "")
+	o.Sinks = map[string]string{"main": fmt.Sprintf("{type: kafka, brokers: [%q], timeout: 500ms}", addr)}
+	o.Extra = "dead_letter: {sink: main, topic: dlq}\n"
+	cfgPath = writeCfg(t, o)
+	p := startBinary(t, "backfill", "--config", cfgPath, "--table", table, "--dead-letter-event", "e12")
+	time.Sleep(3 * time.Second)
+	select {
+	case <-p.done:
+		t.Fatalf("backfill ended while the broker is away:\n%s", p.output())
+	default:
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 30*time.Second); code == 0 {
+		t.Fatalf("interrupted backfill exited 0:\n%s", p.output())
+	}
+	if got := readCheckpoint(t, o.Dir); got != "" {
+		t.Fatalf("an interrupted backfill saved checkpoint %s:\n%s", got, p.output())
+	}
 }

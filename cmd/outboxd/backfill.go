@@ -25,6 +25,8 @@ func cmdBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	overwrite := fs.Bool("overwrite", false, "replace a checkpoint that already exists (see the README: transactions between it and the snapshot are delivered only as far as --where selects their rows)")
 	ignoreLeader := fs.Bool("ignore-leader", false, "with checkpoint.store: mysql, go on although an outboxd holds the leader lock (it is superseded and exits)")
 	noLock := fs.Bool("no-lock", false, "MySQL: never fall back to FLUSH TABLES WITH READ LOCK (fail instead when performance_schema.log_status cannot be used)")
+	var dlEvents stringList
+	fs.Var(&dlEvents, "dead-letter-event", "dead-letter the row with this event_id if it is poison or its topic does not exist, even under on_poison: stop, as run's flag does (repeatable; audited)")
 	lockWait := fs.Duration("lock-wait", 10*time.Second, "MySQL: the longest wait for FLUSH TABLES WITH READ LOCK (writes queue behind it meanwhile)")
 	cfg, err := fs.load(args)
 	if err != nil {
@@ -37,6 +39,10 @@ func cmdBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return &exitError{code: 2, err: fmt.Errorf("--batch %d: must be positive", *batch)}
 	}
 	log := newLogger(cfg.Log, stderr)
+	dl, audit, err := daemon.DeadLetterOverride(cfg, dlEvents, log)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
 	// The file's lock, held until the end, keeps an outboxd off the checkpoint meanwhile; the
 	// mysql store is guarded by its leader lock, checked now and again before the write.
 	store, err := openCLIStore(ctx, cfg)
@@ -66,7 +72,7 @@ func cmdBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	bc := backfill.Config{
 		Cfg: cfg, DB: db, Tables: tables, Where: *where, BatchRows: *batch, DryRun: *dryRun,
 		Snapshot: backfill.SnapshotOptions{LockWait: *lockWait, NoLock: *noLock},
-		Logger:   log,
+		Logger:   log, DeadLetterEvents: dl, Audit: audit,
 	}
 	if !*dryRun {
 		sinks, err := daemon.OpenSinks(cfg, log)

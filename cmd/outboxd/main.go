@@ -34,7 +34,7 @@ Usage:
   outboxd checkpoint migrate [--config F] --from-file PATH [--overwrite] [--force] [--ignore-leader]
                                           copy a checkpoint file into the mysql store
   outboxd backfill [--config F] --table T [--where COND] [--batch N] [--dry-run] [--overwrite]
-                  [--ignore-leader] [--no-lock] [--lock-wait D]
+                  [--ignore-leader] [--no-lock] [--lock-wait D] [--dead-letter-event ID]...
                                           send rows already in the table at one snapshot, then
                                           set the checkpoint to that snapshot
   outboxd health [--addr HOST:PORT] [--ready] [--timeout D]
@@ -84,12 +84,12 @@ superseded at its next save and exits without writing over the new position.`},
 (checkpoint.store: mysql), after checking it against the source as set does (--force skips
 that). It refuses when the row already exists unless --overwrite. Stop the outboxd that used
 the file first (its lock is taken while copying), then start it with the new config.`},
-	"backfill": {"outboxd backfill [--config F] --table T [--where COND] [--batch N] [--dry-run] [--overwrite] [--ignore-leader] [--no-lock] [--lock-wait D]",
+	"backfill": {"outboxd backfill [--config F] --table T [--where COND] [--batch N] [--dry-run] [--overwrite] [--ignore-leader] [--no-lock] [--lock-wait D] [--dead-letter-event ID]...",
 		`Sends the rows already in outbox table T that the binlog will not deliver (rows from before
 outboxd, a polling relay's PENDING rows): it reads the rows matching COND at one consistent
 snapshot on the primary (checkpoint.writer_addr, default source.addr), in primary-key order,
-sends them through the configured routes and sinks as run does (on_poison applies; every send
-is acknowledged by the broker), and then sets the checkpoint to the snapshot's GTID position,
+sends them through the configured routes and sinks as run does (on_poison and
+--dead-letter-event apply; every send is acknowledged by the broker), and then sets the checkpoint to the snapshot's GTID position,
 so run goes on with exactly the transactions after it. It refuses while an outboxd runs on the
 checkpoint (file lock; leader lock with checkpoint.store: mysql unless --ignore-leader) and when
 a checkpoint exists unless --overwrite. On any failure the checkpoint is not changed: run the
