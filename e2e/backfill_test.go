@@ -352,3 +352,53 @@ func TestBackfillFailuresSetNoCheckpoint(t *testing.T) {
 		t.Fatalf("an interrupted backfill saved checkpoint %s:\n%s", got, p.output())
 	}
 }
+
+// With checkpoint.store: mysql the backfill writes the row, and refuses while an outboxd holds
+// the leader lock (unless --ignore-leader); run then starts from the row.
+func TestBackfillMySQLStore(t *testing.T) {
+	w := newWorld(t, sharedServer(t))
+	c := kafkaCluster(t, "orders")
+	o := simpleCfg(t, w, c, "")
+	table := useMySQLStore(w, &o, "bf")
+	cfgPath := writeCfg(t, o)
+	var committed []string
+	for i := range 30 {
+		id := fmt.Sprintf("e%d", i)
+		w.commit(row{EventID: id, Key: fmt.Sprintf("k%d", i%3), Topic: "orders", Payload: []byte(id)})
+		committed = append(committed, id)
+	}
+	lock, err := w.db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got int
+	if err := lock.QueryRowContext(context.Background(), "SELECT GET_LOCK('outboxd.bf', 0)").Scan(&got); err != nil || got != 1 {
+		t.Fatalf("GET_LOCK: %d, %v", got, err)
+	}
+	code, out := runBinary(t, "backfill", "--config", cfgPath, "--table", w.schema+".outbox_event")
+	if code != 1 || !strings.Contains(out, "leader lock") {
+		t.Fatalf("backfill while the leader lock is held exited %d, want 1:\n%s", code, out)
+	}
+	if _, err := lock.ExecContext(context.Background(), "DO RELEASE_LOCK('outboxd.bf')"); err != nil {
+		t.Fatal(err)
+	}
+	lock.Close()
+	want := w.position()
+	code, out = runBinary(t, "backfill", "--config", cfgPath, "--table", w.schema+".outbox_event")
+	if set, _ := storeRow(t, w.db, table, "bf"); code != 0 || set != want {
+		t.Fatalf("backfill exited %d, row %q, want %q:\n%s", code, set, want, out)
+	}
+	startRelay(t, o, daemon.Options{})
+	for i := 30; i < 40; i++ {
+		id := fmt.Sprintf("e%d", i)
+		w.commit(row{EventID: id, Key: fmt.Sprintf("k%d", i%3), Topic: "orders", Payload: []byte(id)})
+		committed = append(committed, id)
+	}
+	cons := newConsumer(t, c, "orders")
+	cons.waitFor(len(committed), 30*time.Second)
+	rs := cons.settle(time.Second)
+	if len(rs) != len(committed) {
+		t.Fatalf("%d records, want %d (each once)", len(rs), len(committed))
+	}
+	checkPerKeyOrder(t, rs, committed)
+}
