@@ -213,7 +213,12 @@ func resolveTables(ctx context.Context, c Config) ([]table, error) {
 		return nil, errors.New("backfill: no table given (--table schema.table)")
 	}
 	out := make([]table, 0, len(c.Tables))
+	seen := map[string]bool{}
 	for _, name := range c.Tables {
+		if seen[strings.ToLower(name)] {
+			return nil, fmt.Errorf("--table %s is given twice: its rows would be sent twice", name)
+		}
+		seen[strings.ToLower(name)] = true
 		var tc *config.Table
 		for i := range c.Cfg.Tables {
 			if strings.EqualFold(c.Cfg.Tables[i].Table, name) {
@@ -229,6 +234,9 @@ func resolveTables(ctx context.Context, c Config) ([]table, error) {
 			return nil, err
 		}
 		if t.pk, err = primaryKey(ctx, c.DB, t.schema, t.tbl); err != nil {
+			return nil, err
+		}
+		if err := transactional(ctx, c.DB, t.schema, t.tbl); err != nil {
 			return nil, err
 		}
 		idx := func(col string) int {
@@ -272,6 +280,23 @@ func primaryKey(ctx context.Context, db *sql.DB, schema, tbl string) ([]string, 
 		return nil, fmt.Errorf("%s.%s has no primary key: backfill reads rows in primary-key order, page by page", schema, tbl)
 	}
 	return pk, nil
+}
+
+// transactional fails for a table whose engine is not InnoDB: a consistent snapshot covers only
+// InnoDB's rows (MyISAM has no row versions), so rows of another engine could be committed after
+// the snapshot's position yet read by it, and be sent twice, or be missed.
+func transactional(ctx context.Context, db *sql.DB, schema, tbl string) error {
+	var engine sql.NullString
+	err := db.QueryRowContext(ctx, "SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", schema, tbl).Scan(&engine)
+	if err != nil {
+		return fmt.Errorf("read the engine of %s.%s: %w", schema, tbl, err)
+	}
+	if !strings.EqualFold(engine.String, "InnoDB") {
+		return fmt.Errorf("%s.%s uses engine %s: backfill reads at a consistent snapshot, which only InnoDB tables have; "+
+			"convert it first (ALTER TABLE %s.%s ENGINE=InnoDB)",
+			schema, tbl, engine.String, schema, tbl)
+	}
+	return nil
 }
 
 func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
