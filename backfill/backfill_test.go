@@ -120,3 +120,11 @@ func TestCompactSetAndWhere(t *testing.T) {
 		t.Fatal("where")
 	}
 }
+
+func TestAtLeast(t *testing.T) {
+	for v, want := range map[string]bool{"8.4.0": true, "9.1.0-commercial": true, "8.0.39": false, "8.3.0": false, "5.7.44-log": false, "x": false, "10.0.1": true} {
+		if atLeast(v, 8, 4) != want {
+			t.Errorf("atLeast(%q, 8, 4) != %v", v, want)
+		}
+	}
+}

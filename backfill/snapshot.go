@@ -27,6 +27,8 @@ type Snapshot struct {
 	Pos  uint64
 	// At is when the snapshot was taken (the local clock).
 	At time.Time
+	// Note is a caveat for the operator, "" when there is none.
+	Note string
 }
 
 // SnapshotOptions tune OpenSnapshot.
@@ -163,27 +165,43 @@ var errUnstable = errors.New("gtid_executed changed during every attempt")
 // snapshot would be sent twice; read after, one committed after the snapshot would be in the
 // position but not in the snapshot: lost. Two methods close that gap, the first without a lock:
 //
-//  1. log_status (BACKUP_ADMIN, binlog_order_commits=ON): a query of
-//     performance_schema.log_status takes the binlog's commit lock while it reads gtid_executed,
-//     so it waits for the commit group under way (the server's own test, rpl log_status: a SELECT
-//     on log_status waits for an INSERT that holds the commit lock). With binlog_order_commits the
-//     InnoDB commit of every transaction happens under that lock, before its GTID joins
-//     gtid_executed. So: read G1 from log_status, start the snapshot, read G2. Every GTID in G1
-//     was committed in InnoDB before the snapshot, so the snapshot sees it; every transaction the
-//     snapshot sees finished its InnoDB commit before the snapshot, under the commit lock, which
-//     the second read waited for, so it is in G2. When G1 = G2 the snapshot sees exactly G1.
-//     When they differ (a commit landed in between) the attempt is rolled back and repeated.
+//  1. log_status (BACKUP_ADMIN, binlog_order_commits=ON, MySQL 8.4+): read G1 from
+//     performance_schema.log_status, start the snapshot, read G2; keep the snapshot when G1 = G2,
+//     else roll it back and try again. With binlog_order_commits the commit stage, under the
+//     binlog's LOCK_commit, commits a group in InnoDB and then adds its GTIDs to gtid_executed
+//     (Gtid_state::update_commit_group asserts that lock). So every GTID in G1 was committed in
+//     InnoDB before the snapshot started: the snapshot sees it (no loss). In MySQL 8.4 a query
+//     of log_status also waits for the commit group under way (the server's own test: a SELECT
+//     on log_status waits on prep_xids_cond for an INSERT that holds the commit lock), so a
+//     transaction the snapshot sees, committed in InnoDB before it, is in G2 = G1 (no overlap).
+//     MySQL 8.0 takes only LOCK_log and the GTID state's lock for log_status (Bug #112331): a
+//     transaction between its InnoDB commit and its GTID update could be seen by the snapshot
+//     and be missing from G1 = G2, and be sent again by run. That is never a loss, but it is an
+//     overlap, so before 8.4 this method is used only when the lock is forbidden (NoLock).
+//     binlog_order_commits=OFF adds GTIDs before the InnoDB commit (a loss), so it is refused.
 //  2. FLUSH TABLES WITH READ LOCK (RELOAD), as mysqldump --single-transaction --source-data does:
 //     the global read lock blocks every commit, so under it START TRANSACTION WITH CONSISTENT
 //     SNAPSHOT and @@gtid_executed agree; the lock is released right after (START TRANSACTION
 //     does not release it; UNLOCK TABLES does). Its wait for running statements is bounded by
 //     lock_wait_timeout (LockWait), since writes queue behind it meanwhile. Used when 1 is not
-//     possible (no BACKUP_ADMIN, binlog_order_commits=OFF, a server without log_status) or did
-//     not settle on a busy server, unless NoLock.
+//     possible (no BACKUP_ADMIN, MySQL before 8.4, binlog_order_commits=OFF, a server without
+//     log_status) or did not settle on a busy server, unless NoLock.
 func mysqlSnapshot(ctx context.Context, conn *sql.Conn, o SnapshotOptions) (Snapshot, error) {
-	s, err1 := logStatusSnapshot(ctx, conn, o.Attempts)
-	if err1 == nil {
-		return s, nil
+	var version string
+	if err := conn.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		return Snapshot{}, fmt.Errorf("read the server version: %w", err)
+	}
+	exact := atLeast(version, 8, 4)
+	var s Snapshot
+	err1 := fmt.Errorf("MySQL %s: performance_schema.log_status waits for commits in progress only from 8.4 on", version)
+	if exact || o.NoLock {
+		s, err1 = logStatusSnapshot(ctx, conn, o.Attempts)
+		if err1 == nil {
+			if !exact {
+				s.Note = "MySQL " + version + " before 8.4 without the lock (--no-lock): a transaction committing as the snapshot was taken may be sent again by run"
+			}
+			return s, nil
+		}
 	}
 	if ctx.Err() != nil {
 		return Snapshot{}, ctx.Err()
@@ -198,6 +216,16 @@ func mysqlSnapshot(ctx context.Context, conn *sql.Conn, o SnapshotOptions) (Snap
 			MySQLLogStatusPrivilege, err1, MySQLLockPrivilege, err2)
 	}
 	return s, nil
+}
+
+// atLeast reports whether a VERSION() string ("8.4.3", "9.1.0-commercial") is major.minor or
+// newer; a version it cannot read is not.
+func atLeast(version string, major, minor int) bool {
+	var ma, mi int
+	if _, err := fmt.Sscanf(version, "%d.%d", &ma, &mi); err != nil {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
 }
 
 func logStatusSnapshot(ctx context.Context, conn *sql.Conn, attempts int) (Snapshot, error) {

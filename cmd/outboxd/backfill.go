@@ -24,7 +24,7 @@ func cmdBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	dryRun := fs.Bool("dry-run", false, "take the snapshot, print the rows that match and its GTID position, send nothing, set nothing")
 	overwrite := fs.Bool("overwrite", false, "replace a checkpoint that already exists (see the README: transactions between it and the snapshot are delivered only as far as --where selects their rows)")
 	ignoreLeader := fs.Bool("ignore-leader", false, "with checkpoint.store: mysql, go on although an outboxd holds the leader lock (it is superseded and exits)")
-	noLock := fs.Bool("no-lock", false, "MySQL: never fall back to FLUSH TABLES WITH READ LOCK (fail instead when performance_schema.log_status cannot be used)")
+	noLock := fs.Bool("no-lock", false, "MySQL: never take FLUSH TABLES WITH READ LOCK: use performance_schema.log_status or fail (before MySQL 8.4 a transaction committing at the snapshot may then be sent twice)")
 	var dlEvents stringList
 	fs.Var(&dlEvents, "dead-letter-event", "dead-letter the row with this event_id if it is poison or its topic does not exist, even under on_poison: stop, as run's flag does (repeatable; audited)")
 	lockWait := fs.Duration("lock-wait", 10*time.Second, "MySQL: the longest wait for FLUSH TABLES WITH READ LOCK (writes queue behind it meanwhile)")
@@ -100,6 +100,9 @@ func cmdBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprintf(stdout, "%s: %d rows %s\n", t, res.Rows[t], verb)
 	}
 	fmt.Fprintf(stdout, "snapshot: %s (%s)\n", snap.Position, snap.Method)
+	if snap.Note != "" {
+		fmt.Fprintf(stdout, "note: %s\n", snap.Note)
+	}
 	if *dryRun {
 		return nil
 	}

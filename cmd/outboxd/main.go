@@ -93,8 +93,8 @@ sends them through the configured routes and sinks as run does (on_poison and
 so run goes on with exactly the transactions after it. It refuses while an outboxd runs on the
 checkpoint (file lock; leader lock with checkpoint.store: mysql unless --ignore-leader) and when
 a checkpoint exists unless --overwrite. On any failure the checkpoint is not changed: run the
-backfill again (rows sent before are sent again). MySQL needs BACKUP_ADMIN, or RELOAD for a
-brief FLUSH TABLES WITH READ LOCK (see the README). Exits 0 when done, 1 on an error, 2 on a
+backfill again (rows sent before are sent again). MySQL 8.4+ needs BACKUP_ADMIN, older MySQL
+(or without it) RELOAD for a brief FLUSH TABLES WITH READ LOCK (see the README). Exits 0 when done, 1 on an error, 2 on a
 bad config or flag.`},
 	"health": {"outboxd health [--addr HOST:PORT] [--ready] [--timeout D]",
 		`Probes a running outboxd's admin server (admin.listen) and exits 0 when it answers 200, 1
