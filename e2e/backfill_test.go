@@ -388,8 +388,21 @@ func TestBackfillMySQLStore(t *testing.T) {
 	if set, _ := storeRow(t, w.db, table, "bf"); code != 0 || set != want {
 		t.Fatalf("backfill exited %d, row %q, want %q:\n%s", code, set, want, out)
 	}
+	// Over an existing row: refused, unless --overwrite (here for the one row committed since,
+	// which the condition selects).
+	w.commit(row{EventID: "e30", Key: "k0", Topic: "orders", Payload: []byte("e30")})
+	committed = append(committed, "e30")
+	code, out = runBinary(t, "backfill", "--config", cfgPath, "--table", w.schema+".outbox_event", "--where", "event_id = 'e30'")
+	if code != 1 || !strings.Contains(out, "already holds "+want) {
+		t.Fatalf("backfill over the row exited %d, want 1:\n%s", code, out)
+	}
+	want = w.position()
+	code, out = runBinary(t, "backfill", "--config", cfgPath, "--table", w.schema+".outbox_event", "--where", "event_id = 'e30'", "--overwrite")
+	if set, _ := storeRow(t, w.db, table, "bf"); code != 0 || set != want || !strings.Contains(out, ": 1 rows sent") {
+		t.Fatalf("backfill --overwrite exited %d, row %q, want %q:\n%s", code, set, want, out)
+	}
 	startRelay(t, o, daemon.Options{})
-	for i := 30; i < 40; i++ {
+	for i := 31; i < 40; i++ {
 		id := fmt.Sprintf("e%d", i)
 		w.commit(row{EventID: id, Key: fmt.Sprintf("k%d", i%3), Topic: "orders", Payload: []byte(id)})
 		committed = append(committed, id)
