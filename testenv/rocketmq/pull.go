@@ -141,3 +141,30 @@ func atoiOr(s string, def int) int {
 	}
 	return v
 }
+
+// Lose removes topic's stored messages that match, as if the broker had never stored them (a
+// lost commit log tail, a queue that was wiped), renumbering each queue's offsets, and returns
+// how many it removed. For tests of readers that must notice the gap. Match runs with the
+// cluster's lock held: it must not call Cluster methods.
+func (c *Cluster) Lose(topic string, match func(Message) bool) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ts := c.topics[topic]
+	if ts == nil {
+		return 0
+	}
+	n := 0
+	for q, msgs := range ts.queues {
+		kept := msgs[:0]
+		for _, m := range msgs {
+			if match(m) {
+				n++
+				continue
+			}
+			m.Offset = int64(len(kept))
+			kept = append(kept, m)
+		}
+		ts.queues[q] = kept
+	}
+	return n
+}
