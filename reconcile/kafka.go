@@ -89,7 +89,9 @@ func (k *KafkaReader) Count(ctx context.Context, topic string, from, to time.Tim
 	if err != nil {
 		return err
 	}
-	ends, err := k.offsets(ctx, topic, parts, func(p int) kafkago.OffsetRequest { return kafkago.TimeOffsetOf(p, to) })
+	// Record times are whole milliseconds: one of to's millisecond may be before to.
+	ceilTo := to.Add(time.Millisecond - 1).Truncate(time.Millisecond)
+	ends, err := k.offsets(ctx, topic, parts, func(p int) kafkago.OffsetRequest { return kafkago.TimeOffsetOf(p, ceilTo) })
 	if err != nil {
 		return err
 	}

@@ -208,11 +208,13 @@ func (c *rmqConn) pullQueue(ctx context.Context, topic string, q int, start, end
 		default:
 			return fmt.Errorf("pull at offset %d: code %d: %s", off, resp.Code, resp.Remark)
 		}
+		// Store times are whole milliseconds: a message of to's millisecond may be before to.
+		stop := to.Add(time.Millisecond - 1).UnixMilli()
 		for _, m := range primitive.DecodeMessage(resp.Body) {
 			if m.QueueOffset < off {
 				continue
 			}
-			if time.UnixMilli(m.StoreTimestamp).Compare(to) >= 0 || m.QueueOffset >= end {
+			if m.StoreTimestamp >= stop || m.QueueOffset >= end {
 				return nil
 			}
 			if id, ok := eventID(m); ok {
