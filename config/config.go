@@ -73,6 +73,8 @@ type Config struct {
 	Log        Log             `yaml:"log"`
 	Admin      Admin           `yaml:"admin"`
 	HA         HA              `yaml:"ha"`
+	// Reconcile, when set, runs reconciliation periodically in the daemon; nil is off.
+	Reconcile *Reconcile `yaml:"reconcile"`
 
 	// lines maps a field path ("routes[1].sink") to its line in the file, so Validate can point
 	// at the line. Empty for a Config built in code.
@@ -547,6 +549,7 @@ func (c *Config) ApplyDefaults() {
 	if hb := c.Source.Heartbeat; hb != nil {
 		setDefaultDur(&hb.Interval, DefaultHeartbeatInterval)
 	}
+	c.Reconcile.applyDefaults()
 }
 
 func setDefault(p *string, v string) {

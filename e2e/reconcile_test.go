@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/daemon"
 	"github.com/outboxd/outboxd/reconcile"
 	"github.com/outboxd/outboxd/testenv/rocketmq"
@@ -194,4 +197,72 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// The periodic mode: with reconcile: {interval: 1s, ...} the leader checks the window behind
+// now at each interval, outboxd_reconcile_missing_events reads 0 once everything is delivered,
+// and after the broker lost two messages it reads 2 and reconcile.out names exactly them.
+func TestReconcilePeriodicGaugeAndReport(t *testing.T) {
+	w := newWorld(t, sharedServer(t))
+	kc := kafkaCluster(t, "orders")
+	rc := rmqCluster(t, rocketmq.Options{Topics: []string{"PAY_EVENT"}})
+	admin := admFreeAddr(t)
+	o := cfgOpts{
+		Srv: w.srv, Start: w.position(), Dir: t.TempDir(), Tables: []string{w.schema + ".outbox_event"},
+		Sinks:  map[string]string{"main": kafkaSink(kc), "rmq": rmqSink(rc)},
+		Routes: "  - match: {topic: \"pay.*\"}\n    sink: rmq\n    topic: PAY_EVENT\n  - sink: main\n    topic: \"{topic}\"\n",
+	}
+	out := filepath.Join(o.Dir, "reconcile.json")
+	o.Extra = fmt.Sprintf("admin: {listen: %q}\nreconcile: {interval: 1s, window: 1h, delay: 1ms, slack: 1m, out: %q}\n", admin, out)
+	cfg, err := config.Parse(must(os.ReadFile(reconcileCfg(t, o, "periodic.yaml"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- daemon.Run(ctx, cfg, daemon.Options{Logger: zerolog.Nop()}) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("relay: %v", err)
+		}
+	})
+	admWaitReady(t, admin, 200, 30*time.Second)
+	for i := range 8 {
+		w.commit(row{EventID: fmt.Sprintf("o%d", i), Key: "k", Topic: "orders", Payload: []byte("x")})
+		w.commit(row{EventID: fmt.Sprintf("p%d", i), Key: fmt.Sprintf("a%d", i), Topic: "pay.ok", Payload: []byte("x")})
+	}
+	waitRMQ(t, rc, "PAY_EVENT", 8, 30*time.Second)
+	var vals map[string]float64
+	var fams map[string]*dto.MetricFamily
+	okRuns := func() float64 { v, _ := series(fams, "outboxd_reconcile_runs_total", map[string]string{"result": "ok"}); return v }
+	var report reconcile.Report
+	readReport := func() {
+		report = reconcile.Report{}
+		if b, err := os.ReadFile(out); err == nil {
+			_ = json.Unmarshal(b, &report)
+		}
+	}
+	admWaitFor(t, 30*time.Second, func() string { return fmt.Sprintf("metrics %v, report %+v", vals, report) }, func() bool {
+		vals, fams = admScrape(t, admin)
+		readReport()
+		return okRuns() > 0 && vals["outboxd_reconcile_missing_events"] == 0 && report.Checked == 16 && report.Found == 16
+	})
+	if n := rc.Lose("PAY_EVENT", func(m rocketmq.Message) bool { return m.Keys == "p2" || m.Keys == "p5" }); n != 2 {
+		t.Fatalf("lost %d", n)
+	}
+	admWaitFor(t, 30*time.Second, func() string { return fmt.Sprintf("metrics %v, report %+v", vals, report) }, func() bool {
+		vals, fams = admScrape(t, admin)
+		readReport()
+		return vals["outboxd_reconcile_missing_events"] == 2 && report.Missing == 2
+	})
+	if got := eventIDsOf(report.MissingEvents); !slices.Equal(got, []string{"p2", "p5"}) {
+		t.Fatalf("missing %v, want [p2 p5]", got)
+	}
+	if v, _ := series(fams, "outboxd_reconcile_runs_total", map[string]string{"result": "missing"}); v < 1 {
+		t.Fatalf("runs_total{result=missing} = %v", v)
+	}
+	if v, _ := series(fams, "outboxd_reconcile_runs_total", map[string]string{"result": "failed"}); v != 0 {
+		t.Fatalf("runs_total{result=failed} = %v", v)
+	}
 }
