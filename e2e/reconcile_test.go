@@ -235,7 +235,10 @@ func TestReconcilePeriodicGaugeAndReport(t *testing.T) {
 	waitRMQ(t, rc, "PAY_EVENT", 8, 30*time.Second)
 	var vals map[string]float64
 	var fams map[string]*dto.MetricFamily
-	okRuns := func() float64 { v, _ := series(fams, "outboxd_reconcile_runs_total", map[string]string{"result": "ok"}); return v }
+	okRuns := func() float64 {
+		v, _ := series(fams, "outboxd_reconcile_runs_total", map[string]string{"result": "ok"})
+		return v
+	}
 	var report reconcile.Report
 	readReport := func() {
 		report = reconcile.Report{}
