@@ -22,6 +22,7 @@ var helpArgs = []struct {
 	{[]string{"checkpoint", "show"}, "Usage: outboxd checkpoint show "},
 	{[]string{"checkpoint", "set"}, "Usage: outboxd checkpoint set "},
 	{[]string{"checkpoint"}, "Usage: outboxd checkpoint show "},
+	{[]string{"reconcile"}, "Usage: outboxd reconcile "},
 	{[]string{"version"}, "Usage: outboxd version"},
 }
 
