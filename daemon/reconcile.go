@@ -2,13 +2,22 @@ package daemon
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/reconcile"
 )
+
+// CheckReconcile is the CheckItem.Check of check's line about the periodic reconcile.
+const CheckReconcile = "reconcile"
 
 // maxLoggedEvents bounds the event ids a reconcile log line names; the full list goes to
 // reconcile.out.
@@ -97,4 +106,47 @@ func writeReport(path string, rep reconcile.Report) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// createdAtProblems reports each configured tables[].columns.created_at that exists but is not
+// a DATETIME or TIMESTAMP column (a missing one is the table_columns check's), so check and
+// run refuse it with the same line reconcile would fail with later. It blocks on one query per
+// table with the column configured.
+func createdAtProblems(ctx context.Context, db *sql.DB, cfg *config.Config) ([]server.Problem, error) {
+	var ps []server.Problem
+	for i, t := range cfg.Tables {
+		col := t.Columns.CreatedAt
+		if col == "" {
+			continue
+		}
+		defs, err := (&server.ColumnReader{DB: db}).Definitions(ctx, t.Schema(), t.Name())
+		if err != nil {
+			continue // a missing or unreadable table is the table checks' problem
+		}
+		for _, d := range defs {
+			if !strings.EqualFold(d.Name, col) {
+				continue
+			}
+			if typ := strings.ToLower(d.DataType); typ != "datetime" && typ != "timestamp" {
+				ps = append(ps, server.Problem{
+					Setting: "column " + t.Table + "." + d.Name, Check: server.CheckTableColumns, Table: t.Table,
+					Found: d.ColumnType + " (configured as " + fmt.Sprintf("tables[%d].columns.created_at", i) + ")",
+					Fix:   "set tables[" + strconv.Itoa(i) + "].columns.created_at to the table's DATETIME or TIMESTAMP insert-time column (reconcile selects rows by it)",
+				})
+			}
+		}
+	}
+	return ps, nil
+}
+
+// reconcileItem is check's line for the periodic reconcile: what it reads, with which
+// privileges (the table SELECT is verified above with the tables; the brokers' read
+// permissions only show at the first run).
+func reconcileItem(cfg *config.Config) (CheckItem, bool) {
+	if cfg.Reconcile == nil {
+		return CheckItem{}, false
+	}
+	msg := fmt.Sprintf("every %s on the leader, the window [now-%s-%s, now-%s); read-only: SELECT on the outbox tables, Kafka Describe and Read on the route topics, RocketMQ SUB on them and on group %s (no offset committed)",
+		cfg.Reconcile.Interval, cfg.Reconcile.Delay, cfg.Reconcile.Window, cfg.Reconcile.Delay, reconcile.ReconcileGroup)
+	return CheckItem{Check: CheckReconcile, Subject: "reconcile", Message: msg, line: "reconcile: " + msg}, true
 }

@@ -190,6 +190,26 @@ func TestReconcileUsageErrors(t *testing.T) {
 	if code != 2 || !strings.Contains(out, "is varchar; want DATETIME or TIMESTAMP") {
 		t.Fatalf("created_at of the wrong type: exit %d\n%s", code, out)
 	}
+	// check and run refuse that column with the same line.
+	code, out = runBinary(t, "check", "--config", badPath)
+	const want = "is varchar(32) (configured as tables[0].columns.created_at): set tables[0].columns.created_at to the table's DATETIME or TIMESTAMP"
+	if code != 1 || !strings.Contains(out, want) {
+		t.Fatalf("check with created_at of the wrong type: exit %d\n%s", code, out)
+	}
+	code, out = runBinary(t, "run", "--config", badPath)
+	if code != 1 || !strings.Contains(out, want) {
+		t.Fatalf("run with created_at of the wrong type: exit %d\n%s", code, out)
+	}
+	// With reconcile: on, check says what it reads and with which privileges.
+	on := string(must(os.ReadFile(withCol))) + "reconcile: {interval: 1h}\n"
+	onPath := filepath.Join(o.Dir, "on.yaml")
+	if err := os.WriteFile(onPath, []byte(on), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out = runBinary(t, "check", "--config", onPath)
+	if code != 0 || !strings.Contains(out, "OK    reconcile: every 1h0m0s on the leader") || !strings.Contains(out, "RocketMQ SUB on them and on group outboxd-reconcile") {
+		t.Fatalf("check with reconcile on: exit %d\n%s", code, out)
+	}
 }
 
 func must[T any](v T, err error) T {
