@@ -109,13 +109,17 @@ func Run(ctx context.Context, db *sql.DB, cfg *config.Config, opts Options) (Rep
 	if err != nil {
 		return Report{}, &ConfigError{Err: err}
 	}
-	from, to := opts.Window.Range(max(opts.Before, 0), max(opts.After, 0))
-	rep := Report{Since: opts.Window.Since, Until: opts.Window.Until, From: from, To: to}
-
 	rows, err := readRows(ctx, db, cfg, opts.Window)
 	if err != nil {
 		return Report{}, err
 	}
+	return evaluate(ctx, cfg, rt, rows, opts)
+}
+
+// evaluate routes rows and looks each up at its destination with opts.Readers.
+func evaluate(ctx context.Context, cfg *config.Config, rt *router.Router, rows []row, opts Options) (Report, error) {
+	from, to := opts.Window.Range(max(opts.Before, 0), max(opts.After, 0))
+	rep := Report{Since: opts.Window.Since, Until: opts.Window.Until, From: from, To: to}
 	var dl *dest
 	if cfg.DeadLetter != nil && cfg.OnPoison == config.OnPoisonDeadLetter {
 		dl = &dest{cfg.DeadLetter.Sink, cfg.DeadLetter.Topic}
