@@ -53,7 +53,12 @@ func (o *ops) reconcileLoop(ctx context.Context) {
 		}
 		now := time.Now()
 		w := reconcile.Window{Since: now.Add(-rc.Delay - rc.Window), Until: now.Add(-rc.Delay)}
-		_, db := o.src.current()
+		addr, db := o.src.current()
+		if db == nil {
+			o.m.ReconcileFailedRun()
+			log.Error().Str("source", addr).Msg("periodic reconcile skipped: no connection to the source; the next run is at the next interval")
+			continue
+		}
 		rctx, cancel := context.WithTimeout(ctx, rc.Interval)
 		rep, err := reconcile.Run(rctx, db, o.cfg, reconcile.Options{Window: w, Before: rc.Slack, After: rc.Slack, Readers: readers})
 		cancel()
