@@ -13,6 +13,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxd/outboxd/config"
@@ -65,8 +66,8 @@ func eventIDsOf(es []reconcile.Event) []string {
 // Issue 13, item 2: after a clean run reconcile finds every row of the window at its route's
 // Kafka topic or RocketMQ queue and exits 0; a copy produced again is counted as a duplicate
 // (still exit 0); then with a route changed (so some rows went elsewhere than the config now
-// says) and messages lost from the RocketMQ broker it lists exactly those event ids and exits
-// 1. A row created before the window is not checked.
+// says), messages lost from the RocketMQ broker and records deleted from Kafka it lists exactly
+// those event ids and exits 1. A row created before the window is not checked.
 func TestReconcileFindsMissingAndDuplicated(t *testing.T) {
 	w := newWorld(t, sharedServer(t))
 	kc := kafkaCluster(t, "orders", "elsewhere")
@@ -141,14 +142,31 @@ func TestReconcileFindsMissingAndDuplicated(t *testing.T) {
 	if n := rc.Lose("PAY_EVENT", func(m rocketmq.Message) bool { return m.Keys == "p1" || m.Keys == "p4" }); n != 2 {
 		t.Fatalf("lost %d messages, want 2", n)
 	}
+	// And Kafka deleted the head of o0's partition (DeleteRecords, as retention would): o0 and
+	// whatever was before it there, which is nothing, o0 being the first order row.
+	var o0 *kgo.Record
+	for _, rec := range cons.got {
+		if header(rec, "event_id") == "o0" {
+			o0 = rec
+		}
+	}
+	var del kadm.Offsets
+	del.Add(kadm.Offset{Topic: "orders", Partition: o0.Partition, At: o0.Offset + 1})
+	res, err := kadm.NewClient(cl).DeleteRecords(context.Background(), del)
+	if err == nil {
+		err = res.Error()
+	}
+	if err != nil || o0.Offset != 0 {
+		t.Fatalf("delete records up to o0 (offset %d): %v", o0.Offset, err)
+	}
 	code, rep, out = runReconcile(t, cfgB, since, until)
-	want := []string{"l0", "l1", "l2", "p1", "p4"}
+	want := []string{"l0", "l1", "l2", "o0", "p1", "p4"}
 	if code != 1 || rep.Checked != total || rep.Missing != len(want) || rep.Found != total-len(want) ||
 		!slices.Equal(eventIDsOf(rep.MissingEvents), want) || rep.Duplicated != 1 {
 		t.Fatalf("after the route change and the loss: exit %d, missing %v, report %+v\n%s", code, eventIDsOf(rep.MissingEvents), rep, out)
 	}
 	for _, e := range rep.MissingEvents {
-		wantTopic := map[bool]string{true: "PAY_EVENT", false: "lost.x"}[strings.HasPrefix(e.EventID, "p")]
+		wantTopic := map[byte]string{'p': "PAY_EVENT", 'l': "lost.x", 'o': "orders"}[e.EventID[0]]
 		if e.Topic != wantTopic || e.Table != w.schema+".outbox_event" {
 			t.Errorf("missing %s: at %s/%s of %s, want topic %s", e.EventID, e.Sink, e.Topic, e.Table, wantTopic)
 		}
