@@ -73,7 +73,7 @@ type Report struct {
 	DeadLettered int       `json:"dead_lettered"`
 	Missing      int       `json:"missing"`
 	Duplicated   int       `json:"duplicated"`
-	// MissingEvents and DuplicatedEvents list the event ids, ordered by created_at.
+	// MissingEvents and DuplicatedEvents list the event ids, ordered by created_at; never nil.
 	MissingEvents    []Event `json:"missing_events"`
 	DuplicatedEvents []Event `json:"duplicated_events"`
 }
@@ -119,7 +119,8 @@ func Run(ctx context.Context, db *sql.DB, cfg *config.Config, opts Options) (Rep
 // evaluate routes rows and looks each up at its destination with opts.Readers.
 func evaluate(ctx context.Context, cfg *config.Config, rt *router.Router, rows []row, opts Options) (Report, error) {
 	from, to := opts.Window.Range(max(opts.Before, 0), max(opts.After, 0))
-	rep := Report{Since: opts.Window.Since, Until: opts.Window.Until, From: from, To: to}
+	rep := Report{Since: opts.Window.Since, Until: opts.Window.Until, From: from, To: to,
+		MissingEvents: []Event{}, DuplicatedEvents: []Event{}} // [] in JSON, never null
 	var dl *dest
 	if cfg.DeadLetter != nil && cfg.OnPoison == config.OnPoisonDeadLetter {
 		dl = &dest{cfg.DeadLetter.Sink, cfg.DeadLetter.Topic}

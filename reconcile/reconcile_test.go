@@ -111,6 +111,9 @@ func TestEvaluate(t *testing.T) {
 		if rep.Duplicated != 1 || rep.DuplicatedEvents[0].EventID != "d" || rep.DuplicatedEvents[0].Found != 2 {
 			t.Errorf("%s: duplicated %+v", c.onPoison, rep.DuplicatedEvents)
 		}
+		if empty, _ := evaluate(context.Background(), cfg, rt, nil, Options{Window: w, Readers: map[string]Reader{"main": fr}}); empty.MissingEvents == nil || empty.DuplicatedEvents == nil {
+			t.Errorf("an empty window's lists are nil (null in JSON): %+v", empty)
+		}
 		if !rep.From.Equal(at.Add(-time.Minute)) || !rep.To.Equal(at.Add(2*time.Minute)) {
 			t.Errorf("%s: read range %v .. %v", c.onPoison, rep.From, rep.To)
 		}
