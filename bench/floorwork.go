@@ -13,12 +13,10 @@ import (
 // floorLabel is how results name a floor relay client.
 var floorLabel = map[string]string{floorFranz: "franz-go", floorKafkaGo: "kafka-go Client.Produce", floorRocketMQ: "RocketMQ (plain client, SendSync)"}
 
-// floorCatchUp runs the floor relay with client over the binlog range from pos0 that a catch-up
-// just wrote (txnRows-row transactions), to a fresh broker, measured as outboxd's catch-up is.
-func (h *harness) floorCatchUp(ctx context.Context, client string, txnRows int, pos0 string) {
-	if ctx.Err() != nil {
-		return
-	}
+// floorRun runs the floor relay with client over the binlog range from pos0 that a catch-up
+// just wrote (txnRows-row transactions), to a fresh broker, measured as outboxd's catch-up is;
+// rep numbers the repetition.
+func (h *harness) floorRun(ctx context.Context, client string, txnRows int, pos0 string, rep int) Workload {
 	rows := h.o.Rows
 	if client == floorRocketMQ {
 		rows = h.o.RMQRows
@@ -33,23 +31,23 @@ func (h *harness) floorCatchUp(ctx context.Context, client string, txnRows int, 
 		rs, err := newRMQSink("BENCH_FLOOR")
 		if err != nil {
 			w.Error = err.Error()
-			h.record(w)
-			return
+			return w
 		}
 		cfg.NameServer, cfg.Topic, sink = rs.c.NameServer(), rs.t, rs
 	} else {
 		ks, err := newKafkaSink("bench.floor")
 		if err != nil {
 			w.Error = err.Error()
-			h.record(w)
-			return
+			return w
 		}
 		cfg.Brokers, cfg.Topic, sink = ks.c.addrs, ks.t, ks
 	}
-	logf("%s: reading the same range", w.Name)
-	h.measureCatchUp(ctx, &w, sink, func() (*outboxdProc, error) { return startFloor(filepath.Join(h.tmp, w.ID), cfg) })
+	logf("%s: run %d, reading the same range", w.Name, rep+1)
+	h.measureCatchUp(ctx, &w, sink, func() (*outboxdProc, error) {
+		return startFloor(filepath.Join(h.tmp, fmt.Sprintf("%s-%d", w.ID, rep)), cfg)
+	})
 	sink.close()
-	h.record(w)
+	return w
 }
 
 // steadyOne is the single-connection steady probe: ONE connection commits one row at a time at

@@ -100,8 +100,11 @@ func serveKfake(topic string) int {
 		stamps = &brokerStamps{}
 		stamps.hook(c)
 	}
+	var shape produceShape
+	shape.hook(c)
 	fmt.Println(strings.Join(c.ListenAddrs(), " "))
 	_, _ = io.Copy(io.Discard, os.Stdin)
+	shape.print()
 	if stamps != nil {
 		if err := stamps.write(path); err != nil {
 			fmt.Fprintln(os.Stderr, "bench kfake:", err)

@@ -35,6 +35,7 @@ type options struct {
 	RMQRows       int
 	RMQRate       int
 	GenConns      int
+	Reps          int
 	Steady1Rates  []int
 	Steady1Stamps bool
 	Steady1Paired bool
@@ -79,6 +80,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.BigRows, "big-rows", 1_000_000, "rows in the single transaction of the memory workload")
 	fs.IntVar(&o.RMQRows, "rmq-rows", 100_000, "catch-up rows through the RocketMQ sink")
 	fs.IntVar(&o.RMQRate, "rmq-rate", 3000, "steady rate through the RocketMQ sink")
+	fs.IntVar(&o.Reps, "reps", 3, "runs of each relay over the same catch-up rows, in rotating order; the tables show the median")
 	fs.IntVar(&o.GenConns, "gen-conns", 8, "parallel connections writing the catch-up rows")
 	s1rates := fs.String("steady1-rates", "3000", "rates of the single-connection steady probe (outboxd and the floor relay)")
 	fs.BoolVar(&o.Steady1Paired, "steady1-paired", false, "also run outboxd and the -steady1-floors at once on the same single-connection commits (a diagnostic)")
@@ -122,7 +124,7 @@ func parseFlags(args []string) (options, error) {
 		}
 		o.Only = append(o.Only, w)
 	}
-	if o.Rows <= 0 || o.BaselineRows <= 0 || o.BigRows <= 0 || o.RMQRows <= 0 || o.RMQRate <= 0 || o.GenConns <= 0 || o.Steady <= 0 || o.PairedConns <= 0 {
+	if o.Rows <= 0 || o.BaselineRows <= 0 || o.BigRows <= 0 || o.RMQRows <= 0 || o.RMQRate <= 0 || o.GenConns <= 0 || o.Reps <= 0 || o.Steady <= 0 || o.PairedConns <= 0 {
 		return o, errors.New("-rows, -baseline-rows, -big-rows, -rmq-rows, -rmq-rate, -gen-conns, -steady and -steady1-paired-conns must be positive")
 	}
 	return o, nil
@@ -197,7 +199,7 @@ func run(ctx context.Context, o options) int {
 	h.res = &Results{Params: Params{
 		Rows: o.Rows, TxnSizes: o.TxnSizes, Steady: o.Steady.String(), Rates: o.Rates,
 		BaselineRates: o.BaselineRates, BaselineRows: o.BaselineRows, BigRows: o.BigRows,
-		RMQRows: o.RMQRows, RMQRate: o.RMQRate, GenConns: o.GenConns, Only: o.Only, Steady1Rates: o.Steady1Rates,
+		RMQRows: o.RMQRows, RMQRate: o.RMQRate, GenConns: o.GenConns, Reps: o.Reps, Only: o.Only, Steady1Rates: o.Steady1Rates,
 		OutboxdExtra: o.OutboxdExtra, PayloadBytes: payloadBytes, DistinctKeys: distinctKeys,
 		Partitions: benchPartitions, RMQQueues: rmqQueues, OutboxdBinary: "built from ./cmd/outboxd",
 	}}

@@ -50,6 +50,7 @@ type Params struct {
 	RMQRows       int      `json:"rocketmq_rows"`
 	RMQRate       int      `json:"rocketmq_rate"`
 	GenConns      int      `json:"gen_conns"`
+	Reps          int      `json:"reps"`
 	Steady1Rates  []int    `json:"steady1_rates"`
 	PairedConns   int      `json:"steady1_paired_conns,omitempty"` // 0: no paired probe
 	Only          []string `json:"only,omitempty"`

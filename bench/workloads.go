@@ -133,24 +133,37 @@ func (h *harness) catchUpWithCeiling(ctx context.Context, txnRows int) {
 		h.record(Workload{ID: fmt.Sprintf("catchup-kafka-txn%d", txnRows), Name: "catch-up", Error: err.Error()})
 		return
 	}
-	w, pos0 := h.catchUp(ctx, catchSpec{
+	spec := catchSpec{
 		ID: fmt.Sprintf("catchup-kafka-txn%d", txnRows), Kind: "catchup",
 		Name: fmt.Sprintf("outboxd → Kafka catch-up, %d-row txns", txnRows),
 		Rows: h.o.Rows, TxnRows: txnRows, Conns: h.o.GenConns, Prefix: fmt.Sprintf("c%d-", txnRows), Sink: sink,
-	})
+	}
+	w, pos0 := h.catchUp(ctx, spec)
 	sink.close() // frees kfake's copy of the messages before the ceiling runs
 	if !h.o.want("catchup") && w.Error == "" {
 		// Only the ceiling or the floor was asked for; the catch-up still had to write the rows.
 		w.Notes = append(w.Notes, "run to write the rows for the ceiling and floor")
 	}
-	h.record(w)
-	if pos0 == "" {
+	if pos0 == "" || w.Error != "" {
+		h.record(w)
 		return
 	}
 	h.ceiling(ctx, txnRows, pos0)
-	if h.o.want("floor") {
-		for _, client := range []string{floorFranz, floorKafkaGo} {
-			h.floorCatchUp(ctx, client, txnRows, pos0)
+	if !h.o.want("floor") {
+		h.record(w)
+		return
+	}
+	relays := []relayRun{{run: func(ctx context.Context, rep int) Workload {
+		return h.outboxdOver(ctx, spec, func() (benchSink, error) { return newKafkaSink("bench.catchup") }, pos0, rep)
+	}}}
+	for _, client := range []string{floorFranz, floorKafkaGo} {
+		relays = append(relays, relayRun{run: func(ctx context.Context, rep int) Workload {
+			return h.floorRun(ctx, client, txnRows, pos0, rep)
+		}})
+	}
+	for _, runs := range rotated(ctx, h.o.Reps, &w, relays) {
+		if len(runs) > 0 {
+			h.record(median(runs))
 		}
 	}
 }
@@ -613,14 +626,28 @@ func (h *harness) rocketMQ(ctx context.Context) {
 	if err != nil {
 		h.record(Workload{ID: "catchup-rocketmq-txn1", Name: "RocketMQ catch-up", Error: err.Error()})
 	} else {
-		w, pos0 := h.catchUp(ctx, catchSpec{
+		spec := catchSpec{
 			ID: "catchup-rocketmq-txn1", Kind: "catchup", Name: "outboxd → RocketMQ catch-up, 1-row txns",
 			Rows: h.o.RMQRows, TxnRows: 1, Conns: h.o.GenConns, Prefix: "rc-", Sink: sink,
-		})
+		}
+		w, pos0 := h.catchUp(ctx, spec)
 		sink.close()
-		h.record(w)
-		if pos0 != "" && h.o.want("floor") && ctx.Err() == nil {
-			h.floorCatchUp(ctx, floorRocketMQ, 1, pos0)
+		if pos0 == "" || w.Error != "" {
+			h.record(w)
+		} else {
+			relays := []relayRun{{run: func(ctx context.Context, rep int) Workload {
+				return h.outboxdOver(ctx, spec, func() (benchSink, error) { return newRMQSink("BENCH_CATCHUP") }, pos0, rep)
+			}}}
+			if h.o.want("floor") {
+				relays = append(relays, relayRun{run: func(ctx context.Context, rep int) Workload {
+					return h.floorRun(ctx, floorRocketMQ, 1, pos0, rep)
+				}})
+			}
+			for _, runs := range rotated(ctx, h.o.Reps, &w, relays) {
+				if len(runs) > 0 {
+					h.record(median(runs))
+				}
+			}
 		}
 	}
 	if h.o.want("rocketmq") && ctx.Err() == nil {

@@ -73,6 +73,8 @@ type Config struct {
 	Log        Log             `yaml:"log"`
 	Admin      Admin           `yaml:"admin"`
 	HA         HA              `yaml:"ha"`
+	// Reconcile, when set, runs reconciliation periodically in the daemon; nil is off.
+	Reconcile *Reconcile `yaml:"reconcile"`
 
 	// lines maps a field path ("routes[1].sink") to its line in the file, so Validate can point
 	// at the line. Empty for a Config built in code.
@@ -167,6 +169,9 @@ type Columns struct {
 	Payload   string `yaml:"payload"`
 	EventType string `yaml:"event_type"`
 	Headers   string `yaml:"headers"`
+	// CreatedAt is the row's insert time, a DATETIME or TIMESTAMP column; empty (the default)
+	// means the table has none. reconcile needs it: its window selects rows by it.
+	CreatedAt string `yaml:"created_at"`
 }
 
 // Sink is one broker cluster. Kafka fields and RocketMQ fields are exclusive by Type.
@@ -544,6 +549,7 @@ func (c *Config) ApplyDefaults() {
 	if hb := c.Source.Heartbeat; hb != nil {
 		setDefaultDur(&hb.Interval, DefaultHeartbeatInterval)
 	}
+	c.Reconcile.applyDefaults()
 }
 
 func setDefault(p *string, v string) {

@@ -50,6 +50,7 @@ func (c *Config) Validate() error {
 	}
 	c.validateCheckpoint(p)
 	c.validateHA(p)
+	c.validateReconcile(p)
 	if c.Pipeline.MaxInflightEvents < 0 {
 		p.add("pipeline.max_inflight_events", "must be positive (default %d); got %d", DefaultMaxInflightEvents, c.Pipeline.MaxInflightEvents)
 	}
@@ -161,6 +162,9 @@ func (c *Config) validateTables(p *problems) {
 			} else if strings.ContainsAny(col.val, "`\x00") {
 				p.add(field+".columns."+col.name, "%q is not a column name", col.val)
 			}
+		}
+		if strings.ContainsAny(t.Columns.CreatedAt, "`\x00") {
+			p.add(field+".columns.created_at", "%q is not a column name", t.Columns.CreatedAt)
 		}
 	}
 }

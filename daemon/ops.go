@@ -112,6 +112,9 @@ func (o *ops) start(ctx context.Context) (*sync.WaitGroup, error) {
 	if hb := o.cfg.Source.Heartbeat; hb != nil {
 		wg.Go(func() { o.heartbeatLoop(ctx, hb) })
 	}
+	if o.cfg.Reconcile != nil {
+		wg.Go(func() { o.reconcileLoop(ctx) })
+	}
 	return wg, nil
 }
 

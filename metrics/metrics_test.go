@@ -144,6 +144,10 @@ func TestEveryContractMetricIsRegistered(t *testing.T) {
 		"outboxd_sink_up":                             dto.MetricType_GAUGE,
 		"outboxd_transactions_behind":                 dto.MetricType_GAUGE,
 		"outboxd_build_info":                          dto.MetricType_GAUGE,
+		"outboxd_reconcile_missing_events":            dto.MetricType_GAUGE,
+		"outboxd_reconcile_duplicated_events":         dto.MetricType_GAUGE,
+		"outboxd_reconcile_checked_events_total":      dto.MetricType_COUNTER,
+		"outboxd_reconcile_runs_total":                dto.MetricType_COUNTER,
 		"go_goroutines":                               dto.MetricType_GAUGE,
 		"process_cpu_seconds_total":                   dto.MetricType_COUNTER,
 	}

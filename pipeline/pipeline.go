@@ -127,6 +127,8 @@ type Pipeline struct {
 	routeLabels []string
 	// tableLabels caches "schema.table" per outbox table; owned by the dispatcher goroutine.
 	tableLabels map[tableKey]string
+	// byLane groups a transaction's items by lane in hand; owned by the dispatcher goroutine.
+	byLane map[*lane][]item
 	xa          xaState // prepared XA transactions (xa.go)
 	// gate pauses reading while checkpoint saves fail.
 	gate *saveGate
@@ -452,14 +454,26 @@ func (p *Pipeline) hand(items []item, e *entry) {
 		p.laneFor(items[0].sink, items[0].msg.Key).push(items[0])
 		return
 	}
-	byLane := make(map[*lane][]item)
+	// byLane is the dispatcher's own (hand runs only there) and keeps its slices between
+	// transactions: push copies the items, so they are cleared and reused.
+	if p.byLane == nil {
+		p.byLane = make(map[*lane][]item)
+	}
 	for i := range items {
 		items[i].entry = e
 		l := p.laneFor(items[i].sink, items[i].msg.Key)
-		byLane[l] = append(byLane[l], items[i])
+		p.byLane[l] = append(p.byLane[l], items[i])
 	}
-	for l, its := range byLane {
+	for l, its := range p.byLane {
+		if len(its) == 0 {
+			continue
+		}
 		l.push(its...)
+		clear(its) // drop the references to this transaction's messages
+		if cap(its) > keepQueue {
+			its = nil // let a large backing array go, as lanes do
+		}
+		p.byLane[l] = its[:0]
 	}
 }
 

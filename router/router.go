@@ -77,6 +77,8 @@ type Router struct {
 	routes     []route
 	tables     map[string]config.Columns
 	deadLetter *config.DeadLetter
+	// tableGlobs: some route matches on the table, so the router names each event's table.
+	tableGlobs bool
 }
 
 type route struct {
@@ -101,6 +103,7 @@ func New(cfg *config.Config) (*Router, error) {
 	}
 	for i, rc := range cfg.Routes {
 		rt := route{index: i, tableGlob: rc.Match.Table, topicGlob: rc.Match.Topic, sink: rc.Sink}
+		r.tableGlobs = r.tableGlobs || rc.Match.Table != ""
 		for _, g := range []string{rc.Match.Table, rc.Match.Topic} {
 			if _, err := path.Match(g, ""); err != nil {
 				return nil, fmt.Errorf("router: routes[%d]: glob %q: %w", i, g, err)
@@ -166,7 +169,7 @@ func (r *Router) RouteIndexed(txn *binlog.Txn, ev *binlog.Event) (sinkName strin
 		Table:     ev.Table,
 		EventType: text(ev.EventType),
 	}
-	rt := r.match(ev.Schema+"."+ev.Table, vars.Topic)
+	rt := r.matchEvent(ev, vars.Topic)
 	if rt == nil {
 		return "", -1, nil, poison(txn, ev, ReasonNoRoute)
 	}
@@ -249,6 +252,9 @@ func (r *Router) DeadLetter(txn *binlog.Txn, ev *binlog.Event, code string, reas
 
 // malformed returns why ev can never be delivered regardless of routing, or "".
 func (r *Router) malformed(ev *binlog.Event) string {
+	if wellFormed(ev) {
+		return "" // the common case, without building the column names the reasons need
+	}
 	cols, ok := r.tables[ev.Schema+"."+ev.Table]
 	if !ok {
 		cols = config.Columns{EventID: "event_id", Key: "biz_key", Topic: "topic", Payload: "payload"}
@@ -278,6 +284,21 @@ func (r *Router) malformed(ev *binlog.Event) string {
 		return fmt.Sprintf("payload column %q is NULL (write an empty value explicitly if that is meant)", cols.Payload)
 	}
 	return ""
+}
+
+// wellFormed reports that malformed would find nothing wrong with ev.
+func wellFormed(ev *binlog.Event) bool {
+	return !ev.EventID.Missing && !ev.Key.Missing && !ev.Topic.Missing && !ev.Payload.Missing &&
+		!ev.EventID.Null && !ev.Topic.Null && len(ev.Topic.Bytes) > 0 && !ev.Payload.Null
+}
+
+// matchEvent is match for ev's table, building its "schema.table" name only when some route
+// has a table glob to match it against.
+func (r *Router) matchEvent(ev *binlog.Event, topic string) *route {
+	if !r.tableGlobs {
+		return r.match("", topic)
+	}
+	return r.match(ev.Schema+"."+ev.Table, topic)
 }
 
 func (r *Router) match(table, topic string) *route {

@@ -372,7 +372,9 @@ func MissingColumns(schema, table string, t Table, have []string) []Problem {
 			Found: "missing (configured as " + key + "; the table has " + strings.Join(have, ", ") + ")",
 			Fix:   "ALTER TABLE " + q + " ADD COLUMN " + quoteIdent(c.Name) + " " + c.Type + "; or set " + key + " to the column that holds the " + c.Role,
 		}
-		if c.Required {
+		if c.Role == "created_at" {
+			p.Fix += " (reconcile selects rows by it)"
+		} else if c.Required {
 			p.Fix += " (every row without it is poison)"
 		} else {
 			p.Warning = true

@@ -37,6 +37,8 @@ Usage:
                   [--ignore-leader] [--no-lock] [--lock-wait D] [--dead-letter-event ID]...
                                           send rows already in the table at one snapshot, then
                                           set the checkpoint to that snapshot
+  outboxd reconcile [--config F] --since T --until T [--slack D] [--json] [--out FILE]
+                                          check that the window's rows reached their topics
   outboxd health [--addr HOST:PORT] [--ready] [--timeout D]
                                           exit 0 if a running outboxd's admin server answers 200
   outboxd version                         print the version
@@ -96,6 +98,17 @@ a checkpoint exists unless --overwrite. On any failure the checkpoint is not cha
 backfill again (rows sent before are sent again). MySQL 8.4+ needs BACKUP_ADMIN, older MySQL
 (or without it) RELOAD for a brief FLUSH TABLES WITH READ LOCK (see the README). Exits 0 when done, 1 on an error, 2 on a
 bad config or flag.`},
+	"reconcile": {"outboxd reconcile [--config F] --since T --until T [--slack D] [--json] [--out FILE]",
+		`For the outbox rows still in the tables whose tables[].columns.created_at is in [since, until),
+routes each row as run does and checks that its event_id reached that sink and topic: Kafka
+partitions are read by record time, RocketMQ queues by store time, over the window widened by
+--slack on each side. A time is RFC 3339 (2026-12-01T10:00:00Z), now, or a duration from now
+(-1h). Prints a summary and the missing and duplicated event ids (--json: one JSON object, see
+the README; --out also writes it to a file). Rows under on_poison: dead_letter that are not at
+their topic are looked for in the dead-letter topic. It writes nothing: SELECT on the tables,
+Kafka Describe and Read on the topics, RocketMQ pulls that commit no offset. Pick an until
+older than the relay's lag: rows not yet delivered count as missing. Exits 0 when nothing is
+missing (duplicates allowed), 1 when something is, 2 on a bad config or flag.`},
 	"health": {"outboxd health [--addr HOST:PORT] [--ready] [--timeout D]",
 		`Probes a running outboxd's admin server (admin.listen) and exits 0 when it answers 200, 1
 otherwise (not listening, timeout, any other status); 2 on a bad flag. For container
@@ -161,6 +174,8 @@ func dispatchCommand(ctx context.Context, sig *signals, args []string, stdout, s
 		return cmdStatus(ctx, args[1:], stdout, stderr)
 	case "backfill":
 		return cmdBackfill(ctx, args[1:], stdout, stderr)
+	case "reconcile":
+		return cmdReconcile(ctx, args[1:], stdout, stderr)
 	case "health":
 		return cmdHealth(ctx, args[1:], stdout, stderr)
 	case "checkpoint":

@@ -23,6 +23,7 @@ var helpArgs = []struct {
 	{[]string{"checkpoint", "set"}, "Usage: outboxd checkpoint set "},
 	{[]string{"checkpoint"}, "Usage: outboxd checkpoint show "},
 	{[]string{"backfill"}, "Usage: outboxd backfill "},
+	{[]string{"reconcile"}, "Usage: outboxd reconcile "},
 	{[]string{"version"}, "Usage: outboxd version"},
 }
 

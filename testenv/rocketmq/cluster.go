@@ -9,7 +9,8 @@
 // connections, and broker outages that keep the stored data.
 //
 // It is a test double: one broker ("broker-a" in cluster "DefaultCluster"),
-// no consumers, no persistence across Close.
+// no consumer groups (pulls by offset and offset searches by store time are answered, for
+// readers such as outboxd reconcile), no persistence across Close.
 package rocketmq
 
 import (

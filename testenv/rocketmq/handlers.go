@@ -68,6 +68,9 @@ func (c *Cluster) handleBroker(req *command) reply {
 	case ReqHeartbeat, ReqUnregisterClient:
 		return reply{resp: response(CodeSuccess, "")}
 	default:
+		if r, ok := c.handleRead(req); ok {
+			return r
+		}
 		c.logf("broker: answering SUCCESS to unhandled request code %d", req.Code)
 		return reply{resp: response(CodeSuccess, "")}
 	}

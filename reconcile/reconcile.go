@@ -1,0 +1,267 @@
+// Package reconcile checks, for the outbox rows of a time window that are still in the table,
+// that each event_id reached the destination its route gives: the last line of defence behind
+// the checkpoint. It only reads: SELECT on the outbox tables, and reads of the destination
+// topics (Kafka fetches without a consumer group, RocketMQ pulls that commit no offset).
+//
+// The data flow: rows.go reads the window's rows, the real router (package router) maps each to
+// its sink and topic, and one Reader per sink (kafka.go, rocketmq.go) counts the event ids it
+// finds in each topic over the window widened by a slack. What is not found, or found more
+// than once, goes to the Report's lists.
+package reconcile
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/outboxd/outboxd/binlog"
+	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/router"
+)
+
+// Reader reads the messages of one sink. Count adds 1 to counts[id] for each message of topic
+// whose event_id header is id, for every id already in counts, reading at least the messages
+// whose broker time (Kafka record timestamp, RocketMQ store time) is in [from, to); messages
+// outside that range may be counted too. A topic that does not exist counts nothing. Count
+// blocks on the broker; it must not write to it. A Reader is used by one goroutine at a time.
+type Reader interface {
+	Count(ctx context.Context, topic string, from, to time.Time, counts map[string]int) error
+	Close() error
+}
+
+// Options says what Run checks.
+type Options struct {
+	Window Window
+	// Before and After widen the broker read around the window (see DefaultSlack); negative
+	// values are taken as 0.
+	Before, After time.Duration
+	// Readers are the readers by sink name; every sink a route or the dead letter names needs one.
+	Readers map[string]Reader
+}
+
+// Event is one outbox row in a report's lists.
+type Event struct {
+	EventID   string    `json:"event_id"`
+	Table     string    `json:"table"`
+	CreatedAt time.Time `json:"created_at"`
+	// Sink and Topic are the destination its route gives (the dead letter's for a poison row
+	// under on_poison: dead_letter).
+	Sink  string `json:"sink,omitempty"`
+	Topic string `json:"topic,omitempty"`
+	// Rows is how many rows in the window have this event_id (1 unless the ids repeat).
+	Rows int `json:"rows"`
+	// Found is how many messages with this event_id the destination holds.
+	Found int `json:"found"`
+	// Reason says why a row has no destination (poison under on_poison: stop).
+	Reason string `json:"reason,omitempty"`
+}
+
+// Report is Run's result. Every row of the window is counted once in Checked and in exactly one
+// of Found, DeadLettered and Missing; Duplicated counts the found ones with more copies than rows.
+type Report struct {
+	Since time.Time `json:"since"`
+	Until time.Time `json:"until"`
+	// From and To are the broker time range read.
+	From         time.Time `json:"read_from"`
+	To           time.Time `json:"read_to"`
+	Checked      int       `json:"checked"`
+	Found        int       `json:"found"`
+	DeadLettered int       `json:"dead_lettered"`
+	Missing      int       `json:"missing"`
+	Duplicated   int       `json:"duplicated"`
+	// MissingEvents and DuplicatedEvents list the event ids, ordered by created_at; never nil.
+	MissingEvents    []Event `json:"missing_events"`
+	DuplicatedEvents []Event `json:"duplicated_events"`
+}
+
+// OK reports whether nothing is missing (duplicates are allowed: at-least-once resends them).
+func (r Report) OK() bool { return r.Missing == 0 }
+
+// ConfigError is a problem of the configuration that only shows against the server (such as a
+// created_at column of the wrong type): fix the config, not the data.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// dest is a sink and topic.
+type dest struct{ sink, topic string }
+
+// expected is one event_id awaited at a destination.
+type expected struct {
+	ev    Event
+	found int
+}
+
+// Run checks the rows of opts.Window in every configured table against the brokers. It reads
+// the tables in one read-only transaction on db, so the tables are seen at one moment. It
+// blocks until every destination was read. An error means the check could not be completed
+// (a query or a broker read failed); the Report is then empty.
+func Run(ctx context.Context, db *sql.DB, cfg *config.Config, opts Options) (Report, error) {
+	if err := opts.Window.Validate(); err != nil {
+		return Report{}, &ConfigError{Err: err}
+	}
+	rt, err := router.New(cfg)
+	if err != nil {
+		return Report{}, &ConfigError{Err: err}
+	}
+	rows, err := readRows(ctx, db, cfg, opts.Window)
+	if err != nil {
+		return Report{}, err
+	}
+	return evaluate(ctx, cfg, rt, rows, opts)
+}
+
+// evaluate routes rows and looks each up at its destination with opts.Readers.
+func evaluate(ctx context.Context, cfg *config.Config, rt *router.Router, rows []row, opts Options) (Report, error) {
+	from, to := opts.Window.Range(max(opts.Before, 0), max(opts.After, 0))
+	rep := Report{Since: opts.Window.Since, Until: opts.Window.Until, From: from, To: to,
+		MissingEvents: []Event{}, DuplicatedEvents: []Event{}} // [] in JSON, never null
+	var dl *dest
+	if cfg.DeadLetter != nil && cfg.OnPoison == config.OnPoisonDeadLetter {
+		dl = &dest{cfg.DeadLetter.Sink, cfg.DeadLetter.Topic}
+	}
+	byDest := map[dest]map[string]*expected{}
+	var unroutable []*expected
+	for _, r := range rows {
+		rep.Checked++
+		ev := Event{EventID: string(r.ev.EventID.Bytes), Table: r.table, CreatedAt: r.createdAt, Rows: 1}
+		d, reason := destination(rt, dl, r)
+		if reason != "" {
+			ev.Reason = reason
+			unroutable = append(unroutable, &expected{ev: ev})
+			continue
+		}
+		ev.Sink, ev.Topic = d.sink, d.topic
+		m := byDest[d]
+		if m == nil {
+			m = map[string]*expected{}
+			byDest[d] = m
+		}
+		if e := m[ev.EventID]; e != nil {
+			e.ev.Rows++
+			continue
+		}
+		m[ev.EventID] = &expected{ev: ev}
+	}
+
+	if err := countAt(ctx, opts.Readers, byDest, from, to); err != nil {
+		return Report{}, err
+	}
+	// Not at its route's topic: under on_poison: dead_letter a row the broker rejected, or whose
+	// topic never appeared, went to the dead-letter topic instead. Look there before calling it
+	// missing.
+	var notFound []*expected
+	for _, m := range byDest {
+		for _, e := range m {
+			if e.found == 0 {
+				notFound = append(notFound, e)
+			}
+		}
+	}
+	if dl != nil && len(notFound) > 0 {
+		second := map[string]*expected{}
+		for _, e := range notFound {
+			if d := (dest{e.ev.Sink, e.ev.Topic}); d != *dl {
+				second[e.ev.EventID] = e
+			}
+		}
+		if len(second) > 0 {
+			if err := countAt(ctx, opts.Readers, map[dest]map[string]*expected{*dl: second}, from, to); err != nil {
+				return Report{}, err
+			}
+			for _, e := range second {
+				if e.found > 0 {
+					rep.DeadLettered += e.ev.Rows
+					e.found = -1 // accounted for
+				}
+			}
+		}
+	}
+
+	for _, m := range byDest {
+		for _, e := range m {
+			switch {
+			case e.found < 0:
+			case e.found == 0:
+				rep.Missing += e.ev.Rows
+				rep.MissingEvents = append(rep.MissingEvents, e.ev)
+			default:
+				n := min(e.found, e.ev.Rows)
+				rep.Found += n
+				rep.Missing += e.ev.Rows - n
+				if e.found < e.ev.Rows {
+					ev := e.ev
+					ev.Found = e.found
+					rep.MissingEvents = append(rep.MissingEvents, ev)
+				}
+				if e.found > e.ev.Rows {
+					ev := e.ev
+					ev.Found = e.found
+					rep.Duplicated++
+					rep.DuplicatedEvents = append(rep.DuplicatedEvents, ev)
+				}
+			}
+		}
+	}
+	for _, e := range unroutable {
+		rep.Missing++
+		rep.MissingEvents = append(rep.MissingEvents, e.ev)
+	}
+	sortEvents(rep.MissingEvents)
+	sortEvents(rep.DuplicatedEvents)
+	return rep, nil
+}
+
+// destination routes r with the real router, as the relay did: the row's commit time is not
+// known here, and nothing in the routing depends on it.
+func destination(rt *router.Router, dl *dest, r row) (dest, string) {
+	sinkName, msg, err := rt.Route(&binlog.Txn{CommitTime: r.createdAt}, &r.ev)
+	if err == nil {
+		return dest{sinkName, msg.Topic}, ""
+	}
+	var pe *router.PoisonError
+	if errors.As(err, &pe) && dl != nil {
+		return *dl, ""
+	}
+	return dest{}, "poison row (on_poison: stop halts the relay on it): " + err.Error()
+}
+
+// countAt reads each destination once and records what it found.
+func countAt(ctx context.Context, readers map[string]Reader, byDest map[dest]map[string]*expected, from, to time.Time) error {
+	dests := make([]dest, 0, len(byDest))
+	for d := range byDest {
+		dests = append(dests, d)
+	}
+	slices.SortFunc(dests, func(a, b dest) int { return cmp.Or(cmp.Compare(a.sink, b.sink), cmp.Compare(a.topic, b.topic)) })
+	for _, d := range dests {
+		rd := readers[d.sink]
+		if rd == nil {
+			return &ConfigError{Err: fmt.Errorf("sinks.%s: no reader for this sink", d.sink)}
+		}
+		want := byDest[d]
+		counts := make(map[string]int, len(want))
+		for id := range want {
+			counts[id] = 0
+		}
+		if err := rd.Count(ctx, d.topic, from, to, counts); err != nil {
+			return fmt.Errorf("sinks.%s topic %s: %w", d.sink, d.topic, err)
+		}
+		for id, n := range counts {
+			if e := want[id]; e != nil {
+				e.found = n
+			}
+		}
+	}
+	return nil
+}
+
+func sortEvents(es []Event) {
+	slices.SortFunc(es, func(a, b Event) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.Table, b.Table), cmp.Compare(a.EventID, b.EventID))
+	})
+}

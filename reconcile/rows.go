@@ -1,0 +1,164 @@
+package reconcile
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outboxd/outboxd/binlog"
+	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/config"
+)
+
+// row is one outbox row of the window, as the router needs it.
+type row struct {
+	table     string
+	createdAt time.Time
+	ev        binlog.Event
+}
+
+// readRows reads every configured table's rows with created_at in w, in one read-only
+// transaction. The payload itself is not read, only whether it is NULL (which makes the row
+// poison): reconcile matches by event_id.
+//
+// The bounds are compared as FROM_UNIXTIME(bound), a DATETIME in the connection's time zone
+// (the server's default), and created_at is read back as UNIX_TIMESTAMP(created_at): a
+// TIMESTAMP column is exact in any zone, and a DATETIME column is taken to hold the server's
+// time zone, which is what DEFAULT CURRENT_TIMESTAMP writes.
+func readRows(ctx context.Context, db *sql.DB, cfg *config.Config, w Window) ([]row, error) {
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead})
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: begin read-only transaction: %w", err)
+	}
+	defer tx.Rollback()
+	var out []row
+	for i, t := range cfg.Tables {
+		q, missing, err := tableQuery(ctx, db, i, t)
+		if err != nil {
+			return nil, err
+		}
+		rs, err := tx.QueryContext(ctx, q, unixText(w.Since), unixText(w.Until))
+		if err != nil {
+			return nil, fmt.Errorf("reconcile: read %s: %w", t.Table, err)
+		}
+		for rs.Next() {
+			var id, key, topic, etype, headers sql.Null[[]byte]
+			var payloadNull bool
+			var created string
+			if err := rs.Scan(&id, &key, &topic, &payloadNull, &etype, &headers, &created); err != nil {
+				rs.Close()
+				return nil, fmt.Errorf("reconcile: read %s: %w", t.Table, err)
+			}
+			at, err := parseUnix(created)
+			if err != nil {
+				rs.Close()
+				return nil, fmt.Errorf("reconcile: read %s: created_at %q: %w", t.Table, created, err)
+			}
+			ev := binlog.Event{
+				Schema: t.Schema(), Table: t.Name(),
+				EventID: field(id, missing["event_id"]), Key: field(key, missing["key"]),
+				Topic: field(topic, missing["topic"]), EventType: field(etype, missing["event_type"]),
+				Headers: field(headers, missing["headers"]),
+				// The router only asks whether the payload is NULL or absent.
+				Payload: binlog.Field{Null: payloadNull, Missing: missing["payload"], Bytes: []byte{}},
+			}
+			out = append(out, row{table: t.Table, createdAt: at, ev: ev})
+		}
+		err = rs.Err()
+		rs.Close()
+		if err != nil {
+			return nil, fmt.Errorf("reconcile: read %s: %w", t.Table, err)
+		}
+	}
+	return out, nil
+}
+
+// tableQuery builds table i's SELECT after checking its columns: created_at must be configured
+// and be a DATETIME or TIMESTAMP column (a ConfigError otherwise); a configured column the
+// table lacks is selected as NULL and marked missing, so the router calls the row poison as
+// the relay would.
+func tableQuery(ctx context.Context, db *sql.DB, i int, t config.Table) (string, map[string]bool, error) {
+	field := fmt.Sprintf("tables[%d].columns.created_at", i)
+	if t.Columns.CreatedAt == "" {
+		return "", nil, &ConfigError{Err: fmt.Errorf("%s is not set: reconcile selects the window's rows by the table's insert time; name its DATETIME or TIMESTAMP column (%s)", field, t.Table)}
+	}
+	defs, err := (&server.ColumnReader{DB: db}).Definitions(ctx, t.Schema(), t.Name())
+	if err != nil {
+		return "", nil, fmt.Errorf("reconcile: %w", err)
+	}
+	types := map[string]string{}
+	for _, d := range defs {
+		types[strings.ToLower(d.Name)] = strings.ToLower(d.DataType)
+	}
+	switch typ, ok := types[strings.ToLower(t.Columns.CreatedAt)]; {
+	case !ok:
+		return "", nil, &ConfigError{Err: fmt.Errorf("%s: %s has no column %q", field, t.Table, t.Columns.CreatedAt)}
+	case typ != "datetime" && typ != "timestamp":
+		return "", nil, &ConfigError{Err: fmt.Errorf("%s: column %s.%s is %s; want DATETIME or TIMESTAMP", field, t.Table, t.Columns.CreatedAt, typ)}
+	}
+	c := t.Columns
+	missing := map[string]bool{}
+	sel := func(role, name, expr string) string {
+		if _, ok := types[strings.ToLower(name)]; !ok {
+			missing[role] = true
+			if role == "payload" {
+				return "TRUE"
+			}
+			return "NULL"
+		}
+		return strings.ReplaceAll(expr, "?", quote(name))
+	}
+	created := quote(c.CreatedAt)
+	q := "SELECT " + strings.Join([]string{
+		sel("event_id", c.EventID, "?"), sel("key", c.Key, "?"), sel("topic", c.Topic, "?"),
+		sel("payload", c.Payload, "? IS NULL"), sel("event_type", c.EventType, "?"), sel("headers", c.Headers, "?"),
+		"UNIX_TIMESTAMP(" + created + ")",
+	}, ", ") + " FROM " + quote(t.Schema()) + "." + quote(t.Name()) +
+		" WHERE " + created + " >= FROM_UNIXTIME(?) AND " + created + " < FROM_UNIXTIME(?)"
+	return q, missing, nil
+}
+
+func field(v sql.Null[[]byte], missing bool) binlog.Field {
+	if missing {
+		return binlog.Field{Missing: true}
+	}
+	if !v.Valid {
+		return binlog.Field{Null: true}
+	}
+	if v.V == nil {
+		v.V = []byte{}
+	}
+	return binlog.Field{Bytes: v.V}
+}
+
+func quote(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
+
+// unixText is t as decimal Unix seconds with microseconds, for FROM_UNIXTIME.
+func unixText(t time.Time) string {
+	us := t.UnixMicro()
+	sign := ""
+	if us < 0 {
+		sign, us = "-", -us
+	}
+	return fmt.Sprintf("%s%d.%06d", sign, us/1e6, us%1e6)
+}
+
+// parseUnix reads UNIX_TIMESTAMP's decimal text.
+func parseUnix(s string) (time.Time, error) {
+	whole, frac, _ := strings.Cut(s, ".")
+	sec, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil {
+		return time.Time{}, err
+	}
+	var us int64
+	if frac != "" {
+		frac = (frac + "000000")[:6]
+		if us, err = strconv.ParseInt(frac, 10, 64); err != nil {
+			return time.Time{}, err
+		}
+	}
+	return time.UnixMicro(sec*1e6 + us).UTC(), nil
+}
