@@ -34,7 +34,7 @@ const checkTimeout = 30 * time.Second
 // output of `outboxd check --json` (see the README): add fields, never rename them.
 type CheckItem struct {
 	// Check is the stable name of the check: one of server.CheckNames (what source.skip_checks
-	// takes), CheckSource, CheckSink, CheckTopic or CheckReconcile.
+	// takes), CheckSource, CheckSink, CheckTopic, CheckReconcile or CheckBackfill.
 	Check string `json:"check"`
 	// Subject is what was checked: "binlog_format", "REPLICATION SLAVE", "table shop.outbox",
 	// "column shop.outbox.payload", "source 127.0.0.1:3306", "sinks.main", "sinks.main topic orders".
@@ -73,6 +73,9 @@ func Check(ctx context.Context, cfg *config.Config, log zerolog.Logger) CheckRep
 	checkStore(ctx, cfg, &r)
 	checkSinks(ctx, cfg, log, &r)
 	if it, ok := reconcileItem(cfg); ok {
+		r.Verified = append(r.Verified, it)
+	}
+	if it, ok := backfillItem(cfg); ok {
 		r.Verified = append(r.Verified, it)
 	}
 	r.OK = len(r.Problems) == 0

@@ -193,7 +193,8 @@ func TestBackfillThenRun(t *testing.T) {
 	t.Logf("backfill: %d pre rows, %d writer rows in the snapshot, %d after; snapshot %s", len(pre), inSnap, after, snapSet)
 }
 
-// Backfill against Dolt, a MySQL-flavor server: as far as Dolt serves MySQL's statements. It has
+// Backfill against Dolt, a MySQL-flavor server: as far as Dolt serves MySQL's statements; check
+// names the privileges it needs there. It has
 // no performance_schema.log_status (nor binlog_order_commits), so the lock-free method fails and
 // the backfill falls back to FLUSH TABLES WITH READ LOCK, START TRANSACTION WITH CONSISTENT
 // SNAPSHOT and @@GLOBAL.gtid_executed, which Dolt does serve; --no-lock forbids the fallback and
@@ -214,7 +215,12 @@ func TestDoltBackfill(t *testing.T) {
 	}
 	table := w.schema + ".outbox_event"
 
-	code, out := runBinary(t, "backfill", "--config", cfg, "--table", table, "--no-lock", "--dry-run")
+	// check names the privileges the backfill needs on MySQL (an OK line: run needs neither).
+	code, out := runBinary(t, "check", "--config", cfg)
+	if code != 0 || !strings.Contains(out, "backfill: outboxd backfill (only) needs BACKUP_ADMIN") || !strings.Contains(out, "RELOAD") {
+		t.Fatalf("check exited %d, want 0 with the backfill's privileges:\n%s", code, out)
+	}
+	code, out = runBinary(t, "backfill", "--config", cfg, "--table", table, "--no-lock", "--dry-run")
 	if code != 1 || !strings.Contains(out, "BACKUP_ADMIN") || !strings.Contains(out, "log_status") {
 		t.Fatalf("backfill --no-lock against Dolt exited %d, want 1 naming BACKUP_ADMIN and log_status:\n%s", code, out)
 	}
