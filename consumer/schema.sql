@@ -1,0 +1,28 @@
+-- The consumer kit's tables (github.com/outboxd/outboxd/consumer), MySQL 5.7+/MariaDB 10.3+,
+-- InnoDB. Create them in the database that holds the business tables: the mark must commit in
+-- the same transaction as the work. Kit.CreateTables runs this with the configured names.
+
+-- One row per event handled: the primary key is what makes a redelivery a duplicate.
+-- event_id is VARBINARY so that ids compare byte for byte: under a case-insensitive collation
+-- "A1" and "a1" would be one event.
+CREATE TABLE IF NOT EXISTS `consumed_event` (
+  event_id   VARBINARY(255) NOT NULL PRIMARY KEY,
+  status     ENUM('PROCESSED', 'REJECTED') NOT NULL,
+  msg_id     VARCHAR(255) NULL,
+  handled_at DATETIME(6)  NOT NULL
+) ENGINE = InnoDB;
+
+-- Events the work rejected with a permanent error (their mark says REJECTED), and messages
+-- without an event_id: what arrived and why it was not processed, for a person to look at.
+CREATE TABLE IF NOT EXISTS `quarantined_event` (
+  id             BIGINT         NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  event_id       VARBINARY(255) NOT NULL,
+  msg_id         VARCHAR(255)   NULL,
+  topic          VARCHAR(255)   NULL,
+  msg_key        VARBINARY(1024) NULL,
+  payload        LONGBLOB       NULL,
+  headers        JSON           NULL,
+  error          TEXT           NOT NULL,
+  quarantined_at DATETIME(6)    NOT NULL,
+  KEY ix_event_id (event_id)
+) ENGINE = InnoDB;
