@@ -18,7 +18,7 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 
 	"github.com/outboxd/outboxd/consumer"
-	"github.com/outboxd/outboxd/testenv/mariadb"
+	"github.com/outboxd/outboxd/consumer/internal/kittest"
 )
 
 // The child mode of TestKilledBetweenWorkAndCommit: this test binary, re-executed, handles one
@@ -64,68 +64,9 @@ func runChild(dsn, eventID, stage string) int {
 	select {}
 }
 
-type fixture struct {
-	srv *mariadb.Server
-	db  *sql.DB
-	kit *consumer.Kit
-	dsn string
-}
+func newFixture(t *testing.T) *kittest.DB { return kittest.New(t) }
 
-var (
-	srvOnce sync.Once
-	srv     *mariadb.Server
-	srvErr  error
-	dbN     atomic.Int64
-)
-
-// newFixture gives a test its own database on one MariaDB shared by the package's tests, with
-// the kit's tables and a business table benefit(order_id PK).
-func newFixture(t *testing.T) *fixture {
-	t.Helper()
-	mariadb.RequireT(t)
-	srvOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		srv, srvErr = mariadb.Start(ctx, mariadb.Options{})
-	})
-	if srvErr != nil {
-		t.Fatalf("start MariaDB: %v", srvErr)
-	}
-	name := fmt.Sprintf("consumer%d", dbN.Add(1))
-	db, err := srv.DB(t.Context(), name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	kit, err := consumer.New(db, consumer.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := kit.CreateTables(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec("CREATE TABLE benefit (order_id BIGINT PRIMARY KEY, event_id VARCHAR(255) NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
-	return &fixture{srv: srv, db: db, kit: kit, dsn: srv.RootDSN(name)}
-}
-
-func (f *fixture) count(t *testing.T, query string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := f.db.QueryRow(query, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", query, err)
-	}
-	return n
-}
-
-// grant is the business work of the tests: one benefit row per order.
-func grant(orderID int) consumer.Func {
-	return func(ctx context.Context, tx *sql.Tx, msg consumer.Message) error {
-		_, err := tx.ExecContext(ctx, "INSERT INTO benefit (order_id, event_id) VALUES (?, ?)", orderID, msg.EventID)
-		return err
-	}
-}
+var grant = kittest.Grant
 
 func TestDuplicatesRunTheFunctionOnce(t *testing.T) {
 	f := newFixture(t)
@@ -138,7 +79,7 @@ func TestDuplicatesRunTheFunctionOnce(t *testing.T) {
 	msg := consumer.Message{EventID: "ev-7", MsgID: "t/0@3"}
 	var outcomes []consumer.Outcome
 	for range 3 {
-		out, err := f.kit.Handle(ctx, msg, fn)
+		out, err := f.Kit.Handle(ctx, msg, fn)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,10 +88,10 @@ func TestDuplicatesRunTheFunctionOnce(t *testing.T) {
 	if fmt.Sprint(outcomes) != "[processed duplicate duplicate]" || runs.Load() != 1 {
 		t.Fatalf("outcomes %v, function ran %d times; want [processed duplicate duplicate] and once", outcomes, runs.Load())
 	}
-	if n := f.count(t, "SELECT COUNT(*) FROM benefit"); n != 1 {
+	if n := f.Count(t, "SELECT COUNT(*) FROM benefit"); n != 1 {
 		t.Fatalf("%d benefit rows, want 1", n)
 	}
-	marks, err := f.kit.Marks(ctx)
+	marks, err := f.Kit.Marks(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +100,7 @@ func TestDuplicatesRunTheFunctionOnce(t *testing.T) {
 		t.Fatalf("marks %+v", marks)
 	}
 	// Event ids compare byte for byte: a case variant is another event.
-	if out, err := f.kit.Handle(ctx, consumer.Message{EventID: "EV-7"}, grant(8)); err != nil || out != consumer.Processed {
+	if out, err := f.Kit.Handle(ctx, consumer.Message{EventID: "EV-7"}, grant(8)); err != nil || out != consumer.Processed {
 		t.Fatalf("EV-7: %v %v, want processed", out, err)
 	}
 }
@@ -181,7 +122,7 @@ func TestConcurrentDuplicatesCommitOnce(t *testing.T) {
 	for range 6 {
 		wg.Go(func() {
 			for { // redelivery until acked, as an adapter does
-				out, err := f.kit.Handle(ctx, consumer.Message{EventID: "ev-9"}, fn)
+				out, err := f.Kit.Handle(ctx, consumer.Message{EventID: "ev-9"}, fn)
 				if err == nil {
 					if out == consumer.Processed {
 						committed.Add(1)
@@ -197,7 +138,7 @@ func TestConcurrentDuplicatesCommitOnce(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if committed.Load() != 1 || f.count(t, "SELECT COUNT(*) FROM benefit") != 1 {
+	if committed.Load() != 1 || f.Count(t, "SELECT COUNT(*) FROM benefit") != 1 {
 		t.Fatalf("%d deliveries committed the work (function ran %d times), want 1", committed.Load(), runs.Load())
 	}
 	t.Logf("function ran %d times for 6 concurrent deliveries; %d lock conflicts redelivered", runs.Load(), lockErrs.Load())
@@ -217,18 +158,18 @@ func TestPermanentErrorRecordsRejectedAndAcks(t *testing.T) {
 	}
 	msg := consumer.Message{EventID: "ev-5", MsgID: "q1@4", Topic: "order.paid", Key: []byte("alice"),
 		Payload: []byte(`{"order_id":5}`), Headers: []consumer.Header{{Key: "event_type", Value: []byte("OrderPaid")}, {Key: "bin", Value: []byte{0xff, 0}}}}
-	out, err := f.kit.Handle(ctx, msg, fn)
+	out, err := f.Kit.Handle(ctx, msg, fn)
 	if err != nil || out != consumer.Rejected {
 		t.Fatalf("handle: %v %v, want rejected and nil (ack)", out, err)
 	}
-	if n := f.count(t, "SELECT COUNT(*) FROM benefit"); n != 0 {
+	if n := f.Count(t, "SELECT COUNT(*) FROM benefit"); n != 0 {
 		t.Fatalf("the rejected event's work was kept: %d benefit rows", n)
 	}
-	if n := f.count(t, "SELECT COUNT(*) FROM consumed_event WHERE event_id = 'ev-5' AND status = 'REJECTED' AND msg_id = 'q1@4'"); n != 1 {
+	if n := f.Count(t, "SELECT COUNT(*) FROM consumed_event WHERE event_id = 'ev-5' AND status = 'REJECTED' AND msg_id = 'q1@4'"); n != 1 {
 		t.Fatal("no REJECTED mark")
 	}
 	var topic, key, payload, headers, why string
-	if err := f.db.QueryRow("SELECT topic, msg_key, payload, headers, error FROM quarantined_event WHERE event_id = 'ev-5'").
+	if err := f.DB.QueryRow("SELECT topic, msg_key, payload, headers, error FROM quarantined_event WHERE event_id = 'ev-5'").
 		Scan(&topic, &key, &payload, &headers, &why); err != nil {
 		t.Fatal(err)
 	}
@@ -237,10 +178,10 @@ func TestPermanentErrorRecordsRejectedAndAcks(t *testing.T) {
 		t.Fatalf("quarantine row: %q %q %q %q %q", topic, key, payload, headers, why)
 	}
 	// The redelivery is a duplicate: acked, not retried forever.
-	if out, err := f.kit.Handle(ctx, msg, fn); err != nil || out != consumer.Duplicate || runs.Load() != 1 {
+	if out, err := f.Kit.Handle(ctx, msg, fn); err != nil || out != consumer.Duplicate || runs.Load() != 1 {
 		t.Fatalf("redelivery: %v %v (function ran %d times), want duplicate", out, err, runs.Load())
 	}
-	if n := f.count(t, "SELECT COUNT(*) FROM quarantined_event"); n != 1 {
+	if n := f.Count(t, "SELECT COUNT(*) FROM quarantined_event"); n != 1 {
 		t.Fatalf("%d quarantine rows, want 1", n)
 	}
 }
@@ -262,18 +203,18 @@ func TestTransientErrorLeavesNoMarkAndIsRedelivered(t *testing.T) {
 	}
 	msg := consumer.Message{EventID: "ev-3"}
 	for i := 1; i <= 2; i++ {
-		out, err := f.kit.Handle(ctx, msg, fn)
+		out, err := f.Kit.Handle(ctx, msg, fn)
 		if !errors.Is(err, down) || consumer.IsPermanent(err) {
 			t.Fatalf("attempt %d: %v %v, want the transient error (no ack)", i, out, err)
 		}
-		if n := f.count(t, "SELECT COUNT(*) FROM consumed_event") + f.count(t, "SELECT COUNT(*) FROM benefit"); n != 0 {
+		if n := f.Count(t, "SELECT COUNT(*) FROM consumed_event") + f.Count(t, "SELECT COUNT(*) FROM benefit"); n != 0 {
 			t.Fatalf("attempt %d left %d rows (mark or work) behind", i, n)
 		}
 	}
-	if out, err := f.kit.Handle(ctx, msg, fn); err != nil || out != consumer.Processed {
+	if out, err := f.Kit.Handle(ctx, msg, fn); err != nil || out != consumer.Processed {
 		t.Fatalf("redelivery: %v %v, want processed", out, err)
 	}
-	if f.count(t, "SELECT COUNT(*) FROM benefit") != 1 || f.count(t, "SELECT COUNT(*) FROM consumed_event WHERE status = 'PROCESSED'") != 1 {
+	if f.Count(t, "SELECT COUNT(*) FROM benefit") != 1 || f.Count(t, "SELECT COUNT(*) FROM consumed_event WHERE status = 'PROCESSED'") != 1 {
 		t.Fatal("after the redelivery: want one benefit and one PROCESSED mark")
 	}
 }
@@ -281,14 +222,14 @@ func TestTransientErrorLeavesNoMarkAndIsRedelivered(t *testing.T) {
 func TestNoEventIDIsQuarantined(t *testing.T) {
 	f := newFixture(t)
 	ran := false
-	out, err := f.kit.Handle(t.Context(), consumer.Message{MsgID: "t/1@0", Payload: []byte("x")}, func(context.Context, *sql.Tx, consumer.Message) error {
+	out, err := f.Kit.Handle(t.Context(), consumer.Message{MsgID: "t/1@0", Payload: []byte("x")}, func(context.Context, *sql.Tx, consumer.Message) error {
 		ran = true
 		return nil
 	})
 	if err != nil || out != consumer.Rejected || ran {
 		t.Fatalf("%v %v (ran %v), want rejected without running", out, err, ran)
 	}
-	if n := f.count(t, "SELECT COUNT(*) FROM quarantined_event WHERE msg_id = 't/1@0' AND error LIKE '%no event_id%'"); n != 1 {
+	if n := f.Count(t, "SELECT COUNT(*) FROM quarantined_event WHERE msg_id = 't/1@0' AND error LIKE '%no event_id%'"); n != 1 {
 		t.Fatal("not quarantined")
 	}
 }
@@ -300,34 +241,34 @@ func TestKilledBetweenWorkAndCommit(t *testing.T) {
 	f := newFixture(t)
 	ctx := t.Context()
 
-	child := startChild(t, f.dsn, "ev-1", "work")
+	child := startChild(t, f.DSN, "ev-1", "work")
 	child.waitLine(t, "WORK DONE")
 	// The work is written but not committed: invisible from here, and no mark either.
-	if n := f.count(t, "SELECT COUNT(*) FROM benefit") + f.count(t, "SELECT COUNT(*) FROM consumed_event"); n != 0 {
+	if n := f.Count(t, "SELECT COUNT(*) FROM benefit") + f.Count(t, "SELECT COUNT(*) FROM consumed_event"); n != 0 {
 		t.Fatalf("%d rows visible before the commit", n)
 	}
 	child.kill(t)
 
 	// The redelivery waits (if need be) for the server to roll the dead transaction back.
-	out, err := f.kit.Handle(ctx, consumer.Message{EventID: "ev-1", MsgID: "redelivered"}, grant(1))
+	out, err := f.Kit.Handle(ctx, consumer.Message{EventID: "ev-1", MsgID: "redelivered"}, grant(1))
 	if err != nil || out != consumer.Processed {
 		t.Fatalf("redelivery after the kill: %v %v, want processed", out, err)
 	}
-	if f.count(t, "SELECT COUNT(*) FROM benefit WHERE order_id = 1") != 1 ||
-		f.count(t, "SELECT COUNT(*) FROM consumed_event WHERE event_id = 'ev-1' AND msg_id = 'redelivered'") != 1 {
+	if f.Count(t, "SELECT COUNT(*) FROM benefit WHERE order_id = 1") != 1 ||
+		f.Count(t, "SELECT COUNT(*) FROM consumed_event WHERE event_id = 'ev-1' AND msg_id = 'redelivered'") != 1 {
 		t.Fatal("want exactly one benefit and the redelivery's mark")
 	}
 
 	// Killed after the commit, before the ack: the redelivery is acked without the work.
-	if _, err := f.db.Exec("DELETE FROM benefit"); err != nil {
+	if _, err := f.DB.Exec("DELETE FROM benefit"); err != nil {
 		t.Fatal(err)
 	}
-	child = startChild(t, f.dsn, "ev-2", "commit")
+	child = startChild(t, f.DSN, "ev-2", "commit")
 	child.waitLine(t, "COMMITTED processed")
 	child.kill(t)
 	ran := false
-	out, err = f.kit.Handle(ctx, consumer.Message{EventID: "ev-2"}, func(context.Context, *sql.Tx, consumer.Message) error { ran = true; return nil })
-	if err != nil || out != consumer.Duplicate || ran || f.count(t, "SELECT COUNT(*) FROM benefit") != 1 {
+	out, err = f.Kit.Handle(ctx, consumer.Message{EventID: "ev-2"}, func(context.Context, *sql.Tx, consumer.Message) error { ran = true; return nil })
+	if err != nil || out != consumer.Duplicate || ran || f.Count(t, "SELECT COUNT(*) FROM benefit") != 1 {
 		t.Fatalf("redelivery after commit: %v %v (ran %v), want duplicate and one benefit", out, err, ran)
 	}
 }
