@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxd/outboxd/examples/benefits"
 	"github.com/outboxd/outboxd/internal/shop"
 	"github.com/outboxd/outboxd/testenv/mariadb"
 	"github.com/outboxd/outboxd/testenv/rocketmq"
@@ -36,12 +37,16 @@ type demoOptions struct {
 // demoResult is what a run saw, for the demo's own test.
 type demoResult struct {
 	Ordered, Received int
+	// Paid is how many paid orders the shop committed, Granted how many benefits the example
+	// consumer's database holds at the end.
+	Paid, Granted int
 }
 
-// Orders go to Kafka; payments to RocketMQ, as many shops split them.
-var topics = []string{"order.created"}
+// Paid orders go to Kafka, where the example consumer grants their benefits; new orders to
+// RocketMQ, as many shops split them.
+var topics = []string{"order.paid"}
 
-const rmqTopic = "ORDER_PAID"
+const rmqTopic = "ORDER_CREATED"
 
 // grantsSQL creates outboxd's least-privilege user (MariaDB 10.5+ names REPLICATION CLIENT
 // "BINLOG MONITOR").
@@ -65,12 +70,12 @@ sinks:
   kafka: {type: kafka, brokers: ["%s"]}
   rmq: {type: rocketmq, nameservers: ["%s"], group: outboxd-demo}
 routes:
-  - match: {table: "shop.*", topic: "order.created"}
+  - match: {table: "shop.*", topic: "order.paid"}
     sink: kafka
     topic: "{topic}"
-  - match: {table: "shop.*", topic: "order.paid"}
+  - match: {table: "shop.*", topic: "order.created"}
     sink: rmq
-    topic: ORDER_PAID
+    topic: ORDER_CREATED
     tag: "{event_type}"
 checkpoint: {path: %s, interval: 1s}
 admin: {listen: "%s"}
@@ -154,6 +159,23 @@ func runDemo(ctx context.Context, o demoOptions) (demoResult, error) {
 	}
 	defer shopDB.Close()
 
+	// The example consumer: a benefit per paid order, effectively once (examples/benefits).
+	benefitsDB, err := db.DB(ctx, "benefits")
+	if err != nil {
+		return res, err
+	}
+	defer benefitsDB.Close()
+	if _, err := benefits.Setup(ctx, benefitsDB); err != nil {
+		return res, fmt.Errorf("create the benefits tables: %w", err)
+	}
+	consumerCtx, stopConsumer := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopConsumer()
+	consumerDone := make(chan error, 1)
+	go func() {
+		consumerDone <- benefits.Run(consumerCtx, benefits.Config{Brokers: brokers, Topic: "order.paid", Group: "benefits", DB: benefitsDB,
+			Log: func(format string, args ...any) { fmt.Fprintf(out, "benefit | "+format+"\n", args...) }})
+	}()
+
 	// The first order waits for the stream, so `start: latest` includes it.
 	if err := waitForStreaming(ctx, relay); err != nil {
 		return res, err
@@ -166,6 +188,8 @@ func runDemo(ctx context.Context, o demoOptions) (demoResult, error) {
 	say("  the event, commit→broker (RocketMQ) to the broker storing it. ? means no commit time was known:")
 	say("  the event arrived before the app's COMMIT call returned, or the app did not write it (a row")
 	say("  you inserted yourself).")
+	say("benefit: the example consumer grants one benefit per paid order with the consumer kit, in one")
+	say("  transaction with its dedup mark, and commits the Kafka offset only after it (database benefits)")
 
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -176,7 +200,14 @@ func runDemo(ctx context.Context, o demoOptions) (demoResult, error) {
 		n, _ := shop.Run(ctx, shopDB, shop.RunOptions{
 			Plan:      shop.Plan{Created: shop.Kind{Topic: "order.created", EventType: "OrderCreated"}, Paid: shop.Kind{Topic: "order.paid", EventType: "OrderPaid"}, PaidEvery: 3},
 			Every:     o.Every,
-			Committed: func(ord shop.Order, _ int64, at time.Time) { committedAt.Store(ord.EventID, at) },
+			Committed: func(ord shop.Order, _ int64, at time.Time) {
+				committedAt.Store(ord.EventID, at)
+				if ord.Kind.Topic == "order.paid" {
+					mu.Lock()
+					res.Paid++
+					mu.Unlock()
+				}
+			},
 			Failed: func(_ shop.Order, err error) {
 				if ctx.Err() == nil {
 					fmt.Fprintf(out, "app     | order failed: %v\n", err)
@@ -241,11 +272,26 @@ func runDemo(ctx context.Context, o demoOptions) (demoResult, error) {
 		cancelPoll()
 		pollMQ()
 	}
-	say("stopping: %d events committed, %d received", res.Ordered, res.Received)
+	// The consumer grants what reached Kafka; give it a moment for the last ones.
+	for drain.Err() == nil && countBenefits(drain, benefitsDB) < res.Paid {
+		time.Sleep(100 * time.Millisecond)
+	}
+	stopConsumer()
+	if err := <-consumerDone; err != nil && !errors.Is(err, context.Canceled) {
+		return res, fmt.Errorf("the benefits consumer: %w", err)
+	}
+	res.Granted = countBenefits(context.WithoutCancel(ctx), benefitsDB)
+	say("stopping: %d events committed, %d received; %d paid orders, %d benefits granted", res.Ordered, res.Received, res.Paid, res.Granted)
 	if err := relay.stop(); err != nil {
 		return res, fmt.Errorf("%w: did not stop cleanly: %w", errOutboxd, err)
 	}
 	return res, nil
+}
+
+func countBenefits(ctx context.Context, db *sql.DB) int {
+	var n int
+	_ = db.QueryRowContext(ctx, "SELECT COUNT(*) FROM benefit").Scan(&n) // 0 on error: the demo only reports it
+	return n
 }
 
 // errOutboxd marks a failure of the outboxd process itself (it exited early, or not cleanly on

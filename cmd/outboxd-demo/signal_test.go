@@ -124,7 +124,8 @@ func TestDemoExitsZeroOnSIGINT(t *testing.T) {
 			t.Errorf("status --addr %s but admin URL http://%s", addr[1], url)
 		}
 		p.waitLine(t, regexp.MustCompile(`\? means no commit time was known`), 5*time.Second)
-		p.waitLine(t, regexp.MustCompile(`^kafka   \| order\.created .*commit→consumer \S+`), 30*time.Second)
+		p.waitLine(t, regexp.MustCompile(`^kafka   \| order\.paid .*commit→consumer \S+`), 30*time.Second)
+		p.waitLine(t, regexp.MustCompile(`^benefit \| processed order\.paid/`), 30*time.Second)
 		for _, args := range [][]string{{"status", "--config", cfg}, {"status", "--addr", addr[1]}} {
 			out, err := exec.Command(outboxdBin, args...).CombinedOutput()
 			if err != nil || !regexp.MustCompile(`(?m)^source +mariadb \S+, connected$`).Match(out) {
