@@ -198,8 +198,8 @@ func runDemo(ctx context.Context, o demoOptions) (demoResult, error) {
 	go func() {
 		defer wg.Done()
 		n, _ := shop.Run(ctx, shopDB, shop.RunOptions{
-			Plan:      shop.Plan{Created: shop.Kind{Topic: "order.created", EventType: "OrderCreated"}, Paid: shop.Kind{Topic: "order.paid", EventType: "OrderPaid"}, PaidEvery: 3},
-			Every:     o.Every,
+			Plan:  shop.Plan{Created: shop.Kind{Topic: "order.created", EventType: "OrderCreated"}, Paid: shop.Kind{Topic: "order.paid", EventType: "OrderPaid"}, PaidEvery: 3},
+			Every: o.Every,
 			Committed: func(ord shop.Order, _ int64, at time.Time) {
 				committedAt.Store(ord.EventID, at)
 				if ord.Kind.Topic == "order.paid" {
