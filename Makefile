@@ -6,7 +6,7 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 BIN       := bin/outboxd
 DEMO_BIN  := bin/outboxd-demo
 
-.PHONY: all build deps deps-demo test test-unit vet demo bench chaos clean
+.PHONY: all build deps deps-demo test test-unit vet demo bench chaos effectively-once clean
 
 all: build
 
@@ -59,6 +59,11 @@ bench: deps build
 CHAOS_FLAGS ?=
 chaos: deps build
 	$(GO) run ./chaos -outboxd $(BIN) -out bin/chaos-report.json $(CHAOS_FLAGS)
+
+# The consumer kit's end-to-end test at length: outboxd and the example consumer killed -9 again
+# and again while 3000 paid orders are granted (about 3 minutes; `make test` runs 200).
+effectively-once: deps
+	$(GO) test -count=1 -timeout 15m -run '^TestEffectivelyOnce$$' ./e2e/ -args -effectively-once-orders 3000
 
 clean:
 	rm -rf bin data

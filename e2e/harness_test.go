@@ -358,7 +358,14 @@ type proc struct {
 
 func startBinary(t *testing.T, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(binPath, args...)
+	return startProgram(t, binPath, args...)
+}
+
+// startProgram runs a built program (outboxd, the example consumer) as a child process that
+// the test's cleanup kills.
+func startProgram(t *testing.T, bin string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	p := &proc{cmd: cmd, out: &lockedWriter{w: &bytes.Buffer{}}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -86,24 +86,43 @@ func Setup(ctx context.Context, db *sql.DB) (*consumer.Kit, error) {
 	return kit, nil
 }
 
-// Run grants benefits for the paid orders of c.Topic until ctx is done, and returns the error
-// that stopped it (ctx.Err() after a stop). It blocks.
+// Run grants benefits for the paid orders of c.Topic until ctx is done, and returns ctx.Err().
+// A failing reader (a lost connection, an offset commit refused across a rebalance) is closed
+// and opened again after a second: what was handled but not committed is fetched again and
+// found marked. It blocks.
 func Run(ctx context.Context, c Config) error {
 	kit, err := Setup(ctx, c.DB)
 	if err != nil {
 		return err
 	}
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers: c.Brokers, GroupID: c.Group, Topic: c.Topic,
-		StartOffset: kafka.FirstOffset, MaxWait: 250 * time.Millisecond,
-		// Rebalance quickly when a killed member's session ends, so its partitions move on.
-		SessionTimeout: 6 * time.Second, HeartbeatInterval: time.Second,
-	})
-	defer r.Close()
 	logf := c.Log
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
+	for {
+		err := runReader(ctx, c, kit, logf)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		logf("reader failed, reopening in 1s: %v", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func runReader(ctx context.Context, c Config, kit *consumer.Kit, logf func(string, ...any)) error {
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers: c.Brokers, GroupID: c.Group, Topic: c.Topic,
+		StartOffset: kafka.FirstOffset, MaxWait: 250 * time.Millisecond,
+		// A killed member's partitions move on after SessionTimeout; a rebalance waits at most
+		// RebalanceTimeout for the members to join again (kafka-go's default is 30 s).
+		SessionTimeout: 6 * time.Second, RebalanceTimeout: 5 * time.Second, HeartbeatInterval: time.Second,
+		ErrorLogger: kafka.LoggerFunc(func(format string, args ...any) { logf("kafka: "+format, args...) }),
+	})
+	defer r.Close()
 	return kafkago.Run(ctx, r, kit, Grant, kafkago.Options{
 		Handled: func(m consumer.Message, out consumer.Outcome) {
 			logf("%-9s %s event_id=%.8s… %s", out, m.MsgID, m.EventID, strings.TrimSpace(string(m.Payload)))
