@@ -244,7 +244,6 @@ func waitCommitted(t *testing.T, brokers []string, group string, total int64, ti
 	}
 }
 
-
 // offsetsReport lists each partition's end offset and the group's committed offset, for a failure.
 func offsetsReport(t *testing.T, brokers []string) string {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
