@@ -8,9 +8,11 @@
 // non-OK statuses, error codes, delayed or missing answers, dropped
 // connections, and broker outages that keep the stored data.
 //
-// It is a test double: one broker ("broker-a" in cluster "DefaultCluster"),
-// no consumer groups (pulls by offset and offset searches by store time are answered, for
-// readers such as outboxd reconcile), no persistence across Close.
+// It is a test double: one broker ("broker-a" in cluster "DefaultCluster"), no persistence
+// across Close. Readers by offset (outboxd reconcile) and the client's push consumer in
+// clustering mode are served: pulls (suspended while a queue has nothing new), consumer
+// groups (heartbeat, consumer list, offsets), send-back to %RETRY%group and %DLQ%group
+// (consume.go); orderly consumption's queue locks are not.
 package rocketmq
 
 import (
@@ -88,6 +90,10 @@ type Options struct {
 	// MaxMessageSize bounds a send's transferred body like the broker's
 	// maxMessageSize (default 4 MiB); larger sends answer MESSAGE_ILLEGAL (13).
 	MaxMessageSize int
+	// RetryDelay is how long a message sent back by a consumer waits in %RETRY%group before
+	// it is delivered again (default 1 s; a real broker waits 10 s, 30 s, 1 min, … by
+	// reconsume count).
+	RetryDelay time.Duration
 }
 
 // Message is one stored message.
@@ -116,6 +122,11 @@ type Message struct {
 	Request int64
 	// Batch is whether the request was a SEND_BATCH_MESSAGE.
 	Batch bool
+	// CommitLogOffset is the message's physical offset, what a consumer names it by when it
+	// sends it back.
+	CommitLogOffset int64
+	// ReconsumeTimes counts the send-backs that led to this copy (0 for a produced message).
+	ReconsumeTimes int
 }
 
 // Fault changes how the broker answers send requests (codes 10, 310, 320).
@@ -184,6 +195,8 @@ type Cluster struct {
 	// changed is closed and replaced whenever messages are stored, to wake
 	// WaitMessages without polling.
 	changed chan struct{}
+	// groups are the consumer groups (consume.go).
+	groups map[string]*groupState
 }
 
 // Start starts a NameServer and a Broker on loopback and returns when both
@@ -195,17 +208,22 @@ func Start(o Options) (*Cluster, error) {
 	if o.MaxMessageSize <= 0 {
 		o.MaxMessageSize = defaultMaxMessageSize
 	}
+	if o.RetryDelay <= 0 {
+		o.RetryDelay = time.Second
+	}
 	c := &Cluster{
 		opts:     o,
 		topics:   map[string]*topicState{},
 		requests: map[int]int{},
 		changed:  make(chan struct{}),
+		groups:   map[string]*groupState{},
 	}
+
 	for _, t := range o.Topics {
 		c.CreateTopic(t, o.Queues)
 	}
 	c.ns = &server{name: "namesrv", logf: c.logf, handle: c.handleNameServer}
-	c.brk = &server{name: "broker", logf: c.logf, handle: c.handleBroker}
+	c.brk = &server{name: "broker", logf: c.logf, handle: c.handleBroker, closed: c.connClosed}
 	if err := c.ns.listen(net.JoinHostPort("127.0.0.1", strconv.Itoa(o.NameServerPort))); err != nil {
 		return nil, fmt.Errorf("start rocketmq test name server: %w", err)
 	}

@@ -40,6 +40,9 @@ type command struct {
 	Body      []byte
 	// serialize is the header encoding the peer used; a response uses the same.
 	serialize byte
+	// conn is the connection a request came in on (not encoded), for the consumer side,
+	// which ties a client to it.
+	conn *serverConn
 }
 
 func (c *command) isResponse() bool { return c.Flag&flagResponse != 0 }

@@ -31,6 +31,12 @@ func (c *Cluster) handleNameServer(req *command) reply {
 func (c *Cluster) routeResponse(topic string) *command {
 	c.mu.Lock()
 	queues := 0
+	if strings.HasPrefix(topic, "%RETRY%") {
+		// A broker creates a group's retry topic at its first heartbeat; the client looks its
+		// route up just before that, at start, and would otherwise wait for its next route
+		// refresh (30 s) to pull redeliveries.
+		c.createTopicLocked(topic, 1)
+	}
 	if ts := c.topics[topic]; ts != nil {
 		queues = len(ts.queues)
 	} else if topic == defaultTopicKey && c.opts.AutoCreateTopics {
@@ -65,10 +71,11 @@ func (c *Cluster) handleBroker(req *command) reply {
 	switch req.Code {
 	case ReqSendMessage, ReqSendMessageV2, ReqSendBatchMessage:
 		return c.handleSend(req)
-	case ReqHeartbeat, ReqUnregisterClient:
-		return reply{resp: response(CodeSuccess, "")}
 	default:
 		if r, ok := c.handleRead(req); ok {
+			return r
+		}
+		if r, ok := c.handleConsumer(req); ok {
 			return r
 		}
 		c.logf("broker: answering SUCCESS to unhandled request code %d", req.Code)
@@ -300,6 +307,7 @@ func (c *Cluster) storeLocked(ts *topicState, msgs []Message) []string {
 		m.Offset = int64(len(ts.queues[q]))
 		m.StoredAt = now
 		m.OffsetMsgID = c.offsetMsgIDLocked()
+		m.CommitLogOffset = c.commitOffset
 		if m.MsgID == "" {
 			m.MsgID = m.OffsetMsgID
 		}

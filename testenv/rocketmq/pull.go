@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Read-side request and response codes (RequestCode / ResponseCode), for readers such as
@@ -58,9 +59,33 @@ func (c *Cluster) handleRead(req *command) (reply, bool) {
 }
 
 // handlePull answers PULL_MESSAGE from queueOffset with at most maxMsgNums messages encoded as
-// a broker stores them (MessageDecoder's layout), or PULL_NOT_FOUND at the queue's end. It
-// ignores commitOffset and never suspends (no long polling).
+// a broker stores them (MessageDecoder's layout), or PULL_NOT_FOUND at the queue's end. A
+// consumer's pull (sysFlag) also commits its group's offset, and at the queue's end it is
+// suspended (long polling) until a message is stored or its suspend time is up.
 func (c *Cluster) handlePull(req *command) reply {
+	c.commitPulledOffset(req)
+	r, changed := c.pullOnce(req)
+	timeout, ok := suspendTime(req)
+	if changed == nil || !ok || req.conn == nil {
+		return r
+	}
+	return reply{wait: func(done <-chan struct{}) *command {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		select {
+		case <-changed:
+		case <-t.C:
+		case <-done:
+			return nil
+		}
+		r, _ := c.pullOnce(req)
+		return r.resp
+	}}
+}
+
+// pullOnce is one look at the queue; changed, when it found nothing new, is closed at the next
+// store.
+func (c *Cluster) pullOnce(req *command) (r reply, changed chan struct{}) {
 	f := req.ExtFields
 	topic, q := f["topic"], atoiOr(f["queueId"], -1)
 	off := int64(atoiOr(f["queueOffset"], 0))
@@ -69,15 +94,15 @@ func (c *Cluster) handlePull(req *command) reply {
 	defer c.mu.Unlock()
 	ts := c.topics[topic]
 	if ts == nil || q < 0 || q >= len(ts.queues) {
-		return reply{resp: response(CodeTopicNotExist, "topic["+topic+"] not exist, apply first please!")}
+		return reply{resp: response(CodeTopicNotExist, "topic["+topic+"] not exist, apply first please!")}, nil
 	}
 	msgs := ts.queues[q]
 	ext := map[string]string{"minOffset": "0", "maxOffset": strconv.Itoa(len(msgs)), "suggestWhichBrokerId": "0"}
 	if off < 0 || off >= int64(len(msgs)) {
 		ext["nextBeginOffset"] = strconv.Itoa(len(msgs))
-		r := response(CodePullNotFound, "no new message")
-		r.ExtFields = ext
-		return reply{resp: r}
+		resp := response(CodePullNotFound, "no new message")
+		resp.ExtFields = ext
+		return reply{resp: resp}, c.changed
 	}
 	end := min(off+int64(n), int64(len(msgs)))
 	var body bytes.Buffer
@@ -85,10 +110,10 @@ func (c *Cluster) handlePull(req *command) reply {
 		body.Write(c.encodeStored(m))
 	}
 	ext["nextBeginOffset"] = strconv.FormatInt(end, 10)
-	r := response(CodeSuccess, "FOUND")
-	r.ExtFields = ext
-	r.Body = body.Bytes()
-	return reply{resp: r}
+	resp := response(CodeSuccess, "FOUND")
+	resp.ExtFields = ext
+	resp.Body = body.Bytes()
+	return reply{resp: resp}, nil
 }
 
 // encodeStored is m in the commit log's layout, as MessageDecoder reads it: TOTALSIZE MAGIC
@@ -114,7 +139,7 @@ func (c *Cluster) encodeStored(m Message) []byte {
 	b = binary.BigEndian.AppendUint32(b, uint32(m.Queue))
 	b = binary.BigEndian.AppendUint32(b, uint32(m.Flag))
 	b = binary.BigEndian.AppendUint64(b, uint64(m.Offset))
-	b = binary.BigEndian.AppendUint64(b, 0) // physical offset
+	b = binary.BigEndian.AppendUint64(b, uint64(m.CommitLogOffset))
 	b = binary.BigEndian.AppendUint32(b, 0) // sysFlag
 	b = binary.BigEndian.AppendUint64(b, uint64(m.BornTime.UnixMilli()))
 	b = append(b, 127, 0, 0, 1)
@@ -122,7 +147,7 @@ func (c *Cluster) encodeStored(m Message) []byte {
 	b = binary.BigEndian.AppendUint64(b, uint64(m.StoredAt.UnixMilli()))
 	b = append(b, 127, 0, 0, 1)
 	b = binary.BigEndian.AppendUint32(b, uint32(c.brokerPort))
-	b = binary.BigEndian.AppendUint32(b, 0) // reconsume times
+	b = binary.BigEndian.AppendUint32(b, uint32(m.ReconsumeTimes))
 	b = binary.BigEndian.AppendUint64(b, 0) // prepared transaction offset
 	b = binary.BigEndian.AppendUint32(b, uint32(len(m.Body)))
 	b = append(b, m.Body...)

@@ -16,6 +16,9 @@ type reply struct {
 	delay   time.Duration // write resp after this long
 	drop    bool          // close the connection instead of answering
 	noReply bool          // never answer; the connection stays open
+	// wait, when set, computes the answer later, in a goroutine of its own (a suspended pull):
+	// it returns the response, or nil to send none; done is closed when the connection ends.
+	wait func(done <-chan struct{}) *command
 }
 
 // server is one TCP listener speaking the remoting protocol. Requests of one
@@ -25,6 +28,8 @@ type server struct {
 	name   string
 	logf   func(format string, args ...any)
 	handle func(req *command) reply
+	// closed, if set, is called once a connection has ended.
+	closed func(sc *serverConn)
 
 	mu    sync.Mutex
 	ln    net.Listener
@@ -130,6 +135,9 @@ func (s *server) serve(sc *serverConn) {
 		s.mu.Lock()
 		delete(s.conns, sc)
 		s.mu.Unlock()
+		if s.closed != nil {
+			s.closed(sc)
+		}
 	}()
 	for {
 		req, err := readFrame(sc)
@@ -147,7 +155,25 @@ func (s *server) serve(sc *serverConn) {
 			// Answers to broker-initiated requests; this broker sends none.
 			continue
 		}
+		req.conn = sc
 		r := s.handle(req)
+		if r.wait != nil {
+			s.wg.Go(func() {
+				resp := r.wait(sc.done)
+				if resp == nil {
+					return
+				}
+				resp.Opaque, resp.Flag, resp.serialize = req.Opaque, resp.Flag|flagResponse, req.serialize
+				frame, err := encodeFrame(resp)
+				if err == nil {
+					err = sc.write(frame)
+				}
+				if err != nil && !isEOF(err) {
+					s.logf("%s: write suspended response: %v", s.name, err)
+				}
+			})
+			continue
+		}
 		switch {
 		case r.drop:
 			s.logf("%s: fault: dropping connection %s on request code %d", s.name, sc.RemoteAddr(), req.Code)
@@ -182,6 +208,16 @@ func (s *server) serve(sc *serverConn) {
 			return
 		}
 	}
+}
+
+// notify sends a broker-initiated oneway request (NOTIFY_CONSUMER_IDS_CHANGED) on sc.
+func (sc *serverConn) notify(cmd *command) error {
+	cmd.Flag |= flagOneway
+	frame, err := encodeFrame(cmd)
+	if err != nil {
+		return err
+	}
+	return sc.write(frame)
 }
 
 // isEOF reports a peer simply going away, which is not worth logging.
