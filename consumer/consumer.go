@@ -328,20 +328,6 @@ func HeadersJSON(hs []Header) string {
 
 const base64Prefix = "base64:"
 
-// DecodeValue undoes outboxd's encoding of a RocketMQ property value: "base64:" followed by
-// standard base64 is the encoded bytes, anything else is the value itself. Pure.
-func DecodeValue(v string) ([]byte, error) {
-	rest, ok := strings.CutPrefix(v, base64Prefix)
-	if !ok {
-		return []byte(v), nil
-	}
-	b, err := base64.StdEncoding.DecodeString(rest)
-	if err != nil {
-		return nil, fmt.Errorf("property value %q: bad base64: %w", v, err)
-	}
-	return b, nil
-}
-
 // MySQL error numbers Handle tells apart.
 const (
 	erDupEntry    = 1062

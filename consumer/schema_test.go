@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"database/sql"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -30,15 +31,26 @@ func TestHeadersAndValues(t *testing.T) {
 	if got != `{"a":"x","b":"base64:YmFzZTY0Om5v","c":"base64:ww=="}` {
 		t.Fatalf("HeadersJSON: %s", got)
 	}
-	for in, want := range map[string]string{"plain": "plain", "base64:YmFzZTY0Om5v": "base64:no", "base64:": ""} {
-		if b, err := consumer.DecodeValue(in); err != nil || string(b) != want {
-			t.Errorf("DecodeValue(%q) = %q, %v; want %q", in, b, err, want)
-		}
-	}
-	if _, err := consumer.DecodeValue("base64:%%"); err == nil {
-		t.Error("DecodeValue of bad base64: no error")
-	}
 	if consumer.IsPermanent(nil) || consumer.Permanent(nil) != nil || !consumer.IsPermanent(consumer.Permanent(sql.ErrNoRows)) {
 		t.Error("Permanent/IsPermanent")
+	}
+}
+
+// The kit is a library for consumers: outboxd's own binary must not link it.
+func TestDaemonDoesNotImportTheKit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	out, err := exec.Command("go", "list", "-deps", "github.com/outboxd/outboxd/cmd/outboxd").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if strings.HasPrefix(pkg, "github.com/outboxd/outboxd/consumer") || strings.HasPrefix(pkg, "github.com/outboxd/outboxd/examples") {
+			t.Errorf("cmd/outboxd depends on %s", pkg)
+		}
+	}
+	if !strings.Contains(string(out), "github.com/outboxd/outboxd/daemon") {
+		t.Fatal("go list -deps did not list the daemon: the check looks at the wrong thing")
 	}
 }
