@@ -43,6 +43,9 @@ func startPushConsumer(t *testing.T, c *Cluster, name string, got chan<- string)
 // The real push consumer: an idle consumer's pulls are suspended (a handful per second, not a
 // busy loop) and a new message wakes them at once; its group offsets are committed; a second
 // consumer in the group splits the queues, and when it shuts down the first takes them all.
+//
+// Not for -race: the client's own Shutdown writes rmqClient.close while a rebalance that the
+// broker's NOTIFY_CONSUMER_IDS_CHANGED started reads it (a race inside rocketmq-client-go).
 func TestPushConsumerGroup(t *testing.T) {
 	c := startCluster(t, Options{Topics: []string{"T"}, Queues: 4})
 	p := newProducer(t, c)
