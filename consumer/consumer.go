@@ -59,8 +59,9 @@ const (
 	Processed Outcome = iota + 1
 	// Duplicate: the event was marked before; the function did not run.
 	Duplicate
-	// Rejected: the function returned a permanent error, or the message has no event_id; the
-	// event is in the quarantine table (and, with an event_id, marked REJECTED).
+	// Rejected: the function returned a permanent error, or the message has no usable event_id
+	// (none, or longer than MaxEventIDBytes); the event is in the quarantine table (and, with
+	// a usable event_id, marked REJECTED).
 	Rejected
 )
 
@@ -85,8 +86,8 @@ type Header struct {
 // Message is what Handle needs of a delivered message. The adapters fill it from the broker's
 // message.
 type Message struct {
-	// EventID is outboxd's event_id: the dedup key. Empty means the message cannot be
-	// deduplicated; Handle quarantines it.
+	// EventID is outboxd's event_id: the dedup key. Empty, or longer than MaxEventIDBytes,
+	// means the message cannot be deduplicated; Handle quarantines it.
 	EventID string
 	// MsgID is the broker's id of this delivery ("topic/partition@offset" for Kafka, the
 	// message id for RocketMQ), recorded beside the mark for tracing a duplicate to its source.
@@ -135,8 +136,14 @@ func IsPermanent(err error) bool {
 }
 
 // ErrNoEventID is the reason recorded in the quarantine table for a message without an
-// event_id.
-var ErrNoEventID = errors.New("message has no event_id: it cannot be deduplicated")
+// event_id, ErrLongEventID for one longer than MaxEventIDBytes (the dedup key's width).
+var (
+	ErrNoEventID   = errors.New("message has no event_id: it cannot be deduplicated")
+	ErrLongEventID = fmt.Errorf("event_id longer than %d bytes: it cannot be deduplicated", MaxEventIDBytes)
+)
+
+// MaxEventIDBytes is the longest event_id the dedup table holds (VARBINARY(255)).
+const MaxEventIDBytes = 255
 
 // Options are the optional settings of a Kit.
 type Options struct {
@@ -220,8 +227,12 @@ func quote(name string) string {
 // The dedup insert is the transaction's first statement, so it holds no other lock while it
 // waits; lock order inside fn is the caller's concern.
 func (k *Kit) Handle(ctx context.Context, msg Message, fn Func) (Outcome, error) {
-	if msg.EventID == "" {
-		if err := k.quarantineOnly(ctx, msg, ErrNoEventID); err != nil {
+	if msg.EventID == "" || len(msg.EventID) > MaxEventIDBytes {
+		why := ErrNoEventID
+		if msg.EventID != "" {
+			why = ErrLongEventID
+		}
+		if err := k.quarantineOnly(ctx, msg, why); err != nil {
 			return 0, err
 		}
 		return Rejected, nil

@@ -232,6 +232,17 @@ func TestNoEventIDIsQuarantined(t *testing.T) {
 	if n := f.Count(t, "SELECT COUNT(*) FROM quarantined_event WHERE msg_id = 't/1@0' AND error LIKE '%no event_id%'"); n != 1 {
 		t.Fatal("not quarantined")
 	}
+	// Too long for the dedup key, with a key too long for an index: quarantined whole.
+	long := consumer.Message{EventID: strings.Repeat("e", 256), MsgID: "t/1@1", Key: []byte(strings.Repeat("k", 5000))}
+	if out, err := f.Kit.Handle(t.Context(), long, grant(1)); err != nil || out != consumer.Rejected {
+		t.Fatalf("long event_id: %v %v, want rejected", out, err)
+	}
+	if n := f.Count(t, "SELECT COUNT(*) FROM quarantined_event WHERE msg_id = 't/1@1' AND LENGTH(event_id) = 256 AND LENGTH(msg_key) = 5000 AND error LIKE '%longer than 255%'"); n != 1 {
+		t.Fatal("long event_id not quarantined")
+	}
+	if f.Count(t, "SELECT COUNT(*) FROM benefit")+f.Count(t, "SELECT COUNT(*) FROM consumed_event") != 0 {
+		t.Fatal("work or mark for a message without a usable event_id")
+	}
 }
 
 // A consumer process killed with SIGKILL after its work but before the commit: the server rolls

@@ -8,21 +8,23 @@
 CREATE TABLE IF NOT EXISTS `consumed_event` (
   event_id   VARBINARY(255) NOT NULL PRIMARY KEY,
   status     ENUM('PROCESSED', 'REJECTED') NOT NULL,
-  msg_id     VARCHAR(255) NULL,
+  msg_id     VARCHAR(512) NULL,
   handled_at DATETIME(6)  NOT NULL
 ) ENGINE = InnoDB;
 
 -- Events the work rejected with a permanent error (their mark says REJECTED), and messages
--- without an event_id: what arrived and why it was not processed, for a person to look at.
+-- without a usable event_id (none, or longer than 255 bytes): what arrived and why it was not
+-- processed, for a person to look at. Columns are wide enough for any message, so that
+-- quarantining never fails on the message's size.
 CREATE TABLE IF NOT EXISTS `quarantined_event` (
   id             BIGINT         NOT NULL AUTO_INCREMENT PRIMARY KEY,
-  event_id       VARBINARY(255) NOT NULL,
-  msg_id         VARCHAR(255)   NULL,
-  topic          VARCHAR(255)   NULL,
-  msg_key        VARBINARY(1024) NULL,
+  event_id       BLOB           NOT NULL,
+  msg_id         VARCHAR(512)   NULL,
+  topic          VARCHAR(512)   NULL,
+  msg_key        BLOB           NULL,
   payload        LONGBLOB       NULL,
   headers        JSON           NULL,
   error          TEXT           NOT NULL,
   quarantined_at DATETIME(6)    NOT NULL,
-  KEY ix_event_id (event_id)
+  KEY ix_event_id (event_id(255))
 ) ENGINE = InnoDB;
