@@ -149,3 +149,26 @@ func TestBackfillCompositeKeyPagesSeek(t *testing.T) {
 	}
 	t.Logf("%d rows, Handler_read_next %d", n, reads)
 }
+
+// A --where naming a column the table lacks: one error naming the column, before anything is
+// sent, and no checkpoint. A table without a primary key: refused before the snapshot.
+func TestBackfillWhereTypo(t *testing.T) {
+	w := newWorld(t, sharedServer(t))
+	c := kafkaCluster(t, "t")
+	o := simpleCfg(t, w, c, "")
+	cfgPath := writeCfg(t, o)
+	w.exec("INSERT INTO " + w.schema + ".outbox_event (event_id, biz_key, topic, payload) VALUES ('a', 'k', 't', 'a')")
+	code, out := runBinary(t, "backfill", "--config", cfgPath, "--table", w.schema+".outbox_event", "--where", "stauts = 0")
+	if code != 1 || strings.Count(out, "Unknown column 'stauts'") != 1 {
+		t.Fatalf("backfill --where with a typo exited %d, want 1 with one error naming the column:\n%s", code, out)
+	}
+	if got := readCheckpoint(t, o.Dir); got != "" {
+		t.Fatalf("checkpoint %s saved", got)
+	}
+	// A table without a primary key cannot be paged in a stable order: refused up front.
+	w.exec("ALTER TABLE " + w.schema + ".outbox_event MODIFY id BIGINT NOT NULL, DROP PRIMARY KEY")
+	code, out = runBinary(t, "backfill", "--config", cfgPath, "--table", w.schema+".outbox_event")
+	if code != 1 || !strings.Contains(out, "has no primary key") || strings.Contains(out, "snapshot taken") {
+		t.Fatalf("backfill of a table without a primary key exited %d, want 1 before any snapshot:\n%s", code, out)
+	}
+}
