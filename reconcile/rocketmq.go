@@ -88,15 +88,20 @@ func (r *RocketMQReader) Count(ctx context.Context, topic string, from, to time.
 		return err
 	}
 	for _, b := range route.BrokerDatas {
-		addr := b.BrokerAddrs["0"] // the master
-		if addr == "" {
-			continue
-		}
 		queues := 0
 		for _, q := range route.QueueDatas {
 			if q.BrokerName == b.BrokerName {
 				queues = q.ReadQueueNums
 			}
+		}
+		addr := b.BrokerAddrs["0"] // the master
+		if addr == "" {
+			if queues == 0 {
+				continue
+			}
+			// Skipping it would count nothing there and report every message it holds
+			// missing: the check cannot be completed now.
+			return fmt.Errorf("broker %s has no master in the route (down?): its %d queues of %s cannot be read; run reconcile again when it is back", b.BrokerName, queues, topic)
 		}
 		if err := r.countBroker(ctx, addr, topic, queues, from, to, counts); err != nil {
 			return fmt.Errorf("broker %s (%s): %w", b.BrokerName, addr, err)
