@@ -167,6 +167,9 @@ type Columns struct {
 	Payload   string `yaml:"payload"`
 	EventType string `yaml:"event_type"`
 	Headers   string `yaml:"headers"`
+	// CreatedAt is the row's insert time, a DATETIME or TIMESTAMP column; empty (the default)
+	// means the table has none. reconcile needs it: its window selects rows by it.
+	CreatedAt string `yaml:"created_at"`
 }
 
 // Sink is one broker cluster. Kafka fields and RocketMQ fields are exclusive by Type.

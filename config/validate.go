@@ -162,6 +162,9 @@ func (c *Config) validateTables(p *problems) {
 				p.add(field+".columns."+col.name, "%q is not a column name", col.val)
 			}
 		}
+		if strings.ContainsAny(t.Columns.CreatedAt, "`\x00") {
+			p.add(field+".columns.created_at", "%q is not a column name", t.Columns.CreatedAt)
+		}
 	}
 }
 
