@@ -115,6 +115,9 @@ type Config struct {
 	// Metrics receives rows read, deliveries, failures, dead letters, send durations, retries,
 	// sink reachability and checkpoint saves; nil records nothing.
 	Metrics *metrics.Metrics
+	// Cleanup, when set, is told which rows were delivered and which dead-lettered, and how far
+	// each checkpoint save reaches (cleanup.go); nil costs the hot path nothing.
+	Cleanup Cleanup
 }
 
 // Pipeline delivers transactions. Create with New, then call Run once.
