@@ -115,6 +115,7 @@ type Metrics struct {
 	tableDelivered  *prometheus.CounterVec
 	tableDead       *prometheus.CounterVec
 	binlogRetention prometheus.Gauge
+	cleanup         *cleanupMetrics
 
 	mu   sync.Mutex
 	src  sourceState
@@ -319,6 +320,7 @@ func New(o Options) *Metrics {
 		m.binlogRetention,
 	)
 	m.reg.MustRegister(computed...)
+	m.cleanup = newCleanupMetrics(m.reg)
 	// Counters start at 0 rather than appear at their first increment, so rate() and
 	// increase() see that first increment (a series born at 1 shows no increase).
 	for _, r := range []string{ReasonNoRoute, ReasonMalformed, ReasonRejected, ReasonTopicMissing} {

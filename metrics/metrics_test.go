@@ -104,6 +104,8 @@ func TestEveryContractMetricIsRegistered(t *testing.T) {
 	m.Retry("main")
 	m.SinkResult("main", nil)
 	m.DeclareTable("shop.outbox_event", []string{"0"})
+	m.DeclareCleanupTable("shop.outbox_event")
+	m.SetCleanupOldest("shop.outbox_event", time.Second)
 	fams := gather(t, m)
 	want := map[string]dto.MetricType{
 		"outboxd_source_reconnects_total":             dto.MetricType_COUNTER,
@@ -144,6 +146,11 @@ func TestEveryContractMetricIsRegistered(t *testing.T) {
 		"outboxd_sink_up":                             dto.MetricType_GAUGE,
 		"outboxd_transactions_behind":                 dto.MetricType_GAUGE,
 		"outboxd_build_info":                          dto.MetricType_GAUGE,
+		"outboxd_cleanup_rows_deleted_total":          dto.MetricType_COUNTER,
+		"outboxd_cleanup_batches_total":               dto.MetricType_COUNTER,
+		"outboxd_cleanup_errors_total":                dto.MetricType_COUNTER,
+		"outboxd_cleanup_keys_dropped_total":          dto.MetricType_COUNTER,
+		"outboxd_cleanup_oldest_row_age_seconds":      dto.MetricType_GAUGE,
 		"go_goroutines":                               dto.MetricType_GAUGE,
 		"process_cpu_seconds_total":                   dto.MetricType_COUNTER,
 	}
