@@ -71,6 +71,7 @@ func Check(ctx context.Context, cfg *config.Config, log zerolog.Logger) CheckRep
 	var r CheckReport
 	checkSource(ctx, cfg, &r)
 	checkStore(ctx, cfg, &r)
+	checkCleanup(ctx, cfg, &r)
 	checkSinks(ctx, cfg, log, &r)
 	r.OK = len(r.Problems) == 0
 	for _, s := range []*[]CheckItem{&r.Problems, &r.Warnings, &r.Verified} {
