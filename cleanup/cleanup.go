@@ -80,6 +80,9 @@ type table struct {
 	label string // schema.table
 	q     queue
 	stmts statements
+	// since is where the hold table's record of dead letters begins (unix seconds, since.go);
+	// nil while unknown: the sweep does not run.
+	since atomic.Pointer[float64]
 }
 
 // New returns a Cleaner for cfg. It does no I/O.
@@ -159,6 +162,13 @@ func (s *session) Delivered(rows []pipeline.Row) {
 	flush()
 }
 
+// Saving certifies in the hold table that the dead letters up to commit are held (since.go).
+func (s *session) Saving(commit time.Time) {
+	if !s.ended.Load() {
+		s.c.certify(commit)
+	}
+}
+
 // Saved records how far the newest save reaches and wakes the loops.
 func (s *session) Saved(n uint64) {
 	s.saved.Store(n)
@@ -218,6 +228,11 @@ func (c *Cleaner) hold(ctx context.Context, rows []pipeline.Row) error {
 // Run deletes until ctx ends: one loop per table. Failures are logged and counted, never
 // returned: a row that stays is no loss. It blocks until every loop has returned.
 func (c *Cleaner) Run(ctx context.Context) {
+	for _, t := range c.tables {
+		t.since.Store(nil)
+	}
+	ckpt, _ := c.cfg.Checkpoint()
+	c.begin(ctx, ckpt)
 	var wg sync.WaitGroup
 	wakes := make([]chan struct{}, len(c.tables))
 	for i, t := range c.tables {
@@ -347,11 +362,16 @@ func (c *Cleaner) sweep(ctx context.Context, t *table, lim *limiter) error {
 		c.cfg.Logger.Debug().Str("table", t.label).Msg("cleanup sweep: no saved checkpoint with a commit time yet")
 		return nil
 	}
+	since := t.since.Load()
+	if since == nil {
+		return nil
+	}
+	from := *since + t.Settings.CommitMargin.Seconds()
 	ret, ck := cutoff(t.Settings.Retention, t.Settings.CommitMargin, ckpt)
 	c.cfg.Logger.Debug().Str("table", t.label).Time("checkpoint_commit_time", ckpt).Msg("cleanup sweep")
 	for ctx.Err() == nil {
 		sctx, cancel := context.WithTimeout(ctx, statementTimeout)
-		ks, err := t.stmts.candidates(sctx, c.cfg.DB, ret, ck, t.Settings.Batch)
+		ks, err := t.stmts.candidates(sctx, c.cfg.DB, ret, ck, from, t.Settings.Batch)
 		cancel()
 		if err != nil || len(ks) == 0 {
 			return err
@@ -359,7 +379,7 @@ func (c *Cleaner) sweep(ctx context.Context, t *table, lim *limiter) error {
 		if !lim.wait(ctx, len(ks)) {
 			return nil
 		}
-		q, args := t.stmts.deleteSwept(ks, ret, ck)
+		q, args := t.stmts.deleteSwept(ks, ret, ck, from)
 		dctx, cancel := context.WithTimeout(ctx, statementTimeout)
 		res, err := c.cfg.DB.ExecContext(dctx, q, args...)
 		cancel()

@@ -71,17 +71,18 @@ func (s statements) deleteKeys(ks []key) (string, []any) {
 	return "DELETE FROM " + s.table + " WHERE " + s.tuple + " IN (" + placeholders(len(ks), w) + ")", args
 }
 
-// cutoffSQL compares created_at with the cutoff (see cutoff): two arguments, the retention in
-// seconds and the checkpoint bound in unix seconds.
+// cutoffSQL compares created_at with the cutoff (see cutoff) and with the start of the hold
+// record (since.go): three arguments, the retention in seconds, the checkpoint bound and the
+// lower bound in unix seconds.
 func (s statements) cutoffSQL() string {
-	return s.createdAt + " < FROM_UNIXTIME(LEAST(UNIX_TIMESTAMP(NOW(6)) - ?, ?))"
+	return s.createdAt + " < FROM_UNIXTIME(LEAST(UNIX_TIMESTAMP(NOW(6)) - ?, ?)) AND " + s.createdAt + " >= FROM_UNIXTIME(?)"
 }
 
 // candidates selects up to n keys of rows the cutoff takes that are not held.
-func (s statements) candidates(ctx context.Context, db *sql.DB, ret, ck float64, n int) ([][]any, error) {
+func (s statements) candidates(ctx context.Context, db *sql.DB, ret, ck, from float64, n int) ([][]any, error) {
 	q := fmt.Sprintf("SELECT %s, %s FROM %s t WHERE %s AND t.%s IS NOT NULL AND NOT EXISTS (SELECT 1 FROM %s h WHERE h.tbl = ? AND h.event_id = t.%s) ORDER BY %s LIMIT %d",
 		s.pkList, s.eventID, s.table, s.cutoffSQL(), s.eventID, s.hold, s.eventID, s.orderBy, n)
-	rows, err := db.QueryContext(ctx, q, ret, ck, s.label)
+	rows, err := db.QueryContext(ctx, q, ret, ck, from, s.label)
 	if err != nil {
 		return nil, err
 	}
@@ -102,12 +103,12 @@ func (s statements) candidates(ctx context.Context, db *sql.DB, ret, ck float64,
 }
 
 // deleteSwept deletes the candidates ks, checking the cutoff again.
-func (s statements) deleteSwept(ks [][]any, ret, ck float64) (string, []any) {
-	args := make([]any, 0, len(ks)*(s.nPK+1)+2)
+func (s statements) deleteSwept(ks [][]any, ret, ck, from float64) (string, []any) {
+	args := make([]any, 0, len(ks)*(s.nPK+1)+3)
 	for _, k := range ks {
 		args = append(args, k...)
 	}
-	args = append(args, ret, ck)
+	args = append(args, ret, ck, from)
 	tuple := "(" + s.pkList + ", " + s.eventID + ")"
 	return "DELETE FROM " + s.table + " WHERE " + tuple + " IN (" + placeholders(len(ks), s.nPK+1) + ") AND " + s.cutoffSQL(), args
 }

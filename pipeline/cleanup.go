@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"time"
 
 	"github.com/outboxd/outboxd/binlog"
 )
@@ -20,6 +21,10 @@ type Cleanup interface {
 	// as it sees fit, and returns an error only when ctx ends first: the rows then stay
 	// unacknowledged and are read again by the next start.
 	Hold(ctx context.Context, rows []Row) error
+	// Saving is called right before each checkpoint save with the commit time it will record:
+	// every dead-lettered row of a transaction it covers was passed to Hold already, which
+	// cleanup may certify durably. It must be short; a failure only costs cleanup.
+	Saving(commit time.Time)
 	// Saved is called after every successful checkpoint save with the number of this
 	// pipeline's transactions it covers: every Row whose Seq is below n.
 	Saved(n uint64)

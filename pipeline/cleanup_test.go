@@ -54,6 +54,8 @@ func (r *recCleanup) Hold(ctx context.Context, rows []Row) error {
 	return nil
 }
 
+func (r *recCleanup) Saving(time.Time) {}
+
 func (r *recCleanup) Saved(n uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
