@@ -46,7 +46,7 @@ func inspectCleanup(ctx context.Context, db *sql.DB, addr string, cfg *config.Co
 		return nil, nil, nil, fmt.Errorf("check cleanup on the writer %s: %w", addr, err)
 	}
 	for _, p := range found {
-		line := sourceLine(addr, p)
+		line := cleanupLine(addr, p)
 		if p.Skipped {
 			skipped = append(skipped, line)
 		} else {
@@ -73,7 +73,14 @@ func checkCleanup(ctx context.Context, cfg *config.Config, r *CheckReport) {
 		var found []server.Problem
 		found, _, _, err = inspectCleanup(ctx, db, conn.Addr, cfg)
 		if err == nil {
-			r.addFindings(conn.Addr, found)
+			for _, p := range found {
+				it := CheckItem{Check: p.Check, Subject: p.Setting, Message: p.Found, Fix: p.Fix, Skipped: p.Skipped, line: cleanupLine(conn.Addr, p)}
+				if p.Skipped {
+					r.Warnings = append(r.Warnings, it)
+				} else {
+					r.Problems = append(r.Problems, it)
+				}
+			}
 			flagged := func(check, table string) bool {
 				return slices.ContainsFunc(found, func(p server.Problem) bool { return p.Check == check && p.Table == table })
 			}
@@ -188,4 +195,9 @@ func (r *relay) runCleanup(ctx context.Context) (stop func()) {
 		cancel()
 		wg.Wait()
 	}
+}
+
+// cleanupLine is how check prints a cleanup finding and run refuses it. Pure.
+func cleanupLine(addr string, p server.Problem) string {
+	return strings.Replace(sourceLine(addr, p), "source ", "cleanup writer ", 1)
 }

@@ -397,3 +397,48 @@ func TestCleanupLeaderOnly(t *testing.T) {
 	}
 	cw.waitLeft(time.Minute)
 }
+
+// check says what cleanup needs on the writer and fails without it; run refuses with the same
+// lines: DELETE on the outbox table, and for the created_at sweep the hold table.
+func TestCleanupCheckNeedsDelete(t *testing.T) {
+	srv := sharedServer(t)
+	w := newWorld(t, srv)
+	kc := kafkaCluster(t, "t")
+	user := "cl" + w.schema
+	w.exec("CREATE USER '" + user + "'@'%' IDENTIFIED BY 'pw'")
+	w.exec("GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO '" + user + "'@'%'")
+	w.exec("GRANT SELECT ON " + w.schema + ".outbox_event TO '" + user + "'@'%'")
+	o := simpleCfg(t, w, kc, "")
+	o.User, o.Pass = user, "pw"
+	o.Tables = []string{w.schema + ".outbox_event\n    columns: {created_at: created_at}"}
+	o.Extra = "cleanup: {retention: 168h, hold_table: " + w.schema + ".cleanup_hold}\n"
+	path := writeCfg(t, o)
+	code, out := runBinary(t, "run", "--config", path)
+	ccode, cout := runBinary(t, "check", "--config", path)
+	if code != 1 || ccode != 1 {
+		t.Fatalf("run exited %d, check %d; want 1 and 1:\nrun:\n%s\ncheck:\n%s", code, ccode, out, cout)
+	}
+	for _, want := range []string{
+		"DELETE ON " + w.schema + ".outbox_event is not granted to '" + user + "'@'%'",
+		"GRANT DELETE ON `" + w.schema + "`.`outbox_event` TO '" + user + "'@'%'",
+		"[check cleanup_grants]",
+		"cleanup writer " + o.Srv.Addr + ": SELECT, INSERT ON " + w.schema + ".cleanup_hold is not granted",
+		"[check cleanup_hold]",
+	} {
+		if !strings.Contains(out, want) || !strings.Contains(cout, want) {
+			t.Errorf("want %q in both:\nrun:\n%s\ncheck:\n%s", want, out, cout)
+		}
+	}
+	if strings.Contains(out, `"message":"starting"`) {
+		t.Fatalf("run got as far as starting:\n%s", out)
+	}
+	// With the grants and the table, check passes them.
+	w.exec("GRANT DELETE ON " + w.schema + ".outbox_event TO '" + user + "'@'%'")
+	w.exec(server.HoldTableSQL(w.schema + ".cleanup_hold"))
+	w.exec("GRANT SELECT, INSERT ON " + w.schema + ".cleanup_hold TO '" + user + "'@'%'")
+	ccode, cout = runBinary(t, "check", "--config", path)
+	if ccode != 0 || !strings.Contains(cout, "DELETE is granted (cleanup is on) [check cleanup_grants]") ||
+		!strings.Contains(cout, "exists with SELECT and INSERT granted [check cleanup_hold]") {
+		t.Fatalf("check exited %d:\n%s", ccode, cout)
+	}
+}

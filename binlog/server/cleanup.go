@@ -147,18 +147,15 @@ func inspectHold(ctx context.Context, db *sql.DB, gs grants, user, table string)
 			Fix:   grant + ";",
 		})
 	}
-	have, err := (&ColumnReader{DB: db}).Columns(ctx, schema, name)
+	rows, err := db.QueryContext(ctx, "SELECT * FROM "+quoteIdent(schema)+"."+quoteIdent(name)+" LIMIT 0")
 	var me *mysql.MySQLError
 	switch {
-	case err == nil && len(have) == 0, errors.As(err, &me) && (me.Number == erNoSuchTable || me.Number == erBadDB):
-		ps = append(ps, Problem{
-			Setting: "table " + table, Check: CheckCleanupHold, Table: table,
-			Found: "missing (cleanup.hold_table)",
-			Fix:   "create it (CREATE DATABASE IF NOT EXISTS " + quoteIdent(schema) + "; first if needed): " + HoldTableSQL(table) + "; then " + grant + ";",
-		})
-	case err != nil:
-		return nil, fmt.Errorf("check hold table %s: %w", table, err)
-	default:
+	case err == nil:
+		rows.Close()
+		have, err := (&ColumnReader{DB: db}).Columns(ctx, schema, name)
+		if err != nil {
+			return nil, fmt.Errorf("check hold table %s: %w", table, err)
+		}
 		var lack []string
 		for _, c := range HoldTableColumns {
 			if !slices.ContainsFunc(have, func(h string) bool { return strings.EqualFold(h, c) }) {
@@ -172,6 +169,18 @@ func inspectHold(ctx context.Context, db *sql.DB, gs grants, user, table string)
 				Fix:   "create it as cleanup writes it (rename the old one first): " + HoldTableSQL(table) + ";",
 			})
 		}
+	case errors.As(err, &me) && (me.Number == erNoSuchTable || me.Number == erBadDB):
+		ps = append(ps, Problem{
+			Setting: "table " + table, Check: CheckCleanupHold, Table: table,
+			Found: "missing (cleanup.hold_table)",
+			Fix:   "create it (CREATE DATABASE IF NOT EXISTS " + quoteIdent(schema) + "; first if needed): " + HoldTableSQL(table) + "; then " + grant + ";",
+		})
+	case errors.As(err, &me) && (me.Number == erTableAccessDenied || me.Number == erColumnAccessDenied) && len(ps) > 0:
+		// The grant problem above says what to run; a table that does not exist makes that
+		// GRANT fail, so name the DDL too.
+		ps[len(ps)-1].Fix += " (if the table does not exist yet, a table GRANT fails: first " + HoldTableSQL(table) + ";)"
+	default:
+		return nil, fmt.Errorf("check hold table %s: %w", table, err)
 	}
 	return ps, nil
 }
