@@ -281,11 +281,10 @@ func (cw *cleanupWorld) auditBinlog(batch int, minAge time.Duration) binlogAudit
 	}
 }
 
-func TestCleanupUnderLoadRetentionZero(t *testing.T) {
-	const batch = 100
-	cw := newCleanupWorld(t, fmt.Sprintf("cleanup: {retention: 0s, batch: %d, max_rows_per_second: 50000, interval: 1s, commit_margin: 1s, hold_table: HOLD}", batch))
-	r := startRelay(t, cw.o, daemon.Options{})
-	cw.r = r
+// underLoad writes cleanupRows rows, waits until every one arrived and the table holds only
+// the dead-lettered ones, and audits the binlog (see auditBinlog).
+func (cw *cleanupWorld) underLoad(batch int, minAge time.Duration) {
+	t := cw.t
 	n := cleanupRows(t)
 	began := time.Now()
 	cw.load(n)
@@ -293,17 +292,24 @@ func TestCleanupUnderLoadRetentionZero(t *testing.T) {
 	cw.checkArrived(5 * time.Minute)
 	cw.waitLeft(time.Minute)
 	t.Logf("%d rows written, delivered and deleted in %s", n, time.Since(began).Round(time.Millisecond))
-	a := cw.auditBinlog(batch, 0)
+	a := cw.auditBinlog(batch, minAge)
 	if a.deletedRows != n-len(cw.dead) {
 		t.Fatalf("the binlog shows %d rows deleted, want %d", a.deletedRows, n-len(cw.dead))
 	}
 	t.Logf("%d DELETE transactions, at most %d rows each", a.deletes, a.maxPerDelete)
-	if !strings.Contains(r.logs.String(), "cleanup on") {
+}
+
+func TestCleanupUnderLoadRetentionZero(t *testing.T) {
+	const batch = 100
+	cw := newCleanupWorld(t, fmt.Sprintf("cleanup: {retention: 0s, batch: %d, max_rows_per_second: 50000, interval: 1s, commit_margin: 1s, hold_table: HOLD}", batch))
+	cw.r = startRelay(t, cw.o, daemon.Options{})
+	cw.underLoad(batch, 0)
+	if !strings.Contains(cw.r.logs.String(), "cleanup on") {
 		t.Fatal("no cleanup start line in the log")
 	}
 
 	// Stopped, outboxd deletes nothing: rows committed meanwhile stay.
-	if err := r.stop(t); err != nil {
+	if err := cw.r.stop(t); err != nil {
 		t.Fatal(err)
 	}
 	cw.load(200)
@@ -322,22 +328,11 @@ func TestCleanupUnderLoadRetentionSweep(t *testing.T) {
 	// The sweep takes rows inserted commit_margin after dead letters began to be recorded (at
 	// this first start): older rows may be dead letters of a run without cleanup.
 	time.Sleep(2 * time.Second)
-	n := cleanupRows(t)
-	began := time.Now()
-	cw.load(n)
-	cw.writes.Wait()
-	cw.checkArrived(5 * time.Minute)
-	cw.waitLeft(time.Minute)
-	t.Logf("%d rows written, delivered and swept in %s", n, time.Since(began).Round(time.Millisecond))
-	a := cw.auditBinlog(batch, retention)
-	if a.deletedRows != n-len(cw.dead) {
-		t.Fatalf("the binlog shows %d rows deleted, want %d", a.deletedRows, n-len(cw.dead))
-	}
+	cw.underLoad(batch, retention)
 	var held int
 	if err := cw.db.QueryRow("SELECT COUNT(*) FROM " + cw.schema + ".cleanup_hold WHERE event_id <> ''").Scan(&held); err != nil || held != len(cw.dead) {
 		t.Fatalf("%d rows in the hold table (%v), want %d", held, err, len(cw.dead))
 	}
-	t.Logf("%d DELETE transactions, at most %d rows each", a.deletes, a.maxPerDelete)
 }
 
 // text is a decoded binlog value as text (go-mysql gives VARCHAR as string, TEXT as []byte).
