@@ -73,6 +73,8 @@ func (c ColumnNames) withDefaults() ColumnNames {
 type TableSpec struct {
 	Schema, Table string
 	Columns       ColumnNames
+	// PrimaryKey makes every Event of the table carry its primary key (Event.PK).
+	PrimaryKey bool
 }
 
 // ColumnResolver returns a table's columns in ordinal order, as the table is defined now. The
@@ -402,6 +404,12 @@ func (a *Assembler) handleRows(ctx context.Context, ev *replication.BinlogEvent,
 	}
 	p := newProjection(st.spec.Columns, names, e.Table)
 	a.cur.Events = slices.Grow(a.cur.Events, len(e.Rows))
+	// The keys of the whole rows event share one backing array: one allocation, not one a row.
+	var pks []any
+	npk := len(e.Table.PrimaryKey)
+	if st.spec.PrimaryKey && npk > 0 {
+		pks = make([]any, 0, npk*len(e.Rows))
+	}
 	for i, row := range e.Rows {
 		var skipped []int
 		if i < len(e.SkippedColumns) {
@@ -410,9 +418,27 @@ func (a *Assembler) handleRows(ctx context.Context, ev *replication.BinlogEvent,
 		if len(skipped) > 0 {
 			return a.partialImage(st.spec, names, skipped)
 		}
-		a.cur.Events = append(a.cur.Events, p.event(st.spec, row, skipped))
+		ev := p.event(st.spec, row, skipped)
+		if pks != nil {
+			ev.PK, pks = primaryKey(pks, e.Table.PrimaryKey, row)
+		}
+		a.cur.Events = append(a.cur.Events, ev)
 	}
 	return nil
+}
+
+// primaryKey appends row's primary-key values (cols are their column indexes, in key order)
+// to pks and returns them as a slice of their own capacity, and pks grown by them. A key
+// column past the row (a malformed TABLE_MAP) gives no key at all.
+func primaryKey(pks []any, cols []uint64, row []any) (key, rest []any) {
+	start := len(pks)
+	for _, c := range cols {
+		if c >= uint64(len(row)) {
+			return nil, pks[:start]
+		}
+		pks = append(pks, row[c])
+	}
+	return pks[start:len(pks):len(pks)], pks
 }
 
 // errNoColumnNames is wrapped when MINIMAL metadata meets a missing resolver.

@@ -48,6 +48,11 @@ type Event struct {
 	ID string
 	// The configured columns. A column that the table lacks has Missing set.
 	EventID, Key, Topic, Payload, EventType, Headers Field
+	// PK is the row's primary key, one value per key column in key order, as go-mysql decoded
+	// it (int64, string, []byte, ...; strings and bytes may alias the event's buffer), from the
+	// TABLE_MAP's primary-key metadata (binlog_row_metadata=FULL). Only for a TableSpec with
+	// PrimaryKey set (cleanup deletes by it); nil otherwise, or when the TABLE_MAP names no key.
+	PK []any
 }
 
 // Field is one column value of an outbox row.

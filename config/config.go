@@ -75,6 +75,9 @@ type Config struct {
 	HA         HA              `yaml:"ha"`
 	// Reconcile, when set, runs reconciliation periodically in the daemon; nil is off.
 	Reconcile *Reconcile `yaml:"reconcile"`
+	// Cleanup, when set, deletes delivered rows from every outbox table (a table's own cleanup
+	// block overrides it field by field); nil, the default, deletes nothing. See cleanup.go.
+	Cleanup *Cleanup `yaml:"cleanup"`
 
 	// lines maps a field path ("routes[1].sink") to its line in the file, so Validate can point
 	// at the line. Empty for a Config built in code.
@@ -159,6 +162,8 @@ type Table struct {
 	// Table is "schema.table".
 	Table   string  `yaml:"table"`
 	Columns Columns `yaml:"columns"`
+	// Cleanup overrides the global cleanup block for this table, field by field (CleanupFor).
+	Cleanup *Cleanup `yaml:"cleanup"`
 }
 
 // Columns names the outbox table's columns; ApplyDefaults fills each empty one with its key.

@@ -51,6 +51,7 @@ func (c *Config) Validate() error {
 	c.validateCheckpoint(p)
 	c.validateHA(p)
 	c.validateReconcile(p)
+	c.validateCleanup(p)
 	if c.Pipeline.MaxInflightEvents < 0 {
 		p.add("pipeline.max_inflight_events", "must be positive (default %d); got %d", DefaultMaxInflightEvents, c.Pipeline.MaxInflightEvents)
 	}

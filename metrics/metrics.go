@@ -116,6 +116,7 @@ type Metrics struct {
 	tableDead       *prometheus.CounterVec
 	binlogRetention prometheus.Gauge
 	rec             reconcileMetrics
+	cleanup         *cleanupMetrics
 
 	mu   sync.Mutex
 	src  sourceState
@@ -322,6 +323,7 @@ func New(o Options) *Metrics {
 	m.reg.MustRegister(computed...)
 	m.rec = newReconcileMetrics()
 	m.reg.MustRegister(m.rec.collectors()...)
+	m.cleanup = newCleanupMetrics(m.reg)
 	// Counters start at 0 rather than appear at their first increment, so rate() and
 	// increase() see that first increment (a series born at 1 shows no increase).
 	for _, r := range []string{ReasonNoRoute, ReasonMalformed, ReasonRejected, ReasonTopicMissing} {
