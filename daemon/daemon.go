@@ -392,13 +392,16 @@ func TableSpecs(cfg *config.Config) []binlog.TableSpec {
 	specs := make([]binlog.TableSpec, 0, len(cfg.Tables))
 	for _, t := range cfg.Tables {
 		c := t.Columns
+		extra, _ := t.ExtraHeaderColumns()
 		specs = append(specs, binlog.TableSpec{
 			Schema: t.Schema(),
 			Table:  t.Name(),
 			Columns: binlog.ColumnNames{
 				EventID: c.EventID, Key: c.Key, Topic: c.Topic, Payload: c.Payload,
 				EventType: c.EventType, Headers: c.Headers,
+				Timestamp: c.Timestamp, Partition: c.Partition, Extra: extra,
 			},
+			OnUpdate: t.OnUpdate,
 		})
 	}
 	return specs
