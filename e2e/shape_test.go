@@ -349,3 +349,44 @@ func TestOnUpdate(t *testing.T) {
 		})
 	}
 }
+
+// check and run refuse, with the same lines, a timestamp or partition column of a type outboxd
+// cannot read, a missing extra_headers column, and a Kafka-only option on a route to RocketMQ.
+func TestShapeCheckAndRunRefuse(t *testing.T) {
+	w := newWorld(t, sharedServer(t))
+	kc := kafkaCluster(t, "t")
+	tbl := shapeTable(w, "ev_bad", "VARCHAR(32)")
+	w.exec("ALTER TABLE " + tbl + " MODIFY part DECIMAL(10,2)")
+	o := simpleCfg(t, w, kc, w.position())
+	o.Tables = []string{tbl + "\n    columns: {timestamp: occurred_at, partition: part}\n    extra_headers: {nosuch: traceparent}"}
+	path := writeCfg(t, o)
+	wants := []string{
+		"varchar(32) (configured as tables[0].columns.timestamp): set tables[0].columns.timestamp to a column of type DATETIME, TIMESTAMP or an integer of epoch milliseconds (BIGINT)",
+		"decimal(10,2) (configured as tables[0].columns.partition): set tables[0].columns.partition to a column of type an integer (INT)",
+		"column " + tbl + ".nosuch is missing",
+	}
+	for _, cmd := range []string{"check", "run"} {
+		code, out := runBinary(t, cmd, "--config", path)
+		for _, want := range wants {
+			if code != 1 || !strings.Contains(out, want) {
+				t.Errorf("%s: exit %d, want 1 and %q:\n%s", cmd, code, want, out)
+			}
+		}
+	}
+
+	o.Sinks["mq"] = "{type: rocketmq, nameservers: [\"127.0.0.1:1\"]}"
+	o.Tables = []string{w.schema + ".outbox_event\n    empty_payload: tombstone"}
+	o.Routes = "  - sink: mq\n    format: cloudevents\n"
+	path = writeCfg(t, o)
+	for _, cmd := range []string{"check", "run"} {
+		code, out := runBinary(t, cmd, "--config", path)
+		for _, want := range []string{
+			`tables[0].empty_payload (line`, `is Kafka only, but routes[0] sends rows of ` + w.schema + `.outbox_event to rocketmq sink "mq"`,
+			`routes[0].format (line`, `cloudevents is Kafka only`,
+		} {
+			if code != 2 || !strings.Contains(out, want) {
+				t.Errorf("%s: exit %d, want 2 and %q:\n%s", cmd, code, want, out)
+			}
+		}
+	}
+}
