@@ -152,7 +152,8 @@ func New(cfg *config.Config) (*Router, error) {
 //
 // The message's Key and Value share memory with ev's bytes: ev must not be modified afterwards.
 // A NULL payload is poison rather than an empty value, because an empty or null Kafka value
-// means "delete" to compacted topics and RocketMQ refuses empty bodies.
+// means "delete" to compacted topics and RocketMQ refuses empty bodies; the table's
+// empty_payload: tombstone makes it (and an empty one) a nil Value instead (shape.go).
 func (r *Router) Route(txn *binlog.Txn, ev *binlog.Event) (sinkName string, msg *sink.Message, err error) {
 	sinkName, _, msg, err = r.RouteIndexed(txn, ev)
 	return sinkName, msg, err
