@@ -23,13 +23,25 @@ func (a *Assembler) handleUpdates(ctx context.Context, ev *replication.BinlogEve
 		return err
 	}
 	p := newProjection(st.spec.Columns, names, e.Table)
-	// Rows alternate before and after images.
-	for i := 1; i < len(e.Rows); i += 2 {
-		var skipped []int
+	skippedAt := func(i int) []int {
 		if i < len(e.SkippedColumns) {
-			skipped = e.SkippedColumns[i]
+			return e.SkippedColumns[i]
 		}
-		a.cur.Updates = append(a.cur.Updates, p.event(st.spec, e.Rows[i], skipped))
+		return nil
+	}
+	// Rows alternate before and after images. With binlog_row_image=MINIMAL the after image
+	// has only the changed columns and the before image only the key: take the row's id and
+	// event id from whichever has them, to name the row.
+	for i := 1; i < len(e.Rows); i += 2 {
+		after := p.event(st.spec, e.Rows[i], skippedAt(i))
+		before := p.event(st.spec, e.Rows[i-1], skippedAt(i-1))
+		if after.ID == "" {
+			after.ID = before.ID
+		}
+		if after.EventID.Missing {
+			after.EventID = before.EventID
+		}
+		a.cur.Updates = append(a.cur.Updates, after)
 	}
 	return nil
 }
