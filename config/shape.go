@@ -171,6 +171,19 @@ func (c *Config) validateShape(p *problems) {
 		default:
 			p.add(field+".format", "%q is not allowed; use raw or cloudevents", r.Format)
 		}
+		if r.Format == FormatCloudEvents {
+			for j, t := range c.Tables {
+				if !routeMayMatch(r, t) {
+					continue
+				}
+				cols, names := t.ExtraHeaderColumns()
+				for k, name := range names {
+					if CloudEventsHeader(name) {
+						p.add(fmt.Sprintf("tables[%d].extra_headers.%s", j, cols[k]), "header %q is set by %s (format: cloudevents) itself; choose another name", name, field)
+					}
+				}
+			}
+		}
 		s, ok := c.Sinks[r.Sink]
 		if !ok || s.Type != SinkRocketMQ {
 			continue
@@ -179,10 +192,8 @@ func (c *Config) validateShape(p *problems) {
 			p.add(field+".format", "cloudevents is Kafka only (binary-mode Kafka headers), but sink %q is rocketmq; use format: raw", r.Sink)
 		}
 		for j, t := range c.Tables {
-			if r.Match.Table != "" {
-				if ok, _ := path.Match(r.Match.Table, t.Table); !ok {
-					continue
-				}
+			if !routeMayMatch(r, t) {
+				continue
 			}
 			for _, f := range t.kafkaOnly() {
 				p.add(fmt.Sprintf("tables[%d].%s", j, f), "is Kafka only, but %s sends rows of %s to rocketmq sink %q; remove it or route the table to a Kafka sink",
@@ -190,6 +201,15 @@ func (c *Config) validateShape(p *problems) {
 			}
 		}
 	}
+}
+
+// routeMayMatch reports whether r can match rows of t (its table glob matches, or it has none).
+func routeMayMatch(r Route, t Table) bool {
+	if r.Match.Table == "" {
+		return true
+	}
+	ok, _ := path.Match(r.Match.Table, t.Table)
+	return ok
 }
 
 // ShapeColumnProblems checks the types of the table's timestamp and partition columns in

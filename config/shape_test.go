@@ -56,6 +56,14 @@ routes:
 			`routes[0].format: "json" is not allowed`,
 			`routes[1].cloudevents: is set but format is raw`,
 		}},
+		{"cloudevents header from a column", `
+tables:
+  - table: shop.outbox
+    extra_headers: {id: ce_id}
+routes:
+  - sink: k
+    format: cloudevents
+`, []string{`tables[0].extra_headers.id: header "ce_id" is set by routes[0] (format: cloudevents) itself`}},
 		{"zone without timestamp", `
 tables:
   - table: shop.outbox
