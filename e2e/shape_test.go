@@ -363,7 +363,7 @@ func TestShapeCheckAndRunRefuse(t *testing.T) {
 	wants := []string{
 		"varchar(32) (configured as tables[0].columns.timestamp): set tables[0].columns.timestamp to a column of type DATETIME, TIMESTAMP or an integer of epoch milliseconds (BIGINT)",
 		"decimal(10,2) (configured as tables[0].columns.partition): set tables[0].columns.partition to a column of type an integer (INT)",
-		"column " + tbl + ".nosuch is missing",
+		"column " + tbl + ".nosuch is missing (configured as tables[0].extra_headers.nosuch",
 	}
 	for _, cmd := range []string{"check", "run"} {
 		code, out := runBinary(t, cmd, "--config", path)
