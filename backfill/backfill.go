@@ -336,7 +336,7 @@ func (t *table) count(ctx context.Context, conn *sql.Conn, cond string) (int, er
 }
 
 // read sends the matching rows as transactions of up to batch events, in primary-key order:
-// keyset pages (WHERE cond AND pk > last ORDER BY pk LIMIT batch), all in the one snapshot, so a
+// keyset pages (WHERE cond AND pk > last ORDER BY pk LIMIT batch, see keysetAfter), all in the one snapshot, so a
 // page is never held longer than it takes to hand it on and no statement runs long. It returns
 // how many rows it handed on.
 func (t *table) read(ctx context.Context, conn *sql.Conn, cond string, batch int, at time.Time, send func(*binlog.Txn) error) (int, error) {
@@ -351,7 +351,7 @@ func (t *table) read(ctx context.Context, conn *sql.Conn, cond string, batch int
 	}
 	head := "SELECT " + strings.Join(sel, ", ") + " FROM " + t.from() + " WHERE " + where(cond)
 	tail := fmt.Sprintf(" ORDER BY %s LIMIT %d", strings.Join(pkList, ", "), batch)
-	after := fmt.Sprintf(" AND (%s) > (%s)", strings.Join(pkList, ", "), strings.TrimSuffix(strings.Repeat("?, ", len(t.pk)), ", "))
+	after := " AND (" + keysetAfter(pkList) + ")"
 	var last []any
 	total := 0
 	for {
@@ -359,7 +359,7 @@ func (t *table) read(ctx context.Context, conn *sql.Conn, cond string, batch int
 		if last != nil {
 			q = head + after + tail
 		}
-		evs, lastKey, err := t.page(ctx, conn, q, last)
+		evs, lastKey, err := t.page(ctx, conn, q, keysetArgs(last))
 		if err != nil {
 			return total, err
 		}
@@ -375,6 +375,35 @@ func (t *table) read(ctx context.Context, conn *sql.Conn, cond string, batch int
 		}
 		last = lastKey
 	}
+}
+
+// keysetAfter is the condition "the primary key is after the last row's" for columns cols, as
+// (c1 > ?) OR (c1 = ? AND c2 > ?) OR ..., which the server turns into a range it seeks to.
+// The row constructor (c1, c2) > (?, ?) means the same, but MariaDB does not use it as a range
+// (EXPLAIN: type index): every page would scan the key from the table's start, quadratic in
+// the table's size. Its arguments are keysetArgs(last). Pure.
+func keysetAfter(cols []string) string {
+	terms := make([]string, len(cols))
+	for i := range cols {
+		var conj []string
+		for _, c := range cols[:i] {
+			conj = append(conj, c+" = ?")
+		}
+		terms[i] = "(" + strings.Join(append(conj, cols[i]+" > ?"), " AND ") + ")"
+	}
+	return strings.Join(terms, " OR ")
+}
+
+// keysetArgs is keysetAfter's arguments for the last row's key values; nil for nil. Pure.
+func keysetArgs(last []any) []any {
+	if last == nil {
+		return nil
+	}
+	var args []any
+	for i := range last {
+		args = append(args, last[:i+1]...)
+	}
+	return args
 }
 
 // page runs one page's query and projects its rows onto events, as the binlog path's projection

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
@@ -587,9 +588,15 @@ func valueField(v any) Field {
 		}
 		return Field{Bytes: x}
 	case string:
-		// go-mysql returns VARCHAR/CHAR and JSON text as strings aliasing the event buffer;
-		// converting copies, which is cheap for these short columns.
-		return Field{Bytes: []byte(x)}
+		// go-mysql returns VARCHAR/CHAR, TEXT and JSON text as strings aliasing the event's
+		// buffer, which nothing overwrites (above), so they are viewed as bytes without a copy,
+		// as byte values are. Nothing downstream writes into a Field's bytes (the capacity is
+		// the length: an append copies). The 100-row catch-up copied every 1 KiB TEXT payload
+		// here: 10% of its allocated objects.
+		if x == "" {
+			return Field{Bytes: []byte{}}
+		}
+		return Field{Bytes: unsafe.Slice(unsafe.StringData(x), len(x))}
 	case int8:
 		return Field{Bytes: strconv.AppendInt(nil, int64(x), 10)}
 	case int16:

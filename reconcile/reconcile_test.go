@@ -2,7 +2,9 @@ package reconcile
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -144,4 +146,31 @@ func eventIDsOfReport(es []Event) []string {
 	}
 	slices.Sort(ids)
 	return slices.Compact(ids)
+}
+
+// The README's JSON list entries: sink and topic left out only for a row without a
+// destination, reason only for it.
+func TestEventJSONFields(t *testing.T) {
+	for _, tc := range []struct {
+		ev         Event
+		want, none []string
+	}{
+		{Event{EventID: "a", Table: "s.t", Sink: "main", Topic: "orders", Rows: 1}, []string{`"sink":"main"`, `"topic":"orders"`, `"rows":1`, `"found":0`, `"created_at":`}, []string{`"reason"`}},
+		{Event{EventID: "g", Table: "s.t", Rows: 1, Reason: "poison"}, []string{`"reason":"poison"`}, []string{`"sink"`, `"topic"`}},
+	} {
+		b, err := json.Marshal(tc.ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(string(b), w) {
+				t.Errorf("%s lacks %s", b, w)
+			}
+		}
+		for _, w := range tc.none {
+			if strings.Contains(string(b), w) {
+				t.Errorf("%s has %s", b, w)
+			}
+		}
+	}
 }

@@ -40,7 +40,8 @@ func readRows(ctx context.Context, db *sql.DB, cfg *config.Config, w Window) ([]
 		if err != nil {
 			return nil, err
 		}
-		rs, err := tx.QueryContext(ctx, q, unixText(w.Since), unixText(w.Until))
+		lo, hi := sqlBounds(w)
+		rs, err := tx.QueryContext(ctx, q, lo, hi)
 		if err != nil {
 			return nil, fmt.Errorf("reconcile: read %s: %w", t.Table, err)
 		}
@@ -135,6 +136,30 @@ func field(v sql.Null[[]byte], missing bool) binlog.Field {
 }
 
 func quote(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
+
+// FROM_UNIXTIME takes Unix seconds in [0, 2^31-1] on MariaDB 10.11 and MySQL 8.0 (a wider
+// range only on newer servers) and returns NULL outside, which would compare as false for
+// every row: a window such as 1960 .. 2100 ("everything") would check nothing and report
+// nothing missing. No TIMESTAMP lies outside that range, nor any DATETIME an outbox row is
+// created with, so the bounds are clamped to it.
+var (
+	minSQLTime = time.Unix(0, 0)
+	maxSQLTime = time.Unix(1<<31-1, 999999e3)
+)
+
+// sqlBounds is w's bounds as FROM_UNIXTIME arguments, clamped to the range it takes. Pure.
+func sqlBounds(w Window) (since, until string) {
+	clamp := func(t time.Time) time.Time {
+		if t.Before(minSQLTime) {
+			return minSQLTime
+		}
+		if t.After(maxSQLTime) {
+			return maxSQLTime
+		}
+		return t
+	}
+	return unixText(clamp(w.Since)), unixText(clamp(w.Until))
+}
 
 // unixText is t as decimal Unix seconds with microseconds, for FROM_UNIXTIME.
 func unixText(t time.Time) string {

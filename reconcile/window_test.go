@@ -46,3 +46,21 @@ func TestWindow(t *testing.T) {
 		t.Fatalf("Range = %v, %v", from, to)
 	}
 }
+
+// Bounds outside what FROM_UNIXTIME and a broker's time index take are clamped, never passed
+// on (FROM_UNIXTIME would answer NULL and select no row; a negative Kafka timestamp is a
+// special value).
+func TestWindowClamped(t *testing.T) {
+	w := Window{Since: time.Date(1960, 1, 1, 0, 0, 0, 0, time.UTC), Until: time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)}
+	lo, hi := sqlBounds(w)
+	if lo != "0.000000" || hi != "2147483647.999999" {
+		t.Fatalf("sqlBounds = %s, %s", lo, hi)
+	}
+	if from, _ := w.Range(time.Minute, time.Minute); !from.Equal(time.Unix(0, 0)) {
+		t.Fatalf("Range from = %v, want the epoch", from)
+	}
+	in := Window{Since: time.Unix(1700000000, 500000e3), Until: time.Unix(1700003600, 0)}
+	if lo, hi := sqlBounds(in); lo != "1700000000.500000" || hi != "1700003600.000000" {
+		t.Fatalf("sqlBounds of an ordinary window = %s, %s", lo, hi)
+	}
+}
