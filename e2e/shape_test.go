@@ -390,3 +390,33 @@ func TestShapeCheckAndRunRefuse(t *testing.T) {
 		}
 	}
 }
+
+// outboxd backfill applies the shape options to the rows it reads over SQL as run does: the
+// record time from a DATETIME in timestamp_zone, the partition column, extra_headers and a
+// tombstone.
+func TestShapeBackfill(t *testing.T) {
+	w := newWorld(t, sharedServer(t))
+	kc := kafkaCluster(t, "shape.b")
+	dt := shapeTable(w, "ev_dt", "DATETIME(3)")
+	o := simpleCfg(t, w, kc, "")
+	o.Tables = []string{dt + "\n    columns: {timestamp: occurred_at, partition: part}\n    timestamp_zone: Asia/Kolkata\n    extra_headers: {tp: traceparent}\n    empty_payload: tombstone"}
+	insertShape(t, w, dt, "",
+		shapeRow{EventID: "b1", Key: "k1", Topic: "shape.b", Payload: []byte("1"), Occurred: "2026-03-01 14:30:00.5", Part: 1, TP: tpCol},
+		shapeRow{EventID: "b2", Key: "k2", Topic: "shape.b", Part: 2},
+	)
+	code, out := runBinary(t, "backfill", "--config", writeCfg(t, o), "--table", dt)
+	if code != 0 {
+		t.Fatalf("backfill exited %d:\n%s", code, out)
+	}
+	got := byEventID(newConsumer(t, kc, "shape.b").waitFor(2, 30*time.Second))
+	b1, b2 := got["b1"], got["b2"]
+	if b1 == nil || b2 == nil {
+		t.Fatalf("got %v", got)
+	}
+	if !b1.Timestamp.Equal(time.Date(2026, 3, 1, 9, 0, 0, 500e6, time.UTC)) || b1.Partition != 1 || header(b1, "traceparent") != tpCol {
+		t.Errorf("b1: time %s partition %d headers %v", b1.Timestamp.UTC(), b1.Partition, b1.Headers)
+	}
+	if b2.Value != nil || b2.Partition != 2 {
+		t.Errorf("b2: value %q (nil %v) partition %d, want a tombstone in partition 2", b2.Value, b2.Value == nil, b2.Partition)
+	}
+}
