@@ -400,7 +400,7 @@ func (a *Assembler) handleRows(ctx context.Context, ev *replication.BinlogEvent,
 	if !ok {
 		return nil
 	}
-	if e.Type() == replication.EnumRowsEventTypeUpdate && st.spec.WatchUpdates() {
+	if st.spec.WatchUpdates() && (e.Type() == replication.EnumRowsEventTypeUpdate || ev.Header.EventType == replication.PARTIAL_UPDATE_ROWS_EVENT) {
 		return a.handleUpdates(ctx, ev, e, st)
 	}
 	if e.Type() != replication.EnumRowsEventTypeInsert {

@@ -51,7 +51,8 @@ func (f TableFilter) DecodeRows(e *replication.RowsEvent, data []byte) error {
 	}
 	switch e.Type() {
 	case replication.EnumRowsEventTypeInsert:
-	case replication.EnumRowsEventTypeUpdate:
+	case replication.EnumRowsEventTypeUpdate,
+		replication.EnumRowsEventTypeUnknown: // MySQL's PARTIAL_UPDATE_ROWS_EVENT (partial JSON)
 		if _, ok := f.updates[tableKey{string(e.Table.Schema), string(e.Table.Table)}]; !ok {
 			return nil
 		}
