@@ -204,6 +204,10 @@ type table struct {
 	// (-1: the table lacks the column, Missing in the event, as on the binlog path).
 	cols                                                 []string
 	eventID, key, topic, payload, eventType, headers, id int
+	// timestamp and partition are -2 when not configured; extra are the extra_headers columns
+	// in config.Table.ExtraHeaderColumns' order.
+	timestamp, partition int
+	extra                []int
 }
 
 // resolveTables checks that each name is a configured outbox table and reads its columns and
@@ -251,6 +255,17 @@ func resolveTables(ctx context.Context, c Config) ([]table, error) {
 		cl := tc.Columns
 		t.eventID, t.key, t.topic, t.payload = idx(cl.EventID), idx(cl.Key), idx(cl.Topic), idx(cl.Payload)
 		t.eventType, t.headers, t.id = idx(cl.EventType), idx(cl.Headers), idx("id")
+		t.timestamp, t.partition = -2, -2
+		if cl.Timestamp != "" {
+			t.timestamp = idx(cl.Timestamp)
+		}
+		if cl.Partition != "" {
+			t.partition = idx(cl.Partition)
+		}
+		extra, _ := tc.ExtraHeaderColumns()
+		for _, c := range extra {
+			t.extra = append(t.extra, idx(c))
+		}
 		out = append(out, t)
 	}
 	return out, nil
@@ -425,6 +440,20 @@ func (t *table) page(ctx context.Context, conn *sql.Conn, q string, args []any) 
 		}
 		if f := field(t.id); !f.Missing && !f.Null {
 			ev.ID = string(f.Bytes)
+		}
+		if t.timestamp != -2 {
+			// Text as the session prints it: a TIMESTAMP column is read in the session's time
+			// zone here, not as epoch millis as on the binlog path (README: backfill).
+			ev.Timestamp = field(t.timestamp)
+		}
+		if t.partition != -2 {
+			ev.Partition = field(t.partition)
+		}
+		if len(t.extra) > 0 {
+			ev.Extra = make([]binlog.Field, len(t.extra))
+			for k, c := range t.extra {
+				ev.Extra[k] = field(c)
+			}
 		}
 		evs = append(evs, ev)
 		last = append(last[:0:0], vals[:len(t.pk)]...)

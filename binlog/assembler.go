@@ -28,6 +28,10 @@ import (
 // ColumnNames maps the outbox roles onto a table's real column names.
 type ColumnNames struct {
 	EventID, Key, Topic, Payload, EventType, Headers string
+	// Timestamp and Partition are optional (empty: not projected); Extra are the columns
+	// placed as headers, projected into Event.Extra in this order.
+	Timestamp, Partition string
+	Extra                []string
 }
 
 // defaultColumnNames backs DefaultColumnNames; never mutated.
@@ -75,7 +79,14 @@ type TableSpec struct {
 	Columns       ColumnNames
 	// PrimaryKey makes every Event of the table carry its primary key (Event.PK).
 	PrimaryKey bool
+	// OnUpdate is what an UPDATE of the table's rows does: "" or "ignore" (not even decoded),
+	// "warn" (logged and counted) or "stop" (the Reader fails with an *UpdateError). See
+	// Txn.Updates.
+	OnUpdate string
 }
+
+// WatchUpdates reports whether the table's UPDATEs are decoded and reported.
+func (t TableSpec) WatchUpdates() bool { return t.OnUpdate == "warn" || t.OnUpdate == "stop" }
 
 // ColumnResolver returns a table's columns in ordinal order, as the table is defined now. The
 // Assembler uses it when a TABLE_MAP carries no column names (binlog_row_metadata=MINIMAL): the
@@ -384,12 +395,18 @@ func (a *Assembler) ddl(q string) {
 // handleRows turns the INSERTed rows of outbox tables into Events of the current transaction.
 func (a *Assembler) handleRows(ctx context.Context, ev *replication.BinlogEvent, e *replication.RowsEvent) error {
 	a.ownRows.note(a.ckTable, e)
-	if e.Type() != replication.EnumRowsEventTypeInsert || e.Table == nil {
-		return nil // UPDATE, DELETE, partial JSON update: outbox rows are insert-only
+	if e.Table == nil {
+		return nil
 	}
 	st, ok := a.tables[tableKey{string(e.Table.Schema), string(e.Table.Table)}]
 	if !ok {
 		return nil
+	}
+	if st.spec.WatchUpdates() && (e.Type() == replication.EnumRowsEventTypeUpdate || ev.Header.EventType == replication.PARTIAL_UPDATE_ROWS_EVENT) {
+		return a.handleUpdates(ctx, ev, e, st)
+	}
+	if e.Type() != replication.EnumRowsEventTypeInsert {
+		return nil // UPDATE, DELETE, partial JSON update: outbox rows are insert-only
 	}
 	table := st.spec.Schema + "." + st.spec.Table
 	if a.cur == nil {
@@ -484,8 +501,11 @@ func (a *Assembler) columnNames(ctx context.Context, st *tableState, tm *replica
 // projection maps one TABLE_MAP's column positions onto the outbox roles.
 type projection struct {
 	eventID, key, topic, payload, eventType, headers, id int // -1 when the table lacks it
-	enums                                                map[int][]string
-	tm                                                   *replication.TableMapEvent
+	// timestamp and partition are -2 when not configured (-1: configured, the table lacks it).
+	timestamp, partition int
+	extra                []int
+	enums                map[int][]string
+	tm                   *replication.TableMapEvent
 }
 
 func newProjection(c ColumnNames, names []string, tm *replication.TableMapEvent) projection {
@@ -505,6 +525,19 @@ func newProjection(c ColumnNames, names []string, tm *replication.TableMapEvent)
 	p := projection{
 		eventID: idx(c.EventID), key: idx(c.Key), topic: idx(c.Topic), payload: idx(c.Payload),
 		eventType: idx(c.EventType), headers: idx(c.Headers), id: idx("id"), tm: tm,
+		timestamp: -2, partition: -2,
+	}
+	if c.Timestamp != "" {
+		p.timestamp = idx(c.Timestamp)
+	}
+	if c.Partition != "" {
+		p.partition = idx(c.Partition)
+	}
+	if len(c.Extra) > 0 {
+		p.extra = make([]int, len(c.Extra))
+		for i, name := range c.Extra {
+			p.extra[i] = idx(name)
+		}
 	}
 	if len(tm.EnumStrValue) > 0 {
 		p.enums = tm.EnumStrValueMap()
@@ -525,6 +558,18 @@ func (p projection) event(spec TableSpec, row []any, skipped []int) Event {
 	}
 	if f := p.field(p.id, row, skipped); !f.Missing && !f.Null {
 		ev.ID = string(f.Bytes)
+	}
+	if p.timestamp != -2 {
+		ev.Timestamp = p.timeField(p.timestamp, row, skipped)
+	}
+	if p.partition != -2 {
+		ev.Partition = p.field(p.partition, row, skipped)
+	}
+	if len(p.extra) > 0 {
+		ev.Extra = make([]Field, len(p.extra))
+		for i, c := range p.extra {
+			ev.Extra[i] = p.field(c, row, skipped)
+		}
 	}
 	return ev
 }

@@ -34,6 +34,7 @@ func (c *Config) Validate() error {
 	c.validateSinks(p)
 	c.validateRoutes(p)
 	c.validateRouteNames(p)
+	c.validateShape(p)
 	c.validatePoison(p)
 	c.validateOps(p)
 	c.validateSecurity(p)

@@ -399,6 +399,7 @@ func TableSpecs(cfg *config.Config) []binlog.TableSpec {
 	for i, t := range cfg.Tables {
 		c := t.Columns
 		cl, cleaned := cfg.CleanupFor(i)
+		extra, _ := t.ExtraHeaderColumns()
 		specs = append(specs, binlog.TableSpec{
 			// Cleanup with retention 0 deletes by the keys the binlog carries.
 			PrimaryKey: cleaned && cl.Retention == 0,
@@ -407,7 +408,9 @@ func TableSpecs(cfg *config.Config) []binlog.TableSpec {
 			Columns: binlog.ColumnNames{
 				EventID: c.EventID, Key: c.Key, Topic: c.Topic, Payload: c.Payload,
 				EventType: c.EventType, Headers: c.Headers,
+				Timestamp: c.Timestamp, Partition: c.Partition, Extra: extra,
 			},
+			OnUpdate: t.OnUpdate,
 		})
 	}
 	return specs

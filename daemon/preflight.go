@@ -45,10 +45,11 @@ func inspectRequest(cfg *config.Config) server.Request {
 				{Name: c.Headers, Role: "headers", Type: "JSON NULL"},
 			},
 		})
+		last := &req.Tables[len(req.Tables)-1]
 		if c.CreatedAt != "" {
-			last := &req.Tables[len(req.Tables)-1]
 			last.Columns = append(last.Columns, server.RoleColumn{Name: c.CreatedAt, Role: "created_at", Required: true, Type: "DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)"})
 		}
+		last.Columns = append(last.Columns, shapeColumns(t)...)
 	}
 	return req
 }
@@ -83,6 +84,11 @@ func inspectSource(ctx context.Context, db *sql.DB, cfg *config.Config) (sourceR
 		return sourceReport{}, fmt.Errorf("check source %s: %w", cfg.Source.Addr, err)
 	}
 	ps = append(ps, tps...)
+	sps, err := shapeProblems(ctx, db, cfg)
+	if err != nil {
+		return sourceReport{}, fmt.Errorf("check source %s: %w", cfg.Source.Addr, err)
+	}
+	ps = append(ps, sps...)
 	r := sourceReport{found: ps}
 	for _, p := range ps {
 		line := sourceLine(cfg.Source.Addr, p)

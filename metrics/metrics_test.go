@@ -143,6 +143,7 @@ func TestEveryContractMetricIsRegistered(t *testing.T) {
 		"outboxd_source_connected":                    dto.MetricType_GAUGE,
 		"outboxd_heartbeats_received_total":           dto.MetricType_COUNTER,
 		"outboxd_transactions_skipped_total":          dto.MetricType_COUNTER,
+		"outboxd_outbox_updates_total":                dto.MetricType_COUNTER,
 		"outboxd_sink_up":                             dto.MetricType_GAUGE,
 		"outboxd_transactions_behind":                 dto.MetricType_GAUGE,
 		"outboxd_build_info":                          dto.MetricType_GAUGE,

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -255,6 +256,10 @@ func (s *Sink) Send(ctx context.Context, msgs []*sink.Message) error {
 		if errs[i] == nil {
 			if ti := infos[m.Topic]; ti.err != nil {
 				errs[i] = ti.err
+			} else if m.HasPartition && !slices.Contains(ti.partitions, int(m.Partition)) {
+				// Before the cascade, so that later messages with its key are held back too.
+				errs[i] = classify(fmt.Errorf("topic %s: message %d (event %s) asks for partition %d, but the topic has %d partitions (tables[].columns.partition): %w",
+					m.Topic, i, m.EventID, m.Partition, len(ti.partitions), errBadPartition))
 			}
 		}
 	}
@@ -297,7 +302,9 @@ func (s *Sink) assign(msgs []*sink.Message, errs []error, infos map[string]topic
 		}
 		parts := infos[m.Topic].partitions
 		var p int
-		if m.Key == nil {
+		if m.HasPartition {
+			p = int(m.Partition) // one the topic has: Send checked
+		} else if m.Key == nil {
 			var ok bool
 			if p, ok = sticky[m.Topic]; !ok {
 				p = parts[int(s.rr.Add(1)%uint64(len(parts)))]
