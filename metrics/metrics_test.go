@@ -148,6 +148,7 @@ func TestEveryContractMetricIsRegistered(t *testing.T) {
 		"outboxd_reconcile_duplicated_events":         dto.MetricType_GAUGE,
 		"outboxd_reconcile_checked_events_total":      dto.MetricType_COUNTER,
 		"outboxd_reconcile_runs_total":                dto.MetricType_COUNTER,
+		"outboxd_reconcile_consecutive_failed_runs":   dto.MetricType_GAUGE,
 		"go_goroutines":                               dto.MetricType_GAUGE,
 		"process_cpu_seconds_total":                   dto.MetricType_COUNTER,
 	}
