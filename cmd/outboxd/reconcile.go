@@ -100,4 +100,7 @@ func printReconcile(w io.Writer, r reconcile.Report) {
 	for _, e := range r.DuplicatedEvents {
 		fmt.Fprintf(w, "DUPLICATED %s  %s  %d copies for %d row(s)  at %s/%s\n", e.EventID, e.Table, e.Found, e.Rows, e.Sink, e.Topic)
 	}
+	if r.Truncated {
+		fmt.Fprintf(w, "(lists stop at the first %d entries by created_at; the counts above are complete: narrow the window to list the rest)\n", reconcile.DefaultMaxListed)
+	}
 }
