@@ -133,6 +133,16 @@ func tableQuery(ctx context.Context, db *sql.DB, i int, t config.Table) (string,
 	case typ != "datetime" && typ != "timestamp":
 		return "", nil, &ConfigError{Err: fmt.Errorf("%s: column %s.%s is %s; want DATETIME or TIMESTAMP", field, t.Table, t.Columns.CreatedAt, typ)}
 	}
+	q, missing := selectQuery(t, types)
+	return q, missing, nil
+}
+
+// selectQuery is table t's SELECT of a created_at range, given its columns' types by lower-case
+// name: only what routing needs. The event id, topic and event type (a route's topic template
+// may name it) are read; the payload only as whether it is NULL, and the key not at all (only
+// whether the table has it: routing never looks at its value). The headers column is read
+// because a malformed one makes the row poison; it is dropped once the row is routed. Pure.
+func selectQuery(t config.Table, types map[string]string) (string, map[string]bool) {
 	c := t.Columns
 	missing := map[string]bool{}
 	sel := func(role, name, expr string) string {
@@ -147,12 +157,12 @@ func tableQuery(ctx context.Context, db *sql.DB, i int, t config.Table) (string,
 	}
 	created := quote(c.CreatedAt)
 	q := "SELECT " + strings.Join([]string{
-		sel("event_id", c.EventID, "?"), sel("key", c.Key, "?"), sel("topic", c.Topic, "?"),
+		sel("event_id", c.EventID, "?"), sel("key", c.Key, "NULL"), sel("topic", c.Topic, "?"),
 		sel("payload", c.Payload, "? IS NULL"), sel("event_type", c.EventType, "?"), sel("headers", c.Headers, "?"),
 		"UNIX_TIMESTAMP(" + created + ")",
 	}, ", ") + " FROM " + quote(t.Schema()) + "." + quote(t.Name()) +
 		" WHERE " + created + " >= FROM_UNIXTIME(?) AND " + created + " < FROM_UNIXTIME(?)"
-	return q, missing, nil
+	return q, missing
 }
 
 func field(v sql.Null[[]byte], missing bool) binlog.Field {
