@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -191,5 +192,38 @@ func TestReconcileSlicesKafka(t *testing.T) {
 		if !dup[e.EventID] || e.Found != 2 {
 			t.Errorf("%s reported duplicated with %d copies", e.EventID, e.Found)
 		}
+	}
+}
+
+// Reconcile reads its window in slices by created_at: without an index on it each slice scans
+// the table. With reconcile: on, check warns with the ALTER TABLE (exit 0: a warning), and
+// outboxd reconcile notes it on stderr; with the index, neither does.
+func TestReconcileCreatedAtIndexWarning(t *testing.T) {
+	w := newWorld(t, sharedServer(t))
+	kc := kafkaCluster(t, "orders")
+	o := simpleCfg(t, w, kc, w.position())
+	path := reconcileCfg(t, o, "r.yaml")
+	if err := os.WriteFile(path, append(must(os.ReadFile(path)), "reconcile: {interval: 1h}\n"...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	table := w.schema + ".outbox_event"
+	fix := "ALTER TABLE " + table + " ADD INDEX (created_at)"
+	code, out := runBinary(t, "check", "--config", path)
+	if code != 0 || !strings.Contains(out, "column "+table+".created_at is the first column of no index") || !strings.Contains(out, fix) {
+		t.Fatalf("check without an index on created_at: exit %d, want 0 and a warning naming %q\n%s", code, fix, out)
+	}
+	since, until := time.Now().Add(-time.Minute).Format(time.RFC3339), time.Now().Format(time.RFC3339)
+	code, out = runBinary(t, "reconcile", "--config", path, "--since", since, "--until", until)
+	if code != 0 || !strings.Contains(out, "note: "+table+".created_at leads no index") {
+		t.Fatalf("reconcile without an index: exit %d\n%s", code, out)
+	}
+	w.exec(fix)
+	code, out = runBinary(t, "check", "--config", path)
+	if code != 0 || strings.Contains(out, "no index") {
+		t.Fatalf("check with the index: exit %d\n%s", code, out)
+	}
+	code, out = runBinary(t, "reconcile", "--config", path, "--since", since, "--until", until)
+	if code != 0 || strings.Contains(out, "no index") {
+		t.Fatalf("reconcile with the index: exit %d\n%s", code, out)
 	}
 }

@@ -49,6 +49,12 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return fmt.Errorf("source %s: %w", cfg.Source.Addr, err)
 	}
 	defer db.Close()
+	if tables, err := reconcile.UnindexedCreatedAt(ctx, db, cfg); err == nil {
+		for _, t := range tables {
+			fmt.Fprintf(stderr, "note: %s.%s leads no index: each slice of the window scans the table (ALTER TABLE %s ADD INDEX (%s))\n",
+				t.Table, t.Columns.CreatedAt, t.Table, t.Columns.CreatedAt)
+		}
+	}
 	rep, err := reconcile.Run(ctx, db, cfg, reconcile.Options{Window: w, Before: *slack, After: *slack, Readers: readers})
 	var ce *reconcile.ConfigError
 	if errors.As(err, &ce) {
