@@ -135,10 +135,13 @@ type slice struct {
 	checked    int
 	byDest     map[dest]map[string]*expected
 	unroutable []*expected
+	// dests holds each destination's first strings, so that the rows share them (the router
+	// renders a topic afresh for each row).
+	dests map[dest]dest
 }
 
 func newSlice(rt *router.Router, dl *dest) *slice {
-	return &slice{rt: rt, dl: dl, byDest: map[dest]map[string]*expected{}}
+	return &slice{rt: rt, dl: dl, byDest: map[dest]map[string]*expected{}, dests: map[dest]dest{}}
 }
 
 // add routes r and records the event id it awaits at its destination.
@@ -155,7 +158,9 @@ func (s *slice) add(r row) {
 	if m == nil {
 		m = map[string]*expected{}
 		s.byDest[d] = m
+		s.dests[d] = d
 	}
+	d = s.dests[d]
 	if e := m[ev.EventID]; e != nil {
 		e.ev.Rows++
 		return

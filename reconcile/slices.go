@@ -9,7 +9,7 @@ import (
 	"github.com/outboxd/outboxd/router"
 )
 
-// DefaultSliceRows bounds the rows a run holds at once: about 30 MB of event ids, table names,
+// DefaultSliceRows bounds the rows a run holds at once: about 25 MB of event ids, table names,
 // created_at times and counts (the key, topic, event type and headers columns are only read to
 // route a row and are not kept).
 const DefaultSliceRows = 100_000
