@@ -89,6 +89,11 @@ func inspectSource(ctx context.Context, db *sql.DB, cfg *config.Config) (sourceR
 		return sourceReport{}, fmt.Errorf("check source %s: %w", cfg.Source.Addr, err)
 	}
 	ps = append(ps, sps...)
+	ips, err := reconcileIndexWarnings(ctx, db, cfg)
+	if err != nil {
+		return sourceReport{}, fmt.Errorf("check source %s: %w", cfg.Source.Addr, err)
+	}
+	ps = append(ps, ips...)
 	r := sourceReport{found: ps}
 	for _, p := range ps {
 		line := sourceLine(cfg.Source.Addr, p)

@@ -31,6 +31,28 @@ func (f *fakeReader) Count(_ context.Context, topic string, _, _ time.Time, coun
 
 func (f *fakeReader) Close() error { return nil }
 
+// rowsSource is a rowSource over rows held by the test.
+type rowsSource []row
+
+func (rs rowsSource) read(_ context.Context, since, until time.Time, limit int, fn func(row)) (bool, error) {
+	n := 0
+	for _, r := range rs {
+		if r.createdAt.Before(since) || !r.createdAt.Before(until) {
+			continue
+		}
+		if n++; limit > 0 && n > limit {
+			return true, nil
+		}
+		fn(r)
+	}
+	return false, nil
+}
+
+// evaluate checks rows as Run checks a table's.
+func evaluate(ctx context.Context, cfg *config.Config, rt *router.Router, rows []row, opts Options) (Report, error) {
+	return check(ctx, cfg, rt, rowsSource(rows), opts)
+}
+
 func outboxRow(id, topic string, at time.Time) row {
 	f := func(s string) binlog.Field { return binlog.Field{Bytes: []byte(s)} }
 	return row{table: "shop.outbox_event", createdAt: at, ev: binlog.Event{

@@ -1,8 +1,11 @@
 package reconcile
 
 import (
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/outboxd/outboxd/config"
 )
 
 func TestParseTime(t *testing.T) {
@@ -62,5 +65,28 @@ func TestWindowClamped(t *testing.T) {
 	in := Window{Since: time.Unix(1700000000, 500000e3), Until: time.Unix(1700003600, 0)}
 	if lo, hi := sqlBounds(in); lo != "1700000000.500000" || hi != "1700003600.000000" {
 		t.Fatalf("sqlBounds of an ordinary window = %s, %s", lo, hi)
+	}
+}
+
+// The slice query reads only what routing needs: no key value and no payload bytes (only
+// whether the payload is NULL); a configured column the table lacks is a constant and marked
+// missing.
+func TestSelectQueryColumns(t *testing.T) {
+	tb := config.Table{Table: "shop.outbox_event", Columns: config.Columns{EventID: "event_id", Key: "biz_key", Topic: "topic",
+		Payload: "payload", EventType: "event_type", Headers: "headers", CreatedAt: "created_at"}}
+	types := map[string]string{"event_id": "varchar", "biz_key": "varchar", "topic": "varchar", "payload": "longblob",
+		"headers": "longtext", "created_at": "datetime"}
+	q, missing := selectQuery(tb, types)
+	sel, _, _ := strings.Cut(q, " FROM ")
+	for _, col := range []string{"`event_id`", "`topic`", "`payload` IS NULL", "`headers`", "UNIX_TIMESTAMP(`created_at`)"} {
+		if !strings.Contains(sel, col) {
+			t.Errorf("%s does not select %s", sel, col)
+		}
+	}
+	if strings.Contains(sel, "biz_key") || strings.Contains(strings.ReplaceAll(sel, "`payload` IS NULL", ""), "payload") {
+		t.Errorf("%s reads the key or the payload", sel)
+	}
+	if !missing["event_type"] || missing["key"] || len(missing) != 1 {
+		t.Errorf("missing %v, want only event_type", missing)
 	}
 }
