@@ -252,6 +252,7 @@ func (s *Sink) Send(ctx context.Context, msgs []*sink.Message) error {
 	}
 	sort.Strings(topics)
 	infos := s.resolve(ctx, start, topics)
+	s.recheckPartitions(ctx, start, msgs, errs, infos)
 	for i, m := range msgs {
 		if errs[i] == nil {
 			if ti := infos[m.Topic]; ti.err != nil {
