@@ -151,13 +151,18 @@ func recordTime(f binlog.Field, zone *time.Location) (t time.Time, ok bool, reas
 		if ms < 0 {
 			return t, false, fmt.Sprintf("is %d: a negative epoch-millis time", ms)
 		}
-		return time.UnixMilli(ms).UTC(), true, ""
-	}
-	t, err := time.ParseInLocation("2006-01-02 15:04:05.999999", s, zone)
-	if err != nil || t.Year() < 1970 {
+		t = time.UnixMilli(ms).UTC()
+	} else if t, err = time.ParseInLocation("2006-01-02 15:04:05.999999", s, zone); err != nil {
 		return time.Time{}, false, fmt.Sprintf("is %q: not a DATETIME, TIMESTAMP or epoch-millis value from 1970 on", s)
 	}
-	return t.UTC(), true, ""
+	// The instant, not the wall clock, must be in range: a DATETIME early on 1970-01-01 east of
+	// UTC is a negative Kafka timestamp, which brokers refuse. A record time of 0 is what
+	// kafka-go reads as "unset" and replaces by its clock, and RFC 3339 (ce_time) ends at 9999.
+	t = t.UTC()
+	if t.UnixMilli() < 1 || t.Year() > 9999 {
+		return time.Time{}, false, fmt.Sprintf("is %q (%s): outside the record times Kafka carries, after 1970-01-01T00:00:00Z up to the end of 9999", s, t.Format(time.RFC3339Nano))
+	}
+	return t, true, ""
 }
 
 // partition reads a partition column: NULL leaves the choice to the key (ok false).

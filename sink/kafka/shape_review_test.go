@@ -2,8 +2,12 @@ package kafka
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/sink"
 )
@@ -40,5 +44,56 @@ func TestExplicitPartitionAddedToTopic(t *testing.T) {
 	se := sendError(t, s.Send(ctx, []*sink.Message{{Topic: topic, Key: []byte("b"), Value: []byte("x"), Partition: 3, HasPartition: true}}))
 	if len(se.Failures) != 1 || !sink.IsPermanent(se.Failures[0].Err) {
 		t.Fatalf("partition 3 of 3: %+v, want one permanent failure", se.Failures)
+	}
+}
+
+// Records of one batch with different record times in no order (columns.timestamp): the
+// batch header's first timestamp is the first record's, its max timestamp the largest, and
+// each record's delta (negative ones too) gives its own time back to a franz-go consumer.
+func TestRecordTimesInOneBatchOutOfOrder(t *testing.T) {
+	e := newEnv(t)
+	s := e.sink(t, nil)
+	topic := e.topic(t, 1)
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	times := []time.Time{
+		base.Add(5 * time.Second), base, base.Add(10*time.Second + 7*time.Millisecond),
+		base.Add(-3 * time.Hour), time.UnixMilli(1), base.Add(10 * time.Second),
+	}
+	type hdr struct{ first, max int64 }
+	var seen []hdr
+	var mu sync.Mutex
+	e.c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		for _, tp := range kreq.(*kmsg.ProduceRequest).Topics {
+			if tp.Topic != topic {
+				continue
+			}
+			for _, p := range tp.Partitions {
+				var b kmsg.RecordBatch
+				if err := b.ReadFrom(p.Records); err == nil {
+					mu.Lock()
+					seen = append(seen, hdr{b.FirstTimestamp, b.MaxTimestamp})
+					mu.Unlock()
+				}
+			}
+		}
+		return nil, nil, false
+	})
+	msgs := make([]*sink.Message, len(times))
+	for i, tm := range times {
+		msgs[i] = &sink.Message{Topic: topic, Key: []byte("k"), Value: []byte(fmt.Sprint(i)), Time: tm}
+	}
+	if err := s.Send(context.Background(), msgs); err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	mu.Lock()
+	if len(seen) != 1 || seen[0].first != times[0].UnixMilli() || seen[0].max != times[2].UnixMilli() {
+		t.Errorf("batch headers %+v, want one batch with first %d and max %d", seen, times[0].UnixMilli(), times[2].UnixMilli())
+	}
+	mu.Unlock()
+	got := e.read(t, topic, len(times))
+	for i, r := range got {
+		if want := times[i]; !r.Time.Equal(want) || string(r.Value) != fmt.Sprint(i) {
+			t.Errorf("record %d (%s): time %v, want %v", i, r.Value, r.Time.UTC(), want)
+		}
 	}
 }

@@ -1,0 +1,58 @@
+package router
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxd/outboxd/sink"
+)
+
+// Record times at the edges of what Kafka and ce_time carry. The table reads DATETIMEs in
+// Europe/Berlin (UTC+1 in winter).
+func TestShapeRecordTimeRange(t *testing.T) {
+	r := newShapeRouter(t)
+	cases := []struct {
+		name, value string
+		want        time.Time // zero: poison
+		poison      string
+	}{
+		{"DATETIME(6) keeps its fraction", "2026-03-01 10:00:00.123456", time.Date(2026, 3, 1, 9, 0, 0, 123456000, time.UTC), ""},
+		{"first millisecond after the epoch", "1", time.UnixMilli(1), ""},
+		{"a DATETIME in 1970 in Berlin that is 1969 in UTC", "1970-01-01 00:30:00", time.Time{}, "1970"},
+		// kafka-go sends a record time of 0 as "unset" and stamps its own clock instead.
+		{"epoch millis 0", "0", time.Time{}, "1970"},
+		{"epoch DATETIME in UTC+1, exactly 0 in UTC", "1970-01-01 01:00:00", time.Time{}, "1970"},
+		// RFC 3339 (ce_time) and DATETIME stop at year 9999.
+		{"millis past 9999", "253402300800000", time.Time{}, "9999"},
+		{"last millisecond of 9999", "253402300799999", time.UnixMilli(253402300799999), ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ev := shapedEvent()
+			ev.Timestamp = field(c.value)
+			_, m, err := r.Route(txn(), ev)
+			if c.poison != "" {
+				var pe *PoisonError
+				if !errors.As(err, &pe) || !strings.Contains(pe.Reason, c.poison) {
+					t.Fatalf("%q: err %v (time %v), want poison naming %q", c.value, err, msgTime(m), c.poison)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !m.Time.Equal(c.want) {
+				t.Errorf("%q: time %v, want %v", c.value, m.Time, c.want)
+			}
+		})
+	}
+}
+
+func msgTime(m *sink.Message) any {
+	if m == nil {
+		return nil
+	}
+	return m.Time
+}
