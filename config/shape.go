@@ -56,9 +56,11 @@ func ReservedHeader(name string) bool {
 }
 
 // CloudEventsHeader reports whether format: cloudevents sets the header name itself; a row's
-// headers and extra_headers cannot set it on such a route. Pure.
+// headers and extra_headers cannot set it on such a route. Case does not matter: CloudEvents
+// SDKs (Go's kafka_sarama, for one) lowercase header names, so "CE_ID" would be a second id.
+// Pure.
 func CloudEventsHeader(name string) bool {
-	switch name {
+	switch strings.ToLower(name) {
 	case "ce_specversion", "ce_id", "ce_type", "ce_source", "ce_time", "content-type":
 		return true
 	}
@@ -164,8 +166,13 @@ func (c *Config) validateShape(p *problems) {
 				if ce.Source != "" && strings.TrimSpace(ce.Source) == "" {
 					p.add(field+".cloudevents.source", "is blank; omit it for /outboxd/<schema>.<table>")
 				}
-				if ce.ContentType != "" && !strings.Contains(ce.ContentType, "/") {
+				switch {
+				case ce.ContentType != "" && !strings.Contains(ce.ContentType, "/"):
 					p.add(field+".cloudevents.content_type", "%q is not a media type such as application/json", ce.ContentType)
+				case strings.HasPrefix(strings.ToLower(ce.ContentType), "application/cloudevents"):
+					// The Kafka binding (3.1): such a content-type says the value is the whole
+					// event (structured mode); outboxd sends binary mode, the payload as data.
+					p.add(field+".cloudevents.content_type", "%q marks structured mode, but outboxd sends binary mode (the payload is the event's data); give the data's media type, such as application/json", ce.ContentType)
 				}
 			}
 		default:

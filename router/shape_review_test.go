@@ -56,3 +56,25 @@ func msgTime(m *sink.Message) any {
 	}
 	return m.Time
 }
+
+// A row's own headers that a CloudEvents SDK reads as the route's attributes (it lowercases
+// header names) are dropped whatever their case, so the event has one id and one content type.
+func TestCloudEventsRowHeadersAnyCase(t *testing.T) {
+	r := newShapeRouter(t)
+	ev := shapedEvent()
+	ev.Topic = field("ce.order")
+	ev.Headers = field(`{"CE_ID":"spoof","Content-Type":"text/plain","Ce_Time":"1999-01-01T00:00:00Z","ce_subject":"order-9"}`)
+	_, m, err := r.Route(txn(), ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, h := range m.Headers {
+		seen[strings.ToLower(h.Key)]++
+	}
+	for _, k := range []string{"ce_id", "content-type", "ce_time", "ce_subject"} {
+		if seen[k] != 1 {
+			t.Errorf("%d headers named %s in any case, want 1: %v", seen[k], k, headerMap(m.Headers))
+		}
+	}
+}

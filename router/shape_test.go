@@ -28,7 +28,7 @@ routes:
   - match: {topic: "ce.*"}
     sink: main
     format: cloudevents
-    cloudevents: {source: /shop/orders, content_type: application/cloudevents-test}
+    cloudevents: {source: /shop/orders, content_type: application/vnd.shop+json}
   - match: {topic: "cedef.*"}
     sink: main
     format: cloudevents
@@ -175,7 +175,7 @@ func TestCloudEventsHeaders(t *testing.T) {
 	}
 	want := map[string]string{
 		"ce_specversion": "1.0", "ce_id": "e-1", "ce_type": "OrderCreated", "ce_source": "/shop/orders",
-		"ce_time": "2026-03-01T09:00:00.123Z", "content-type": "application/cloudevents-test", "ce_subject": "order-9",
+		"ce_time": "2026-03-01T09:00:00.123Z", "content-type": "application/vnd.shop+json", "ce_subject": "order-9",
 	}
 	for k, v := range want {
 		if len(got[k]) != 1 || got[k][0] != v {

@@ -1,0 +1,46 @@
+package config
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// A content_type of application/cloudevents... is how the Kafka binding marks structured mode
+// (the value is the whole event as JSON): a consumer's SDK would then read the payload as an
+// envelope. And header names are matched as the SDKs read them, case-insensitively.
+func TestCloudEventsBinaryModeOnly(t *testing.T) {
+	for _, c := range []struct{ name, yaml, want string }{
+		{"structured content type", `
+tables:
+  - table: shop.outbox
+routes:
+  - sink: k
+    format: cloudevents
+    cloudevents: {content_type: application/cloudevents+json}
+`, `routes[0].cloudevents.content_type: "application/cloudevents+json" marks structured mode`},
+		{"structured content type, other case", `
+tables:
+  - table: shop.outbox
+routes:
+  - sink: k
+    format: cloudevents
+    cloudevents: {content_type: Application/CloudEvents-Batch+json}
+`, `routes[0].cloudevents.content_type: "Application/CloudEvents-Batch+json" marks structured mode`},
+		{"extra header in another case", `
+tables:
+  - table: shop.outbox
+    extra_headers: {id: CE_ID, ct: Content-Type}
+routes:
+  - sink: k
+    format: cloudevents
+`, `tables[0].extra_headers.id: header "CE_ID" is set by routes[0] (format: cloudevents) itself`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := parse([]byte(shapeBase+c.yaml), func(string) (string, bool) { return "", false })
+			if err == nil || !strings.Contains(regexp.MustCompile(` \(line \d+\)`).ReplaceAllString(err.Error(), ""), c.want) {
+				t.Fatalf("err %v, want %q", err, c.want)
+			}
+		})
+	}
+}
