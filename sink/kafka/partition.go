@@ -7,6 +7,8 @@ import (
 	"sort"
 	"time"
 
+	kafkago "github.com/segmentio/kafka-go"
+
 	"github.com/outboxd/outboxd/sink"
 )
 
@@ -34,4 +36,43 @@ func (s *Sink) recheckPartitions(ctx context.Context, start time.Time, msgs []*s
 	for t, ti := range s.resolve(ctx, start, stale) {
 		infos[t] = ti
 	}
+}
+
+// partitionWaves numbers the pending messages' send waves: a keyed message is one wave after
+// its key's previous message in the same topic when that one goes to another partition, else
+// in the same wave (one partition keeps slice order by itself). It returns the wave of every
+// message and the number of waves; without explicit partitions there is one wave and no work.
+// Keys across topics stay in one wave, as before explicit partitions: a topic has its own
+// order.
+func partitionWaves(msgs []*sink.Message, errs []error, infos map[string]topicInfo) (waves []int, n int) {
+	if !slices.ContainsFunc(msgs, func(m *sink.Message) bool { return m != nil && m.HasPartition }) {
+		return nil, 1
+	}
+	type last struct{ partition, wave int }
+	type topicKey struct{ topic, key string }
+	prev := make(map[topicKey]last)
+	waves = make([]int, len(msgs))
+	balancer := kafkago.Murmur2Balancer{Consistent: true}
+	n = 1
+	for i, m := range msgs {
+		if errs[i] != nil || m.Key == nil {
+			continue
+		}
+		p := int(m.Partition)
+		if !m.HasPartition {
+			p = balancer.Balance(kafkago.Message{Key: m.Key}, infos[m.Topic].partitions...)
+		}
+		k := topicKey{m.Topic, string(m.Key)}
+		w := 0
+		if l, ok := prev[k]; ok {
+			w = l.wave
+			if l.partition != p {
+				w++
+			}
+		}
+		prev[k] = last{p, w}
+		waves[i] = w
+		n = max(n, w+1)
+	}
+	return waves, n
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/sink"
+	"github.com/outboxd/outboxd/sink/sinktest"
 )
 
 // A partition added to a topic is named by a row a moment later, while the sink's cached
@@ -96,4 +97,46 @@ func TestRecordTimesInOneBatchOutOfOrder(t *testing.T) {
 			t.Errorf("record %d (%s): time %v, want %v", i, r.Value, r.Time.UTC(), want)
 		}
 	}
+}
+
+// Rows of one key in different partitions of a topic (columns.partition): a later one is
+// not sent before the earlier one is acknowledged, so when the earlier one fails the later one
+// is really "not sent", the resend stores it once, and no consumer sees it first.
+func TestExplicitPartitionsOfOneKeyInOrder(t *testing.T) {
+	e := newEnv(t)
+	s := e.sink(t, nil)
+	topic := e.topic(t, 3)
+	e.failProduce(topic, 2, codeNotEnoughReplicas, 1)
+	msgs := []*sink.Message{
+		{Topic: topic, Key: []byte("a"), Value: []byte("first, to 2"), Partition: 2, HasPartition: true},
+		{Topic: topic, Key: []byte("a"), Value: []byte("second, to 0"), Partition: 0, HasPartition: true},
+		{Topic: topic, Key: []byte("a"), Value: []byte("third, by key")},
+		{Topic: topic, Key: []byte("b"), Value: []byte("other key, to 0"), Partition: 0, HasPartition: true},
+	}
+	se := sendError(t, s.Send(context.Background(), msgs))
+	if len(se.Failures) != 3 {
+		t.Fatalf("failures %+v, want the three messages of key a", se.Failures)
+	}
+	for _, f := range se.Failures {
+		if sink.IsPermanent(f.Err) {
+			t.Fatalf("message %d: %v, want transient", f.Index, f.Err)
+		}
+	}
+	if got := e.read(t, topic, 1); len(got) != 1 || string(got[0].Value) != "other key, to 0" {
+		t.Fatalf("stored after the failed Send: %v, want only key b's message", values(got))
+	}
+	if err := s.Send(context.Background(), msgs[:3]); err != nil {
+		t.Fatalf("resend: %v", err)
+	}
+	if got := e.read(t, topic, 4); len(got) != 4 {
+		t.Fatalf("stored %v, want each message once", values(got))
+	}
+}
+
+func values(rs []sinktest.Received) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = fmt.Sprintf("%d:%s", r.Queue, r.Value)
+	}
+	return out
 }
