@@ -122,6 +122,8 @@ func (c *Config) validateShape(p *problems) {
 		if t.TimestampZone != "" {
 			if t.Columns.Timestamp == "" {
 				p.add(field+".timestamp_zone", "is set but columns.timestamp is not; name the DATETIME column it applies to, or remove it")
+			} else if t.TimestampZone == "Local" {
+				p.add(field+".timestamp_zone", "%q is the zone of the host outboxd runs on, so record times would change with the machine; name the zone the writers use (an IANA name such as Europe/Berlin, or UTC)", t.TimestampZone)
 			} else if _, err := time.LoadLocation(t.TimestampZone); err != nil {
 				p.add(field+".timestamp_zone", "%q is not a time zone name (use an IANA name such as Europe/Berlin, or UTC): %v", t.TimestampZone, err)
 			}

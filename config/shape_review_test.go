@@ -6,10 +6,10 @@ import (
 	"testing"
 )
 
-// A content_type of application/cloudevents... is how the Kafka binding marks structured mode
+// timestamp_zone names a fixed zone. A content_type of application/cloudevents... is how the Kafka binding marks structured mode
 // (the value is the whole event as JSON): a consumer's SDK would then read the payload as an
 // envelope. And header names are matched as the SDKs read them, case-insensitively.
-func TestCloudEventsBinaryModeOnly(t *testing.T) {
+func TestShapeConfigNonsense(t *testing.T) {
 	for _, c := range []struct{ name, yaml, want string }{
 		{"structured content type", `
 tables:
@@ -35,6 +35,16 @@ routes:
   - sink: k
     format: cloudevents
 `, `tables[0].extra_headers.id: header "CE_ID" is set by routes[0] (format: cloudevents) itself`},
+		// "Local" is whatever zone the host running outboxd has: the record times would change
+		// with the machine.
+		{"host zone", `
+tables:
+  - table: shop.outbox
+    columns: {timestamp: ts}
+    timestamp_zone: Local
+routes:
+  - sink: k
+`, `tables[0].timestamp_zone: "Local" is the zone of the host outboxd runs on`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := parse([]byte(shapeBase+c.yaml), func(string) (string, bool) { return "", false })
