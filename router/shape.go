@@ -131,6 +131,9 @@ func (sh *tableShape) apply(ev *binlog.Event, msg *sink.Message) string {
 		case f.Null:
 			continue // no header, as for a NULL headers column
 		}
+		// The column wins over a headers-JSON entry of its name: RocketMQ would keep only the
+		// first of the two, and a Kafka consumer would see both.
+		msg.Headers = slices.DeleteFunc(msg.Headers, func(h sink.Header) bool { return h.Key == name })
 		msg.Headers = append(msg.Headers, sink.Header{Key: name, Value: nonNil(f.Bytes)})
 	}
 	return ""

@@ -78,3 +78,30 @@ func TestCloudEventsRowHeadersAnyCase(t *testing.T) {
 		}
 	}
 }
+
+// README: a column placed by extra_headers wins over a headers-JSON entry of the same name.
+// RocketMQ properties are a map that keeps the first of two equal names, so the router must
+// not hand it both; a NULL column adds nothing and leaves the entry.
+func TestExtraHeaderColumnWinsOverJSONEntry(t *testing.T) {
+	r := newShapeRouter(t)
+	ev := shapedEvent()
+	ev.Headers = field(`{"traceparent":"from-json","tracestate":"json-state","x":"y"}`)
+	ev.Extra[0] = null // tracestate column
+	_, m, err := r.Route(txn(), ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, h := range m.Headers {
+		got[h.Key] = append(got[h.Key], string(h.Value))
+	}
+	if tp := got["traceparent"]; len(tp) != 1 || tp[0] != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" {
+		t.Errorf("traceparent headers %q, want only the column's", tp)
+	}
+	if ts := got["tracestate"]; len(ts) != 1 || ts[0] != "json-state" {
+		t.Errorf("tracestate headers %q, want the JSON entry (the column is NULL)", ts)
+	}
+	if x := got["x"]; len(x) != 1 {
+		t.Errorf("x headers %q", x)
+	}
+}
