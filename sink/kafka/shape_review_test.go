@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -139,4 +140,74 @@ func values(rs []sinktest.Received) []string {
 		out[i] = fmt.Sprintf("%d:%s", r.Queue, r.Value)
 	}
 	return out
+}
+
+// Randomized: keys spread over explicit partitions and their hash partition, one partition's
+// batch failing now and then; the caller resends what failed, in order, until all is
+// acknowledged. Every message is stored exactly once (a failed one was not stored), and each
+// key's messages keep slice order in every partition.
+func TestPropertyExplicitPartitionsResend(t *testing.T) {
+	e := newEnv(t)
+	s := e.sink(t, nil)
+	topic := e.topic(t, 3)
+	rng := rand.New(rand.NewPCG(14, 2026))
+	var all []*sink.Message
+	for round := 0; round < 8; round++ {
+		var pending []*sink.Message
+		for i := 0; i < 12; i++ {
+			m := &sink.Message{Topic: topic, Key: []byte{byte('a' + rng.IntN(3))}, Value: []byte(fmt.Sprintf("r%d-%d", round, i))}
+			if rng.IntN(3) > 0 {
+				m.Partition, m.HasPartition = int32(rng.IntN(3)), true
+			}
+			pending = append(pending, m)
+		}
+		all = append(all, pending...)
+		for try := 0; len(pending) > 0; try++ {
+			if try > 20 {
+				t.Fatalf("round %d: still failing after 20 resends", round)
+			}
+			if rng.IntN(2) == 0 {
+				e.failProduce(topic, int32(rng.IntN(3)), codeNotEnoughReplicas, 1)
+			}
+			err := s.Send(context.Background(), pending)
+			if err == nil {
+				break
+			}
+			se := sendError(t, err)
+			var again []*sink.Message
+			for _, f := range se.Failures {
+				if sink.IsPermanent(f.Err) {
+					t.Fatalf("message %s: %v", pending[f.Index].Value, f.Err)
+				}
+				again = append(again, pending[f.Index])
+			}
+			pending = again
+		}
+	}
+	got := e.read(t, topic, len(all))
+	if len(got) != len(all) {
+		t.Fatalf("stored %d records, want %d (each once)", len(got), len(all))
+	}
+	pos := map[string]int{}
+	for i, m := range all {
+		pos[string(m.Value)] = i
+	}
+	last := map[string]int{} // "key/partition" -> slice index of the last record read
+	seen := map[string]bool{}
+	for _, r := range got {
+		v := string(r.Value)
+		if seen[v] {
+			t.Fatalf("%s stored twice", v)
+		}
+		seen[v] = true
+		m := all[pos[v]]
+		if m.HasPartition && int32(r.Queue) != m.Partition {
+			t.Errorf("%s in partition %d, want %d", v, r.Queue, m.Partition)
+		}
+		k := fmt.Sprintf("%s/%d", r.Key, r.Queue)
+		if p, ok := last[k]; ok && p > pos[v] {
+			t.Errorf("key %s in partition %d: %s after %s", r.Key, r.Queue, v, all[p].Value)
+		}
+		last[k] = pos[v]
+	}
 }
