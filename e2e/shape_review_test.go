@@ -61,3 +61,38 @@ func TestOnUpdateCoveredAndOtherTables(t *testing.T) {
 		t.Errorf("the stop run reported an update:\n%s", rl.logs.String())
 	}
 }
+
+// README: under on_update: stop "the restart stops there again until on_update is changed":
+// a second run with stop exits at the same row, one with warn gets past it and delivers what
+// follows, once.
+func TestOnUpdateStopRestarts(t *testing.T) {
+	w := newWorld(t, sharedServer(t))
+	kc := kafkaCluster(t, "t")
+	table := w.schema + ".outbox_event"
+	o := simpleCfg(t, w, kc, w.position())
+	o.Tables = []string{table + "\n    on_update: stop"}
+	rl := startRelay(t, o, daemon.Options{})
+	first := w.commit(row{EventID: "a", Key: "k", Topic: "t", Payload: []byte("1")})
+	waitCheckpoint(t, o.Dir, first, 30*time.Second)
+	w.exec("UPDATE " + table + " SET payload = 'changed' WHERE event_id = 'a'")
+	upd := w.position()
+	w.commit(row{EventID: "b", Key: "k", Topic: "t", Payload: []byte("2")})
+	for run := 1; run <= 2; run++ {
+		if err := rl.waitExit(t, 30*time.Second); err == nil || !strings.Contains(err.Error(), upd) {
+			t.Fatalf("run %d ended with %v, want the update %s named", run, err, upd)
+		}
+		if got := readCheckpoint(t, o.Dir); got != first {
+			t.Fatalf("run %d: checkpoint %s, want %s", run, got, first)
+		}
+		if run == 1 {
+			rl = startRelay(t, o, daemon.Options{})
+		}
+	}
+	o.Tables = []string{table + "\n    on_update: warn"}
+	startRelay(t, o, daemon.Options{})
+	c := newConsumer(t, kc, "t")
+	c.waitForEvent("b", 30*time.Second)
+	if ids := strings.Join(eventIDs(c.settle(500*time.Millisecond)), ","); ids != "a,b" {
+		t.Errorf("delivered %s, want a,b", ids)
+	}
+}
