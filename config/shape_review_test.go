@@ -45,6 +45,28 @@ tables:
 routes:
   - sink: k
 `, `tables[0].timestamp_zone: "Local" is the zone of the host outboxd runs on`},
+		{"typo of an option", `
+tables:
+  - table: shop.outbox
+    empty_paylod: tombstone
+routes:
+  - sink: k
+`, `empty_paylod`},
+		{"typo of a column role", `
+tables:
+  - table: shop.outbox
+    columns: {timestmp: ts}
+routes:
+  - sink: k
+`, `timestmp`},
+		{"cloudevents typo", `
+tables:
+  - table: shop.outbox
+routes:
+  - sink: k
+    format: cloudevents
+    cloudevents: {sources: /x}
+`, `sources`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := parse([]byte(shapeBase+c.yaml), func(string) (string, bool) { return "", false })
