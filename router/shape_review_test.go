@@ -91,10 +91,7 @@ func TestExtraHeaderColumnWinsOverJSONEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string][]string{}
-	for _, h := range m.Headers {
-		got[h.Key] = append(got[h.Key], string(h.Value))
-	}
+	got := headerLists(m.Headers)
 	if tp := got["traceparent"]; len(tp) != 1 || tp[0] != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" {
 		t.Errorf("traceparent headers %q, want only the column's", tp)
 	}
@@ -104,4 +101,13 @@ func TestExtraHeaderColumnWinsOverJSONEntry(t *testing.T) {
 	if x := got["x"]; len(x) != 1 {
 		t.Errorf("x headers %q", x)
 	}
+}
+
+// headerLists maps each header name to its values in order.
+func headerLists(hs []sink.Header) map[string][]string {
+	got := map[string][]string{}
+	for _, h := range hs {
+		got[h.Key] = append(got[h.Key], string(h.Value))
+	}
+	return got
 }

@@ -169,10 +169,7 @@ func TestCloudEventsHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string][]string{}
-	for _, h := range m.Headers {
-		got[h.Key] = append(got[h.Key], string(h.Value))
-	}
+	got := headerLists(m.Headers)
 	want := map[string]string{
 		"ce_specversion": "1.0", "ce_id": "e-1", "ce_type": "OrderCreated", "ce_source": "/shop/orders",
 		"ce_time": "2026-03-01T09:00:00.123Z", "content-type": "application/vnd.shop+json", "ce_subject": "order-9",
@@ -196,10 +193,7 @@ func TestCloudEventsHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got = map[string][]string{}
-	for _, h := range m.Headers {
-		got[h.Key] = append(got[h.Key], string(h.Value))
-	}
+	got = headerLists(m.Headers)
 	if got["ce_type"][0] != "shop.Default" || got["ce_source"][0] != "/outboxd/shop.strict" || got["content-type"][0] != "application/json" ||
 		got["ce_time"][0] != "2025-03-04T05:06:07Z" {
 		t.Fatalf("defaults: %v", got)
