@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/sink/rocketmq"
 )
 
 // Message shape options: per-table columns placed into the message, and the route's envelope.
@@ -207,6 +208,13 @@ func (c *Config) validateShape(p *problems) {
 			for _, f := range t.kafkaOnly() {
 				p.add(fmt.Sprintf("tables[%d].%s", j, f), "is Kafka only, but %s sends rows of %s to rocketmq sink %q; remove it or route the table to a Kafka sink",
 					field, t.Table, r.Sink)
+			}
+			cols, names := t.ExtraHeaderColumns()
+			for k, name := range names {
+				// The sink would drop the header from every message (with a log line).
+				if why := rocketmq.PropertyNameProblem(name); why != "" && name != "" {
+					p.add(fmt.Sprintf("tables[%d].extra_headers.%s", j, cols[k]), "header %q %s, which %s (rocketmq sink %q) cannot carry; choose another name", name, why, field, r.Sink)
+				}
 			}
 		}
 	}

@@ -45,6 +45,15 @@ tables:
 routes:
   - sink: k
 `, `tables[0].timestamp_zone: "Local" is the zone of the host outboxd runs on`},
+		// The RocketMQ sink drops such headers (they are system properties), so the config
+		// says so instead of each message losing it quietly.
+		{"rocketmq system property as a header", `
+tables:
+  - table: shop.outbox
+    extra_headers: {k: KEYS, t: traceparent}
+routes:
+  - sink: mq
+`, `tables[0].extra_headers.k: header "KEYS" is a RocketMQ system property, which routes[0] (rocketmq sink "mq") cannot carry`},
 		{"typo of an option", `
 tables:
   - table: shop.outbox
