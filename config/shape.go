@@ -258,6 +258,17 @@ func (t Table) ShapeColumnProblems(field string, defs []server.Column) []server.
 			})
 		}
 	}
+	if t.TimestampZone != "" {
+		for _, d := range defs {
+			if dt := strings.ToLower(d.DataType); strings.EqualFold(d.Name, t.Columns.Timestamp) && (dt == "timestamp" || integerType(dt)) {
+				ps = append(ps, server.Problem{
+					Setting: "column " + t.Table + "." + d.Name, Check: server.CheckTableColumns, Table: t.Table, Warning: true,
+					Found: d.ColumnType + " (an instant; " + field + ".timestamp_zone applies to DATETIME only)",
+					Fix:   "remove " + field + ".timestamp_zone, which changes nothing for this column",
+				})
+			}
+		}
+	}
 	return ps
 }
 
