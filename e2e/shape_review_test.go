@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxd/outboxd/daemon"
 )
@@ -94,5 +98,44 @@ func TestOnUpdateStopRestarts(t *testing.T) {
 	c.waitForEvent("b", 30*time.Second)
 	if ids := strings.Join(eventIDs(c.settle(500*time.Millisecond)), ","); ids != "a,b" {
 		t.Errorf("delivered %s, want a,b", ids)
+	}
+}
+
+// Partitions added to a topic while outboxd runs: a row naming a new one right away is
+// delivered there, not stopped as out of range (on_poison: stop) from cached metadata.
+func TestShapePartitionAddedWhileRunning(t *testing.T) {
+	w := newWorld(t, sharedServer(t))
+	kc := kafkaCluster(t)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "grow"); err != nil {
+		t.Fatal(err)
+	}
+	dt := shapeTable(w, "ev_grow", "DATETIME(3)")
+	o := simpleCfg(t, w, kc, w.position())
+	o.Tables = []string{dt + "\n    columns: {partition: part}"}
+	o.OnPoison = "stop"
+	rl := startRelay(t, o, daemon.Options{})
+	first := insertShape(t, w, dt, "", shapeRow{EventID: "p0", Key: "k", Topic: "grow", Payload: []byte("1"), Part: 0})
+	waitCheckpoint(t, o.Dir, first, 30*time.Second)
+	if _, err := adm.CreatePartitions(ctx, 2, "grow"); err != nil {
+		t.Fatal(err)
+	}
+	last := insertShape(t, w, dt, "", shapeRow{EventID: "p2", Key: "k", Topic: "grow", Payload: []byte("2"), Part: 2})
+	c := newConsumer(t, kc, "grow")
+	if r := byEventID(c.waitForEvent("p2", 30*time.Second))["p2"]; r.Partition != 2 {
+		t.Errorf("p2 in partition %d, want 2", r.Partition)
+	}
+	waitCheckpoint(t, o.Dir, last, 30*time.Second)
+	select {
+	case err := <-rl.done:
+		t.Fatalf("outboxd stopped: %v", err)
+	default:
 	}
 }
