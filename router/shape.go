@@ -186,6 +186,9 @@ func partition(f binlog.Field) (p int32, ok bool, reason string) {
 // apply sets the CloudEvents binary-mode headers on msg (after its time is final) and drops
 // the row's own headers of the same names. It returns why the row is poison, or "".
 func (ce *ceRoute) apply(rt *route, ev *binlog.Event, msg *sink.Message) string {
+	if len(ev.EventID.Bytes) == 0 {
+		return fmt.Sprintf("routes[%d] has format cloudevents, whose ce_id (the event id) must not be empty, and the row's event id is empty", rt.index)
+	}
 	typ := text(ev.EventType)
 	if typ == "" {
 		if typ = ce.typ; typ == "" {

@@ -111,3 +111,16 @@ func headerLists(hs []sink.Header) map[string][]string {
 	}
 	return got
 }
+
+// CloudEvents requires a non-empty id (spec: "MUST be a non-empty string"); an SDK consumer
+// refuses the event, so an empty event_id on a cloudevents route is poison, named.
+func TestCloudEventsEmptyIDIsPoison(t *testing.T) {
+	r := newShapeRouter(t)
+	ev := shapedEvent()
+	ev.Topic = field("ce.order")
+	ev.EventID = field("")
+	var pe *PoisonError
+	if _, _, err := r.Route(txn(), ev); !errors.As(err, &pe) || !strings.Contains(pe.Reason, "ce_id") {
+		t.Fatalf("err %v, want poison naming ce_id", err)
+	}
+}
