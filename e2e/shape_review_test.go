@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/outboxd/outboxd/daemon"
 )
 
@@ -106,12 +103,7 @@ func TestOnUpdateStopRestarts(t *testing.T) {
 func TestShapePartitionAddedWhileRunning(t *testing.T) {
 	w := newWorld(t, sharedServer(t))
 	kc := kafkaCluster(t)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	adm := kadm.NewClient(cl)
+	adm := adminClient(t, kc)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "grow"); err != nil {
