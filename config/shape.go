@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/sink/rocketmq"
 )
 
 // Message shape options: per-table columns placed into the message, and the route's envelope.
@@ -56,9 +57,11 @@ func ReservedHeader(name string) bool {
 }
 
 // CloudEventsHeader reports whether format: cloudevents sets the header name itself; a row's
-// headers and extra_headers cannot set it on such a route. Pure.
+// headers and extra_headers cannot set it on such a route. Case does not matter: CloudEvents
+// SDKs (Go's kafka_sarama, for one) lowercase header names, so "CE_ID" would be a second id.
+// Pure.
 func CloudEventsHeader(name string) bool {
-	switch name {
+	switch strings.ToLower(name) {
 	case "ce_specversion", "ce_id", "ce_type", "ce_source", "ce_time", "content-type":
 		return true
 	}
@@ -120,6 +123,8 @@ func (c *Config) validateShape(p *problems) {
 		if t.TimestampZone != "" {
 			if t.Columns.Timestamp == "" {
 				p.add(field+".timestamp_zone", "is set but columns.timestamp is not; name the DATETIME column it applies to, or remove it")
+			} else if t.TimestampZone == "Local" {
+				p.add(field+".timestamp_zone", "%q is the zone of the host outboxd runs on, so record times would change with the machine; name the zone the writers use (an IANA name such as Europe/Berlin, or UTC)", t.TimestampZone)
 			} else if _, err := time.LoadLocation(t.TimestampZone); err != nil {
 				p.add(field+".timestamp_zone", "%q is not a time zone name (use an IANA name such as Europe/Berlin, or UTC): %v", t.TimestampZone, err)
 			}
@@ -164,8 +169,13 @@ func (c *Config) validateShape(p *problems) {
 				if ce.Source != "" && strings.TrimSpace(ce.Source) == "" {
 					p.add(field+".cloudevents.source", "is blank; omit it for /outboxd/<schema>.<table>")
 				}
-				if ce.ContentType != "" && !strings.Contains(ce.ContentType, "/") {
+				switch {
+				case ce.ContentType != "" && !strings.Contains(ce.ContentType, "/"):
 					p.add(field+".cloudevents.content_type", "%q is not a media type such as application/json", ce.ContentType)
+				case strings.HasPrefix(strings.ToLower(ce.ContentType), "application/cloudevents"):
+					// The Kafka binding (3.1): such a content-type says the value is the whole
+					// event (structured mode); outboxd sends binary mode, the payload as data.
+					p.add(field+".cloudevents.content_type", "%q marks structured mode, but outboxd sends binary mode (the payload is the event's data); give the data's media type, such as application/json", ce.ContentType)
 				}
 			}
 		default:
@@ -198,6 +208,13 @@ func (c *Config) validateShape(p *problems) {
 			for _, f := range t.kafkaOnly() {
 				p.add(fmt.Sprintf("tables[%d].%s", j, f), "is Kafka only, but %s sends rows of %s to rocketmq sink %q; remove it or route the table to a Kafka sink",
 					field, t.Table, r.Sink)
+			}
+			cols, names := t.ExtraHeaderColumns()
+			for k, name := range names {
+				// The sink would drop the header from every message (with a log line).
+				if why := rocketmq.PropertyNameProblem(name); why != "" && name != "" {
+					p.add(fmt.Sprintf("tables[%d].extra_headers.%s", j, cols[k]), "header %q %s, which %s (rocketmq sink %q) cannot carry; choose another name", name, why, field, r.Sink)
+				}
 			}
 		}
 	}
@@ -239,6 +256,17 @@ func (t Table) ShapeColumnProblems(field string, defs []server.Column) []server.
 				Found: d.ColumnType + " (configured as " + field + ".columns." + w.role + ")",
 				Fix:   "set " + field + ".columns." + w.role + " to a column of type " + w.allowed + ", or ALTER TABLE the column to one",
 			})
+		}
+	}
+	if t.TimestampZone != "" {
+		for _, d := range defs {
+			if dt := strings.ToLower(d.DataType); strings.EqualFold(d.Name, t.Columns.Timestamp) && (dt == "timestamp" || integerType(dt)) {
+				ps = append(ps, server.Problem{
+					Setting: "column " + t.Table + "." + d.Name, Check: server.CheckTableColumns, Table: t.Table, Warning: true,
+					Found: d.ColumnType + " (an instant; " + field + ".timestamp_zone applies to DATETIME only)",
+					Fix:   "remove " + field + ".timestamp_zone, which changes nothing for this column",
+				})
+			}
 		}
 	}
 	return ps

@@ -73,18 +73,24 @@ func insertShape(t *testing.T, w *world, table, tz string, rows ...shapeRow) str
 // createTopic creates a topic with 3 partitions and configs on kc.
 func createTopic(t *testing.T, kc *kfake.Cluster, topic string, configs map[string]*string) *kadm.Client {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	adm := kadm.NewClient(cl)
+	adm := adminClient(t, kc)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := adm.CreateTopic(ctx, 3, 1, configs, topic); err != nil {
 		t.Fatalf("create topic %s: %v", topic, err)
 	}
 	return adm
+}
+
+// adminClient is a franz-go admin client of kc, closed when the test ends.
+func adminClient(t *testing.T, kc *kfake.Cluster) *kadm.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return kadm.NewClient(cl)
 }
 
 func byEventID(rs []*kgo.Record) map[string]*kgo.Record {

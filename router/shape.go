@@ -131,6 +131,9 @@ func (sh *tableShape) apply(ev *binlog.Event, msg *sink.Message) string {
 		case f.Null:
 			continue // no header, as for a NULL headers column
 		}
+		// The column wins over a headers-JSON entry of its name: RocketMQ would keep only the
+		// first of the two, and a Kafka consumer would see both.
+		msg.Headers = slices.DeleteFunc(msg.Headers, func(h sink.Header) bool { return h.Key == name })
 		msg.Headers = append(msg.Headers, sink.Header{Key: name, Value: nonNil(f.Bytes)})
 	}
 	return ""
@@ -151,13 +154,18 @@ func recordTime(f binlog.Field, zone *time.Location) (t time.Time, ok bool, reas
 		if ms < 0 {
 			return t, false, fmt.Sprintf("is %d: a negative epoch-millis time", ms)
 		}
-		return time.UnixMilli(ms).UTC(), true, ""
-	}
-	t, err := time.ParseInLocation("2006-01-02 15:04:05.999999", s, zone)
-	if err != nil || t.Year() < 1970 {
+		t = time.UnixMilli(ms).UTC()
+	} else if t, err = time.ParseInLocation("2006-01-02 15:04:05.999999", s, zone); err != nil {
 		return time.Time{}, false, fmt.Sprintf("is %q: not a DATETIME, TIMESTAMP or epoch-millis value from 1970 on", s)
 	}
-	return t.UTC(), true, ""
+	// The instant, not the wall clock, must be in range: a DATETIME early on 1970-01-01 east of
+	// UTC is a negative Kafka timestamp, which brokers refuse. A record time of 0 is what
+	// kafka-go reads as "unset" and replaces by its clock, and RFC 3339 (ce_time) ends at 9999.
+	t = t.UTC()
+	if t.UnixMilli() < 1 || t.Year() > 9999 {
+		return time.Time{}, false, fmt.Sprintf("is %q (%s): outside the record times Kafka carries, after 1970-01-01T00:00:00Z up to the end of 9999", s, t.Format(time.RFC3339Nano))
+	}
+	return t, true, ""
 }
 
 // partition reads a partition column: NULL leaves the choice to the key (ok false).
@@ -178,6 +186,9 @@ func partition(f binlog.Field) (p int32, ok bool, reason string) {
 // apply sets the CloudEvents binary-mode headers on msg (after its time is final) and drops
 // the row's own headers of the same names. It returns why the row is poison, or "".
 func (ce *ceRoute) apply(rt *route, ev *binlog.Event, msg *sink.Message) string {
+	if len(ev.EventID.Bytes) == 0 {
+		return fmt.Sprintf("routes[%d] has format cloudevents, whose ce_id (the event id) must not be empty, and the row's event id is empty", rt.index)
+	}
 	typ := text(ev.EventType)
 	if typ == "" {
 		if typ = ce.typ; typ == "" {

@@ -28,7 +28,7 @@ routes:
   - match: {topic: "ce.*"}
     sink: main
     format: cloudevents
-    cloudevents: {source: /shop/orders, content_type: application/cloudevents-test}
+    cloudevents: {source: /shop/orders, content_type: application/vnd.shop+json}
   - match: {topic: "cedef.*"}
     sink: main
     format: cloudevents
@@ -169,13 +169,10 @@ func TestCloudEventsHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string][]string{}
-	for _, h := range m.Headers {
-		got[h.Key] = append(got[h.Key], string(h.Value))
-	}
+	got := headerLists(m.Headers)
 	want := map[string]string{
 		"ce_specversion": "1.0", "ce_id": "e-1", "ce_type": "OrderCreated", "ce_source": "/shop/orders",
-		"ce_time": "2026-03-01T09:00:00.123Z", "content-type": "application/cloudevents-test", "ce_subject": "order-9",
+		"ce_time": "2026-03-01T09:00:00.123Z", "content-type": "application/vnd.shop+json", "ce_subject": "order-9",
 	}
 	for k, v := range want {
 		if len(got[k]) != 1 || got[k][0] != v {
@@ -196,10 +193,7 @@ func TestCloudEventsHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got = map[string][]string{}
-	for _, h := range m.Headers {
-		got[h.Key] = append(got[h.Key], string(h.Value))
-	}
+	got = headerLists(m.Headers)
 	if got["ce_type"][0] != "shop.Default" || got["ce_source"][0] != "/outboxd/shop.strict" || got["content-type"][0] != "application/json" ||
 		got["ce_time"][0] != "2025-03-04T05:06:07Z" {
 		t.Fatalf("defaults: %v", got)

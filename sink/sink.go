@@ -39,8 +39,8 @@ type Message struct {
 	// Tag is the RocketMQ tag; other sinks ignore it.
 	Tag string
 	// Partition is the Kafka partition when HasPartition is set (tables[].columns.partition);
-	// otherwise the sink picks it by Key. A partition the topic does not have fails the
-	// message permanently. Other sinks ignore it (config refuses it for them).
+	// otherwise the sink picks it by Key. A partition the topic does not have (in metadata
+	// fetched after the Send started) fails the message permanently. Other sinks ignore it (config refuses it for them).
 	Partition    int32
 	HasPartition bool
 }
