@@ -201,3 +201,33 @@ func (r *relay) runCleanup(ctx context.Context) (stop func()) {
 func cleanupLine(addr string, p server.Problem) string {
 	return strings.Replace(sourceLine(addr, p), "source ", "cleanup writer ", 1)
 }
+
+// cleanupKeyWarnings are the warnings for tables cleaned with retention: 0 when the source's
+// findings say binlog_row_metadata is not FULL (accepted by source.allow_minimal_row_metadata,
+// or skipped): only FULL writes the primary key into the TABLE_MAP, so the binlog's rows carry
+// no key and nothing of such a table is deleted by key, without any other sign. inspectSource
+// adds them, so check prints and run logs the same lines. Pure.
+func cleanupKeyWarnings(cfg *config.Config, found []server.Problem) []server.Problem {
+	i := slices.IndexFunc(found, func(p server.Problem) bool { return p.Check == server.CheckBinlogRowMetadata })
+	if i < 0 {
+		return nil
+	}
+	metadata := found[i].Found
+	var ws []server.Problem
+	for j, t := range cfg.Tables {
+		s, ok := cfg.CleanupFor(j)
+		if !ok || s.Retention != 0 {
+			continue
+		}
+		left := "so nothing of the table is ever deleted"
+		if s.Sweeps() {
+			left = "so only the created_at sweep deletes its rows (once older than the checkpoint's commit time minus commit_margin)"
+		}
+		ws = append(ws, server.Problem{
+			Setting: "cleanup of " + t.Table + " (retention: 0)", Check: server.CheckBinlogRowMetadata, Table: t.Table, Warning: true,
+			Found: "without primary keys from the binlog (binlog_row_metadata is " + metadata + ": TABLE_MAP events carry no primary key), " + left,
+			Fix:   "set binlog_row_metadata = FULL on the server (SET GLOBAL and my.cnf), which writes the key; or set a retention with columns.created_at for the sweep",
+		})
+	}
+	return ws
+}

@@ -83,6 +83,7 @@ func inspectSource(ctx context.Context, db *sql.DB, cfg *config.Config) (sourceR
 		return sourceReport{}, fmt.Errorf("check source %s: %w", cfg.Source.Addr, err)
 	}
 	ps = append(ps, tps...)
+	ps = append(ps, cleanupKeyWarnings(cfg, ps)...)
 	r := sourceReport{found: ps}
 	for _, p := range ps {
 		line := sourceLine(cfg.Source.Addr, p)
