@@ -46,6 +46,10 @@ type Table struct {
 	// event_id column.
 	PK      []string
 	EventID string
+	// CreatedAtDatetime is set when created_at is a DATETIME: wall-clock time of
+	// Settings.TimeZone, which the sweep converts its bounds to (a TIMESTAMP is an instant and
+	// needs nothing).
+	CreatedAtDatetime bool
 }
 
 // Config is what a Cleaner needs. DB is the writable primary.
@@ -346,9 +350,9 @@ const statementTimeout = 30 * time.Second
 // it stayed open for longer than C - T, so with T < C - margin it would have had to stay open
 // longer than the margin. Rows of transactions the checkpoint does not cover are therefore
 // never older than the cutoff, provided no transaction stays open longer than the margin
-// between inserting its outbox row and committing. Whole-second binlog times (MariaDB) and the
-// session time zone (created_at is compared with FROM_UNIXTIME, in the server's default time
-// zone) are inside the margin. After a restart the cutoff comes from the checkpoint on disk,
+// between inserting its outbox row and committing. Whole-second binlog times (MariaDB) are
+// inside the margin; a time zone is not (hours): a TIMESTAMP is compared as the instant it is,
+// a DATETIME in cleanup.time_zone, the zone it is written in (sql.go). After a restart the cutoff comes from the checkpoint on disk,
 // so the rule holds from the first sweep; rows whose keys were queued before the restart are
 // swept by it.
 func cutoff(retention, margin time.Duration, checkpoint time.Time) (retentionSecs, ckptSecs float64) {

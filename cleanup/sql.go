@@ -15,6 +15,8 @@ type statements struct {
 	withEventID                                           bool // the key tuple ends with event_id
 	orderBy                                               string
 	oldest                                                string
+	// wall turns an instant into created_at's terms (a DATETIME's zone); identity otherwise.
+	wall func(instant string) string
 }
 
 func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
@@ -43,7 +45,15 @@ func newStatements(t Table) statements {
 	if t.Settings.CreatedAt != "" {
 		s.createdAt = quoteIdent(t.Settings.CreatedAt)
 		s.hold = quoteTable(t.Settings.HoldTable)
-		s.oldest = fmt.Sprintf("SELECT TIMESTAMPDIFF(MICROSECOND, %s, NOW(6)) / 1e6 FROM %s ORDER BY %s LIMIT 1", s.createdAt, s.table, s.orderBy)
+		s.wall = func(instant string) string { return instant }
+		if t.CreatedAtDatetime {
+			// A DATETIME is wall-clock time of the zone the application writes it in; the
+			// bounds are instants (FROM_UNIXTIME and NOW give them in this session's zone):
+			// convert them to that zone. An unknown zone gives NULL, which deletes nothing.
+			tz := "'" + strings.ReplaceAll(t.Settings.TimeZone, "'", "''") + "'"
+			s.wall = func(instant string) string { return "CONVERT_TZ(" + instant + ", @@session.time_zone, " + tz + ")" }
+		}
+		s.oldest = fmt.Sprintf("SELECT TIMESTAMPDIFF(MICROSECOND, %s, %s) / 1e6 FROM %s ORDER BY %s LIMIT 1", s.createdAt, s.wall("NOW(6)"), s.table, s.orderBy)
 	}
 	return s
 }
@@ -75,7 +85,7 @@ func (s statements) deleteKeys(ks []key) (string, []any) {
 // record (since.go): three arguments, the retention in seconds, the checkpoint bound and the
 // lower bound in unix seconds.
 func (s statements) cutoffSQL() string {
-	return s.createdAt + " < FROM_UNIXTIME(LEAST(UNIX_TIMESTAMP(NOW(6)) - ?, ?)) AND " + s.createdAt + " >= FROM_UNIXTIME(?)"
+	return s.createdAt + " < " + s.wall("FROM_UNIXTIME(LEAST(UNIX_TIMESTAMP(NOW(6)) - ?, ?))") + " AND " + s.createdAt + " >= " + s.wall("FROM_UNIXTIME(?)")
 }
 
 // candidates selects up to n keys of rows the cutoff takes that are not held.

@@ -26,7 +26,7 @@ func cleanupRequest(cfg *config.Config) (server.CleanupRequest, bool) {
 		if !ok {
 			continue
 		}
-		req.Tables = append(req.Tables, server.CleanupTable{Name: t.Table, CreatedAt: s.CreatedAt})
+		req.Tables = append(req.Tables, server.CleanupTable{Name: t.Table, CreatedAt: s.CreatedAt, TimeZone: s.TimeZone})
 		if s.Sweeps() {
 			req.HoldTable = s.HoldTable
 		}
@@ -156,7 +156,18 @@ func openCleaner(ctx context.Context, cfg *config.Config, r *relay, log zerolog.
 			log.Warn().Str("table", t.Table).Msg("cleanup: the table has no primary key; nothing of it is deleted")
 			continue
 		}
-		tables = append(tables, cleanup.Table{Schema: t.Schema(), Name: t.Name(), Settings: s, PK: pk, EventID: t.Columns.EventID})
+		tab := cleanup.Table{Schema: t.Schema(), Name: t.Name(), Settings: s, PK: pk, EventID: t.Columns.EventID}
+		if s.Sweeps() {
+			if tab.CreatedAtDatetime, err = server.CreatedAtIsDatetime(ctx, db, t.Schema(), t.Name(), s.CreatedAt); err != nil {
+				return fail(err)
+			}
+			if tab.CreatedAtDatetime && s.TimeZone == "" {
+				// Its check was skipped: a DATETIME compared in a guessed zone could go early.
+				log.Warn().Str("table", t.Table).Msg("cleanup: created_at is a DATETIME without cleanup.time_zone; the created_at sweep leaves the table alone")
+				tab.Settings.CreatedAt = ""
+			}
+		}
+		tables = append(tables, tab)
 		log.Info().Str("table", t.Table).Stringer("retention", s.Retention).Int("batch", s.Batch).
 			Int("max_rows_per_second", s.MaxRowsPerSecond).Bool("created_at_sweep", s.Sweeps()).Strs("primary_key", pk).
 			Msg("cleanup on: delivered rows are deleted once the saved checkpoint covers them")
