@@ -38,6 +38,10 @@ import (
 // 5 MB per table when full.
 const DefaultQueueKeys = 50_000
 
+// DefaultQueueBytes bounds one table's key queue in memory, for keys of a wide primary key
+// (50,000 keys of a VARCHAR(3072) would be 150 MB).
+const DefaultQueueBytes = 8 << 20
+
 // Table is one outbox table to clean.
 type Table struct {
 	Schema, Name string
@@ -105,7 +109,7 @@ func New(cfg Config) (*Cleaner, error) {
 		if len(t.PK) == 0 {
 			return nil, fmt.Errorf("cleanup: table %s.%s has no primary key", t.Schema, t.Name)
 		}
-		tb := &table{Table: t, label: t.Schema + "." + t.Name, q: queue{cap: cfg.QueueKeys}}
+		tb := &table{Table: t, label: t.Schema + "." + t.Name, q: queue{cap: cfg.QueueKeys, maxBytes: DefaultQueueBytes}}
 		tb.stmts = newStatements(t)
 		c.tables = append(c.tables, tb)
 		c.byName[tableRef{t.Schema, t.Name}] = tb
