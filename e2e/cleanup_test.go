@@ -16,6 +16,7 @@ import (
 	"github.com/outboxd/outboxd/binlog/server"
 	"github.com/outboxd/outboxd/daemon"
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/testenv/mariadb"
 )
 
 // cleanupRows is how many rows TestCleanupUnderLoad* write: 20,000 by default (under a minute
@@ -470,5 +471,21 @@ func TestCleanupCheckDatetimeTimeZone(t *testing.T) {
 	o.Extra = "cleanup: {retention: 168h, time_zone: \"+00:00\", hold_table: " + w.schema + ".cleanup_hold}\n"
 	if ccode, cout := runBinary(t, "check", "--config", writeCfg(t, o)); ccode != 0 || !strings.Contains(cout, "a DATETIME/TIMESTAMP created_at [check cleanup_table]") {
 		t.Fatalf("check exited %d:\n%s", ccode, cout)
+	}
+}
+
+// retention: 0 deletes by the key the TABLE_MAP carries only with binlog_row_metadata=FULL:
+// with MINIMAL accepted, check warns that the table is never deleted by key.
+func TestCleanupCheckWarnsMinimalRowMetadata(t *testing.T) {
+	srv := mariadb.StartT(t, mariadb.Options{RowMetadata: "MINIMAL"})
+	w := newWorld(t, srv)
+	kc := kafkaCluster(t, "t")
+	o := simpleCfg(t, w, kc, "")
+	o.Source = "  allow_minimal_row_metadata: true\n"
+	o.Extra = "cleanup: {retention: 0s}\n"
+	code, out := runBinary(t, "check", "--config", writeCfg(t, o))
+	want := "source " + o.Srv.Addr + ": cleanup of " + w.schema + ".outbox_event (retention: 0) is without primary keys from the binlog (binlog_row_metadata is MINIMAL: TABLE_MAP events carry no primary key), so nothing of the table is ever deleted: set binlog_row_metadata = FULL"
+	if code != 0 || !strings.Contains(out, want) {
+		t.Fatalf("check exited %d, want 0 with %q:\n%s", code, want, out)
 	}
 }
