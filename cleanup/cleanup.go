@@ -216,6 +216,11 @@ func (c *Cleaner) hold(ctx context.Context, rows []pipeline.Row) error {
 		if t == nil || !t.Settings.Sweeps() || r.Event.EventID.Null || r.Event.EventID.Missing {
 			continue // the sweep never takes a row without an event_id (such a row is poison)
 		}
+		if string(r.Event.EventID.Bytes) == markerEventID {
+			// (tbl, '') is the marker's key: written before the marker, this row would be read
+			// as it (its row id as since). The marker, there whenever the sweep runs, holds it.
+			continue
+		}
 		ht = t.Settings.HoldTable
 		args = append(args, t.label, r.Event.EventID.Bytes, r.Event.ID, r.GTID)
 		n++
