@@ -382,13 +382,15 @@ func (c *Cleaner) sweep(ctx context.Context, t *table, lim *limiter) error {
 	from := *since + t.Settings.CommitMargin.Seconds()
 	ret, ck := cutoff(t.Settings.Retention, t.Settings.CommitMargin, ckpt)
 	c.cfg.Logger.Debug().Str("table", t.label).Time("checkpoint_commit_time", ckpt).Msg("cleanup sweep")
+	var after []any // the last key of the previous batch: each batch continues after it
 	for ctx.Err() == nil {
 		sctx, cancel := context.WithTimeout(ctx, statementTimeout)
-		ks, err := t.stmts.candidates(sctx, c.cfg.DB, ret, ck, from, t.Settings.Batch)
+		ks, err := t.stmts.candidates(sctx, c.cfg.DB, ret, ck, from, after, t.Settings.Batch)
 		cancel()
 		if err != nil || len(ks) == 0 {
 			return err
 		}
+		after = ks[len(ks)-1][:t.stmts.nPK]
 		if !lim.wait(ctx, len(ks)) {
 			return nil
 		}
