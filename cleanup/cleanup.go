@@ -79,6 +79,10 @@ type Cleaner struct {
 	byName map[tableRef]*table
 	cur    atomic.Pointer[session]
 	wake   chan struct{}
+	// gen counts sessions: the sweep reads the hold table's marker again for each (since.go,
+	// ensureBegun). beginMu orders a session's start against a loop storing since.
+	gen     atomic.Uint64
+	beginMu sync.Mutex
 }
 
 type tableRef struct{ schema, name string }
@@ -91,6 +95,10 @@ type table struct {
 	// since is where the hold table's record of dead letters begins (unix seconds, since.go);
 	// nil while unknown: the sweep does not run.
 	since atomic.Pointer[float64]
+	// beginning serializes reading the marker (ensureBegun); begun is the session generation
+	// since was read for, under the Cleaner's beginMu.
+	beginning sync.Mutex
+	begun     uint64
 }
 
 // New returns a Cleaner for cfg. It does no I/O.
@@ -121,8 +129,20 @@ func New(cfg Config) (*Cleaner, error) {
 // Session returns the hook for one pipeline (pipeline.Config.Cleanup); the previous session
 // ends: its keys that no save of it covered are dropped, since the next pipeline reads those
 // rows again.
+//
+// It also forgets every table's since until the marker is read again (ensureBegun): a new session
+// follows a reconnect, maybe to a new primary behind the writer address that lacks the newest
+// hold-table rows (asynchronous replication), and certifying that session's saves, or
+// sweeping, on what was read from the old primary could take a dead-lettered row whose hold row
+// was lost.
 func (c *Cleaner) Session() pipeline.Cleanup {
 	s := &session{c: c}
+	c.beginMu.Lock()
+	c.gen.Add(1)
+	for _, t := range c.tables {
+		t.since.Store(nil)
+	}
+	c.beginMu.Unlock()
 	if old := c.cur.Swap(s); old != nil {
 		old.ended.Store(true)
 	}
@@ -242,10 +262,11 @@ func (c *Cleaner) hold(ctx context.Context, rows []pipeline.Row) error {
 // returned: a row that stays is no loss. It blocks until every loop has returned.
 func (c *Cleaner) Run(ctx context.Context) {
 	for _, t := range c.tables {
+		c.beginMu.Lock()
 		t.since.Store(nil)
+		t.begun = 0 // no session is generation 0: the marker is read again for the next
+		c.beginMu.Unlock()
 	}
-	ckpt, _ := c.cfg.Checkpoint()
-	c.begin(ctx, ckpt)
 	var wg sync.WaitGroup
 	wakes := make([]chan struct{}, len(c.tables))
 	for i, t := range c.tables {
@@ -309,6 +330,7 @@ func (c *Cleaner) loop(ctx context.Context, t *table, wake <-chan struct{}) {
 		}
 		if t.Settings.Sweeps() && time.Since(lastSweep) >= t.Settings.Interval {
 			lastSweep = time.Now()
+			c.ensureBegun(ctx, t, true)
 			report(c.sweep(ctx, t, lim))
 			report(c.sampleOldest(ctx, t))
 		}

@@ -157,7 +157,7 @@ func TestQueueBoundedInBytes(t *testing.T) {
 }
 
 // A dead-lettered row with an empty event_id is not written to the hold table: its key there
-// is the marker's (tbl, ''), and a row recorded before the marker would be read as the marker,
+// is the marker's (tbl and an empty event_id), and a row recorded before the marker would be read as the marker,
 // its row id taken for the start of the record (since.go). The marker itself keeps such rows
 // from the sweep.
 func TestHoldSkipsEmptyEventID(t *testing.T) {

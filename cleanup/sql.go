@@ -13,7 +13,7 @@ type statements struct {
 	table, pkList, tuple, eventID, createdAt, hold, label string
 	nPK                                                   int
 	pk                                                    []string // quoted key columns
-	withEventID                                           bool // the key tuple ends with event_id
+	withEventID                                           bool     // the key tuple ends with event_id
 	orderBy                                               string
 	oldest                                                string
 	// wall turns an instant into created_at's terms (a DATETIME's zone); identity otherwise.
