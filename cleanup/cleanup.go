@@ -38,6 +38,10 @@ import (
 // 5 MB per table when full.
 const DefaultQueueKeys = 50_000
 
+// DefaultQueueBytes bounds one table's key queue in memory, for keys of a wide primary key
+// (50,000 keys of a VARCHAR(3072) would be 150 MB).
+const DefaultQueueBytes = 8 << 20
+
 // Table is one outbox table to clean.
 type Table struct {
 	Schema, Name string
@@ -46,6 +50,10 @@ type Table struct {
 	// event_id column.
 	PK      []string
 	EventID string
+	// CreatedAtDatetime is set when created_at is a DATETIME: wall-clock time of
+	// Settings.TimeZone, which the sweep converts its bounds to (a TIMESTAMP is an instant and
+	// needs nothing).
+	CreatedAtDatetime bool
 }
 
 // Config is what a Cleaner needs. DB is the writable primary.
@@ -71,6 +79,10 @@ type Cleaner struct {
 	byName map[tableRef]*table
 	cur    atomic.Pointer[session]
 	wake   chan struct{}
+	// gen counts sessions: the sweep reads the hold table's marker again for each (since.go,
+	// ensureBegun). beginMu orders a session's start against a loop storing since.
+	gen     atomic.Uint64
+	beginMu sync.Mutex
 }
 
 type tableRef struct{ schema, name string }
@@ -83,6 +95,10 @@ type table struct {
 	// since is where the hold table's record of dead letters begins (unix seconds, since.go);
 	// nil while unknown: the sweep does not run.
 	since atomic.Pointer[float64]
+	// beginning serializes reading the marker (ensureBegun); begun is the session generation
+	// since was read for, under the Cleaner's beginMu.
+	beginning sync.Mutex
+	begun     uint64
 }
 
 // New returns a Cleaner for cfg. It does no I/O.
@@ -101,7 +117,7 @@ func New(cfg Config) (*Cleaner, error) {
 		if len(t.PK) == 0 {
 			return nil, fmt.Errorf("cleanup: table %s.%s has no primary key", t.Schema, t.Name)
 		}
-		tb := &table{Table: t, label: t.Schema + "." + t.Name, q: queue{cap: cfg.QueueKeys}}
+		tb := &table{Table: t, label: t.Schema + "." + t.Name, q: queue{cap: cfg.QueueKeys, maxBytes: DefaultQueueBytes}}
 		tb.stmts = newStatements(t)
 		c.tables = append(c.tables, tb)
 		c.byName[tableRef{t.Schema, t.Name}] = tb
@@ -113,8 +129,20 @@ func New(cfg Config) (*Cleaner, error) {
 // Session returns the hook for one pipeline (pipeline.Config.Cleanup); the previous session
 // ends: its keys that no save of it covered are dropped, since the next pipeline reads those
 // rows again.
+//
+// It also forgets every table's since until the marker is read again (ensureBegun): a new session
+// follows a reconnect, maybe to a new primary behind the writer address that lacks the newest
+// hold-table rows (asynchronous replication), and certifying that session's saves, or
+// sweeping, on what was read from the old primary could take a dead-lettered row whose hold row
+// was lost.
 func (c *Cleaner) Session() pipeline.Cleanup {
 	s := &session{c: c}
+	c.beginMu.Lock()
+	c.gen.Add(1)
+	for _, t := range c.tables {
+		t.since.Store(nil)
+	}
+	c.beginMu.Unlock()
 	if old := c.cur.Swap(s); old != nil {
 		old.ended.Store(true)
 	}
@@ -208,6 +236,11 @@ func (c *Cleaner) hold(ctx context.Context, rows []pipeline.Row) error {
 		if t == nil || !t.Settings.Sweeps() || r.Event.EventID.Null || r.Event.EventID.Missing {
 			continue // the sweep never takes a row without an event_id (such a row is poison)
 		}
+		if string(r.Event.EventID.Bytes) == markerEventID {
+			// (tbl, '') is the marker's key: written before the marker, this row would be read
+			// as it (its row id as since). The marker, there whenever the sweep runs, holds it.
+			continue
+		}
 		ht = t.Settings.HoldTable
 		args = append(args, t.label, r.Event.EventID.Bytes, r.Event.ID, r.GTID)
 		n++
@@ -229,10 +262,11 @@ func (c *Cleaner) hold(ctx context.Context, rows []pipeline.Row) error {
 // returned: a row that stays is no loss. It blocks until every loop has returned.
 func (c *Cleaner) Run(ctx context.Context) {
 	for _, t := range c.tables {
+		c.beginMu.Lock()
 		t.since.Store(nil)
+		t.begun = 0 // no session is generation 0: the marker is read again for the next
+		c.beginMu.Unlock()
 	}
-	ckpt, _ := c.cfg.Checkpoint()
-	c.begin(ctx, ckpt)
 	var wg sync.WaitGroup
 	wakes := make([]chan struct{}, len(c.tables))
 	for i, t := range c.tables {
@@ -296,6 +330,7 @@ func (c *Cleaner) loop(ctx context.Context, t *table, wake <-chan struct{}) {
 		}
 		if t.Settings.Sweeps() && time.Since(lastSweep) >= t.Settings.Interval {
 			lastSweep = time.Now()
+			c.ensureBegun(ctx, t, true)
 			report(c.sweep(ctx, t, lim))
 			report(c.sampleOldest(ctx, t))
 		}
@@ -346,9 +381,9 @@ const statementTimeout = 30 * time.Second
 // it stayed open for longer than C - T, so with T < C - margin it would have had to stay open
 // longer than the margin. Rows of transactions the checkpoint does not cover are therefore
 // never older than the cutoff, provided no transaction stays open longer than the margin
-// between inserting its outbox row and committing. Whole-second binlog times (MariaDB) and the
-// session time zone (created_at is compared with FROM_UNIXTIME, in the server's default time
-// zone) are inside the margin. After a restart the cutoff comes from the checkpoint on disk,
+// between inserting its outbox row and committing. Whole-second binlog times (MariaDB) are
+// inside the margin; a time zone is not (hours): a TIMESTAMP is compared as the instant it is,
+// a DATETIME in cleanup.time_zone, the zone it is written in (sql.go). After a restart the cutoff comes from the checkpoint on disk,
 // so the rule holds from the first sweep; rows whose keys were queued before the restart are
 // swept by it.
 func cutoff(retention, margin time.Duration, checkpoint time.Time) (retentionSecs, ckptSecs float64) {
@@ -369,13 +404,15 @@ func (c *Cleaner) sweep(ctx context.Context, t *table, lim *limiter) error {
 	from := *since + t.Settings.CommitMargin.Seconds()
 	ret, ck := cutoff(t.Settings.Retention, t.Settings.CommitMargin, ckpt)
 	c.cfg.Logger.Debug().Str("table", t.label).Time("checkpoint_commit_time", ckpt).Msg("cleanup sweep")
+	var after []any // the last key of the previous batch: each batch continues after it
 	for ctx.Err() == nil {
 		sctx, cancel := context.WithTimeout(ctx, statementTimeout)
-		ks, err := t.stmts.candidates(sctx, c.cfg.DB, ret, ck, from, t.Settings.Batch)
+		ks, err := t.stmts.candidates(sctx, c.cfg.DB, ret, ck, from, after, t.Settings.Batch)
 		cancel()
 		if err != nil || len(ks) == 0 {
 			return err
 		}
+		after = ks[len(ks)-1][:t.stmts.nPK]
 		if !lim.wait(ctx, len(ks)) {
 			return nil
 		}

@@ -128,3 +128,45 @@ func TestCutoffRule(t *testing.T) {
 		t.Fatalf("cutoff %v %v", ret, ck)
 	}
 }
+
+// The queue is bounded in bytes too: keys of a wide primary key (a VARCHAR(3072) column) would
+// otherwise hold 50,000 × 3 KB per table.
+func TestQueueBoundedInBytes(t *testing.T) {
+	c := testCleaner(t, 100)
+	tb := c.tables[0]
+	tb.q.maxBytes = 10 << 10
+	s := c.Session().(*session)
+	wide := strings.Repeat("x", 3000)
+	var rows []pipeline.Row
+	for i := range 10 {
+		rows = append(rows, pipeline.Row{Seq: 0, Event: &binlog.Event{Schema: "shop", Table: "outbox",
+			EventID: binlog.Field{Bytes: []byte("e")}, PK: []any{wide, int64(i)}}})
+	}
+	s.Delivered(rows)
+	if n := tb.q.len(); n != 3 || tb.q.dropped.Load() != 7 {
+		t.Fatalf("queued %d keys of 3 KB under 10 KiB, dropped %d; want 3 and 7", n, tb.q.dropped.Load())
+	}
+	s.Saved(1)
+	if ks := tb.q.take(10, s); len(ks) != 3 {
+		t.Fatalf("took %d", len(ks))
+	}
+	s.Delivered(rows[:3]) // the bytes taken are free again
+	if n := tb.q.len(); n != 3 {
+		t.Fatalf("queued %d after the queue was emptied, want 3", n)
+	}
+}
+
+// A dead-lettered row with an empty event_id is not written to the hold table: its key there
+// is the marker's (tbl and an empty event_id), and a row recorded before the marker would be read as the marker,
+// its row id taken for the start of the record (since.go). The marker itself keeps such rows
+// from the sweep.
+func TestHoldSkipsEmptyEventID(t *testing.T) {
+	c := testCleaner(t, 10)
+	c.tables[0].Settings.CreatedAt, c.tables[0].Settings.HoldTable = "created_at", "ops.hold"
+	// No DB: a statement would panic.
+	err := c.hold(context.Background(), []pipeline.Row{{Seq: 0, GTID: "0-1-5", Event: &binlog.Event{Schema: "shop", Table: "outbox", ID: "42",
+		EventID: binlog.Field{Bytes: []byte{}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

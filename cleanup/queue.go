@@ -26,20 +26,48 @@ type queue struct {
 	mu   sync.Mutex
 	keys []key
 	cap  int
+	// maxBytes bounds the keys' memory (size), for keys of a wide primary key; 0: no bound.
+	maxBytes int
+	bytes    int
 	// dropped counts keys refused because the queue was full, not yet reported.
 	dropped atomic.Int64
 }
 
-// push appends ks, dropping those beyond the capacity (counted in dropped).
+// push appends ks, dropping those beyond the capacity in keys or bytes (counted in dropped).
 func (q *queue) push(ks []key) {
 	q.mu.Lock()
-	room := q.cap - len(q.keys)
-	if room < len(ks) {
-		q.dropped.Add(int64(len(ks) - max(room, 0)))
-		ks = ks[:max(room, 0)]
+	room := max(q.cap-len(q.keys), 0)
+	n := 0
+	for n < min(room, len(ks)) {
+		sz := ks[n].size()
+		if q.maxBytes > 0 && q.bytes+sz > q.maxBytes {
+			break
+		}
+		q.bytes += sz
+		n++
 	}
-	q.keys = append(q.keys, ks...)
+	if n < len(ks) {
+		q.dropped.Add(int64(len(ks) - n))
+	}
+	q.keys = append(q.keys, ks[:n]...)
 	q.mu.Unlock()
+}
+
+// size approximates the memory a queued key holds.
+func (k *key) size() int {
+	n := 64 + len(k.eventID) // the key, its slice header and the string header
+	for _, v := range k.vals {
+		n += 16 // the interface
+		switch x := v.(type) {
+		case string:
+			n += len(x)
+		case []byte:
+			n += len(x)
+		default:
+			n += 8
+		}
+	}
+	return n
 }
 
 // take removes up to n keys whose transaction a saved checkpoint covers, oldest first; keys
@@ -55,8 +83,10 @@ func (q *queue) take(n int, current *session) []key {
 		switch {
 		case len(out) < n && k.ready():
 			out = append(out, k)
+			q.bytes -= k.size()
 		case k.sess != current && k.sess.ended.Load() && !k.ready():
 			// never covered: read again by the next session
+			q.bytes -= k.size()
 		default:
 			kept = append(kept, k)
 		}

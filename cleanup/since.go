@@ -15,8 +15,9 @@ import (
 // (event_id ''): row_id holds since (unix seconds: dead letters of every transaction that
 // committed from then on are held), held_at holds through (the commit time of the newest
 // checkpoint about to be saved by a recording run, written before that save: every dead letter
-// it covers was held first). At a term's start, with C0 the commit time of the checkpoint it
-// starts from: through >= C0 means no checkpoint progress went unrecorded, and since stays;
+// it covers was held first). At each session's start (every term, and every reconnect: the
+// writer may now be a new primary that lacks the newest hold rows), with C0 the commit time of
+// the checkpoint saved then: through >= C0 means no checkpoint progress went unrecorded, and since stays;
 // otherwise (cleanup was off for a while, or a run crashed between writing through and saving)
 // recording starts over at since = C0. The sweep takes only rows with created_at >= since +
 // commit_margin (margin: whole-second commit times, and transactions open across since).
@@ -24,23 +25,6 @@ import (
 
 // markerEventID is the marker row's event_id.
 const markerEventID = ""
-
-// begin establishes since for every swept table at the start of a term. ckpt is C0 (zero when
-// no checkpoint with a commit time exists yet: recording starts now, by the server's clock).
-func (c *Cleaner) begin(ctx context.Context, ckpt time.Time) {
-	for _, t := range c.tables {
-		if !t.Settings.Sweeps() {
-			continue
-		}
-		since, err := c.beginTable(ctx, t, ckpt)
-		if err != nil {
-			c.cfg.Metrics.CleanupFailed(t.label)
-			c.cfg.Logger.Warn().Err(err).Str("table", t.label).Msg("cleanup: the hold table's marker not read or written; the created_at sweep stays off in this term")
-			continue
-		}
-		t.since.Store(&since)
-	}
-}
 
 func (c *Cleaner) beginTable(ctx context.Context, t *table, ckpt time.Time) (float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, statementTimeout)
@@ -75,6 +59,40 @@ func (c *Cleaner) beginTable(ctx context.Context, t *table, ckpt time.Time) (flo
 	return c0, err
 }
 
+// ensureBegun reads the table's marker (beginTable) when the session changed since it last
+// did, from the commit time of the checkpoint saved now: once per term and after every
+// reconnect, by the table's loop before a sweep and by certify before the session's first
+// save (so that save is certified and the record does not start over needlessly). Until it
+// succeeds since stays unknown: the sweep does not run and saves are not certified. Safe for
+// concurrent use; with wait false it gives up at once when another call is reading.
+func (c *Cleaner) ensureBegun(ctx context.Context, t *table, wait bool) {
+	if wait {
+		t.beginning.Lock()
+	} else if !t.beginning.TryLock() {
+		return
+	}
+	defer t.beginning.Unlock()
+	c.beginMu.Lock()
+	g, done := c.gen.Load(), t.begun == c.gen.Load()
+	c.beginMu.Unlock()
+	if done || g == 0 {
+		return // read for this session, or no session yet
+	}
+	ckpt, _ := c.cfg.Checkpoint()
+	since, err := c.beginTable(ctx, t, ckpt)
+	if err != nil {
+		c.cfg.Metrics.CleanupFailed(t.label)
+		c.cfg.Logger.Warn().Err(err).Str("table", t.label).Msg("cleanup: the hold table's marker not read or written; the created_at sweep waits for the next round")
+		return
+	}
+	c.beginMu.Lock()
+	defer c.beginMu.Unlock()
+	if c.gen.Load() == g { // a session that started meanwhile is read for later
+		t.since.Store(&since)
+		t.begun = g
+	}
+}
+
 // certify records, before a checkpoint save, that every dead letter up to its commit time is
 // held. A failure only makes the next term start recording over (rows stay longer).
 func (c *Cleaner) certify(commit time.Time) {
@@ -85,8 +103,11 @@ func (c *Cleaner) certify(commit time.Time) {
 	defer cancel()
 	at := float64(commit.UnixMicro()) / 1e6
 	for _, t := range c.tables {
+		if t.Settings.Sweeps() && t.since.Load() == nil {
+			c.ensureBegun(ctx, t, false) // a new session: read the marker before certifying
+		}
 		if t.since.Load() == nil {
-			continue // not swept, or the marker is unknown in this term
+			continue // not swept, or the marker is unknown in this session
 		}
 		if _, err := c.cfg.DB.ExecContext(ctx, "UPDATE "+t.stmts.hold+" SET held_at = FROM_UNIXTIME(?) WHERE tbl = ? AND event_id = ? AND held_at < FROM_UNIXTIME(?)",
 			at, t.label, markerEventID, at); err != nil {

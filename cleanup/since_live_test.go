@@ -69,3 +69,20 @@ func TestSinceMarker(t *testing.T) {
 		t.Fatalf("through %v (%v)", through, err)
 	}
 }
+
+// begin establishes since for every swept table from the checkpoint commit time ckpt, as
+// ensureBegun does for one table and session.
+func (c *Cleaner) begin(ctx context.Context, ckpt time.Time) {
+	for _, t := range c.tables {
+		if !t.Settings.Sweeps() {
+			continue
+		}
+		since, err := c.beginTable(ctx, t, ckpt)
+		if err != nil {
+			c.cfg.Metrics.CleanupFailed(t.label)
+			c.cfg.Logger.Warn().Err(err).Str("table", t.label).Msg("cleanup: the hold table's marker not read or written; the created_at sweep stays off in this term")
+			continue
+		}
+		t.since.Store(&since)
+	}
+}

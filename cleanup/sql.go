@@ -12,9 +12,12 @@ import (
 type statements struct {
 	table, pkList, tuple, eventID, createdAt, hold, label string
 	nPK                                                   int
-	withEventID                                           bool // the key tuple ends with event_id
+	pk                                                    []string // quoted key columns
+	withEventID                                           bool     // the key tuple ends with event_id
 	orderBy                                               string
 	oldest                                                string
+	// wall turns an instant into created_at's terms (a DATETIME's zone); identity otherwise.
+	wall func(instant string) string
 }
 
 func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
@@ -31,7 +34,7 @@ func newStatements(t Table) statements {
 	}
 	s := statements{
 		table: quoteIdent(t.Schema) + "." + quoteIdent(t.Name), pkList: strings.Join(cols, ", "),
-		eventID: quoteIdent(t.EventID), nPK: len(t.PK), label: t.Schema + "." + t.Name,
+		eventID: quoteIdent(t.EventID), nPK: len(t.PK), pk: cols, label: t.Schema + "." + t.Name,
 	}
 	s.orderBy = s.pkList
 	s.withEventID = !slices.ContainsFunc(t.PK, func(c string) bool { return strings.EqualFold(c, t.EventID) })
@@ -43,7 +46,15 @@ func newStatements(t Table) statements {
 	if t.Settings.CreatedAt != "" {
 		s.createdAt = quoteIdent(t.Settings.CreatedAt)
 		s.hold = quoteTable(t.Settings.HoldTable)
-		s.oldest = fmt.Sprintf("SELECT TIMESTAMPDIFF(MICROSECOND, %s, NOW(6)) / 1e6 FROM %s ORDER BY %s LIMIT 1", s.createdAt, s.table, s.orderBy)
+		s.wall = func(instant string) string { return instant }
+		if t.CreatedAtDatetime {
+			// A DATETIME is wall-clock time of the zone the application writes it in; the
+			// bounds are instants (FROM_UNIXTIME and NOW give them in this session's zone):
+			// convert them to that zone. An unknown zone gives NULL, which deletes nothing.
+			tz := "'" + strings.ReplaceAll(t.Settings.TimeZone, "'", "''") + "'"
+			s.wall = func(instant string) string { return "CONVERT_TZ(" + instant + ", @@session.time_zone, " + tz + ")" }
+		}
+		s.oldest = fmt.Sprintf("SELECT TIMESTAMPDIFF(MICROSECOND, %s, %s) / 1e6 FROM %s ORDER BY %s LIMIT 1", s.createdAt, s.wall("NOW(6)"), s.table, s.orderBy)
 	}
 	return s
 }
@@ -75,14 +86,24 @@ func (s statements) deleteKeys(ks []key) (string, []any) {
 // record (since.go): three arguments, the retention in seconds, the checkpoint bound and the
 // lower bound in unix seconds.
 func (s statements) cutoffSQL() string {
-	return s.createdAt + " < FROM_UNIXTIME(LEAST(UNIX_TIMESTAMP(NOW(6)) - ?, ?)) AND " + s.createdAt + " >= FROM_UNIXTIME(?)"
+	return s.createdAt + " < " + s.wall("FROM_UNIXTIME(LEAST(UNIX_TIMESTAMP(NOW(6)) - ?, ?))") + " AND " + s.createdAt + " >= " + s.wall("FROM_UNIXTIME(?)")
 }
 
-// candidates selects up to n keys of rows the cutoff takes that are not held.
-func (s statements) candidates(ctx context.Context, db *sql.DB, ret, ck, from float64, n int) ([][]any, error) {
-	q := fmt.Sprintf("SELECT %s, %s FROM %s t WHERE %s AND t.%s IS NOT NULL AND NOT EXISTS (SELECT 1 FROM %s h WHERE h.tbl = ? AND h.event_id = t.%s) ORDER BY %s LIMIT %d",
-		s.pkList, s.eventID, s.table, s.cutoffSQL(), s.eventID, s.hold, s.eventID, s.orderBy, n)
-	rows, err := db.QueryContext(ctx, q, ret, ck, from, s.label)
+// candidates selects up to n keys of rows the cutoff takes that are not held, after the key
+// after (the previous batch's last; nil for the first batch of a round): the rows a round
+// keeps (held, too young, older than the hold record) are read once per round, not again for
+// every batch.
+func (s statements) candidates(ctx context.Context, db *sql.DB, ret, ck, from float64, after []any, n int) ([][]any, error) {
+	args := []any{ret, ck, from, s.label}
+	page := ""
+	if after != nil {
+		var cond string
+		cond, args = s.afterKey(after, args)
+		page = " AND " + cond
+	}
+	q := fmt.Sprintf("SELECT %s, %s FROM %s t WHERE %s AND t.%s IS NOT NULL AND NOT EXISTS (SELECT 1 FROM %s h WHERE h.tbl = ? AND h.event_id = t.%s)%s ORDER BY %s LIMIT %d",
+		s.pkList, s.eventID, s.table, s.cutoffSQL(), s.eventID, s.hold, s.eventID, page, s.orderBy, n)
+	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -100,6 +121,24 @@ func (s statements) candidates(ctx context.Context, db *sql.DB, ret, ck, from fl
 		out = append(out, vals)
 	}
 	return out, rows.Err()
+}
+
+// afterKey is "the primary key is after key" in the expanded form (a > ? OR (a = ? AND b > ?)
+// ...), which the range optimizer of MariaDB and MySQL uses where a row comparison (a, b) > (?,
+// ?) may scan; it appends its arguments to args.
+func (s statements) afterKey(key []any, args []any) (string, []any) {
+	var ors []string
+	for i := range s.nPK {
+		var ands []string
+		for j := range i {
+			ands = append(ands, s.pk[j]+" = ?")
+			args = append(args, key[j])
+		}
+		ands = append(ands, s.pk[i]+" > ?")
+		args = append(args, key[i])
+		ors = append(ors, "("+strings.Join(ands, " AND ")+")")
+	}
+	return "(" + strings.Join(ors, " OR ") + ")", args
 }
 
 // deleteSwept deletes the candidates ks, checking the cutoff again.

@@ -2,9 +2,14 @@ package config
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 )
+
+// timeZonePattern is what cleanup.time_zone may be: SYSTEM, an offset, or a zone name (the
+// server checks that it knows it).
+var timeZonePattern = regexp.MustCompile(`^(SYSTEM|[+-]\d{1,2}:\d{2}|[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*)$`)
 
 // Cleanup is the cleanup block, globally (Config.Cleanup) or per outbox table (Table.Cleanup,
 // which overrides the global one field by field). Fields left out take the global value, then
@@ -26,6 +31,13 @@ type Cleanup struct {
 	// be for the sweep to take it: longer than any transaction stays open between inserting its
 	// outbox row and committing (auto-increment and insert time are not commit order).
 	CommitMargin time.Duration `yaml:"commit_margin"`
+	// TimeZone is the time_zone the application's sessions write a DATETIME created_at in
+	// ("SYSTEM", "+00:00", or a zone name the server knows): DATETIME holds wall-clock time
+	// without a zone, so the sweep must compare it in that zone, or rows written by sessions
+	// behind the server's zone look hours older than they are and go before the checkpoint
+	// covers them. Required for a DATETIME created_at (check and run say so); ignored for a
+	// TIMESTAMP, which the server stores as an instant.
+	TimeZone string `yaml:"time_zone"`
 	// HoldTable (global block only) is where dead-lettered rows are recorded before the
 	// checkpoint passes them, so the created_at sweep keeps them across restarts.
 	HoldTable string `yaml:"hold_table"`
@@ -53,6 +65,8 @@ type CleanupSettings struct {
 	CommitMargin     time.Duration
 	// CreatedAt is the table's columns.created_at ("" when unset): with it the sweep runs.
 	CreatedAt string
+	// TimeZone is the zone a DATETIME created_at is written in ("" when unset).
+	TimeZone string
 	// HoldTable is the global hold table.
 	HoldTable string
 }
@@ -91,6 +105,9 @@ func (c *Config) CleanupFor(i int) (CleanupSettings, bool) {
 		if b.CommitMargin != 0 {
 			m.CommitMargin = b.CommitMargin
 		}
+		if b.TimeZone != "" {
+			m.TimeZone = b.TimeZone
+		}
 	}
 	if m.Enabled != nil && !*m.Enabled {
 		return CleanupSettings{}, false
@@ -98,7 +115,7 @@ func (c *Config) CleanupFor(i int) (CleanupSettings, bool) {
 	s := CleanupSettings{
 		Retention: DefaultCleanupRetention, Batch: m.Batch, MaxRowsPerSecond: m.MaxRowsPerSecond,
 		Interval: m.Interval, CommitMargin: m.CommitMargin, CreatedAt: t.Columns.CreatedAt,
-		HoldTable: DefaultCleanupHoldTable,
+		TimeZone: m.TimeZone, HoldTable: DefaultCleanupHoldTable,
 	}
 	if m.Retention != nil {
 		s.Retention = *m.Retention
@@ -160,6 +177,9 @@ func (c *Config) validateCleanup(p *problems) {
 		}
 		if b.CommitMargin != 0 && b.CommitMargin < time.Second {
 			p.add(f+"commit_margin", "must be at least 1s, longer than any transaction stays open after inserting its outbox row (default %s); got %s", DefaultCleanupCommitMargin, b.CommitMargin)
+		}
+		if b.TimeZone != "" && !timeZonePattern.MatchString(b.TimeZone) {
+			p.add(f+"time_zone", "must be the time_zone the application writes created_at in: SYSTEM, an offset such as +00:00 or -08:00, or a zone name such as Europe/Berlin; got %q", b.TimeZone)
 		}
 		if i > 0 && b.HoldTable != "" {
 			p.add(f+"hold_table", "is set in the global cleanup block only (one table for every outbox table)")

@@ -26,7 +26,7 @@ func TestCleanupGlobalAndTableOverride(t *testing.T) {
     cleanup: {retention: 0s, batch: 50}
   - table: shop.outbox_c
     cleanup: {enabled: false}
-cleanup: {retention: 168h, max_rows_per_second: 200, interval: 30s, commit_margin: 2m, hold_table: ops.hold}
+cleanup: {retention: 168h, max_rows_per_second: 200, interval: 30s, commit_margin: 2m, hold_table: ops.hold, time_zone: "-08:00"}
 `, 1)
 	c, err := parse([]byte(y), noEnv)
 	if err != nil {
@@ -34,7 +34,7 @@ cleanup: {retention: 168h, max_rows_per_second: 200, interval: 30s, commit_margi
 	}
 	a, ok := c.CleanupFor(0)
 	want := CleanupSettings{Retention: 168 * time.Hour, Batch: DefaultCleanupBatch, MaxRowsPerSecond: 200, Interval: 30 * time.Second,
-		CommitMargin: 2 * time.Minute, CreatedAt: "created_at", HoldTable: "ops.hold"}
+		CommitMargin: 2 * time.Minute, CreatedAt: "created_at", TimeZone: "-08:00", HoldTable: "ops.hold"}
 	if !ok || a != want {
 		t.Errorf("table 0: %+v %v, want %+v", a, ok, want)
 	}
@@ -72,6 +72,8 @@ func TestCleanupInvalid(t *testing.T) {
 		{"cleanup: {max_rows_per_second: -5}", "cleanup.max_rows_per_second"},
 		{"cleanup: {interval: 10ms}", "cleanup.interval"},
 		{"cleanup: {commit_margin: 1ms}", "cleanup.commit_margin"},
+		{"cleanup: {time_zone: \"+8\"}", "cleanup.time_zone (line"},
+		{"cleanup: {time_zone: \"UTC; DROP\"}", "an offset such as +00:00"},
 		{"cleanup: {retension: 1h}", `unknown field "retension"`},
 		{"cleanup: {retention: soon}", "a duration"},
 		{"cleanup: {batch: many}", "want an integer"},
@@ -85,6 +87,11 @@ func TestCleanupInvalid(t *testing.T) {
 	wantContains(t, mustFail(t, y, noEnv), "tables[0].cleanup.hold_table", "global cleanup block only")
 	y = strings.Replace(minimal, "  addr: 127.0.0.1:3306\n", "  addrs: [\"a:1\", \"b:2\"]\n", 1)
 	wantContains(t, mustFail(t, y+"cleanup: {retention: 0s}\n", noEnv), "cleanup (line 13): deletes on the writable primary")
+	for _, tz := range []string{"SYSTEM", "+00:00", "-08:00", "Europe/Berlin", "UTC"} {
+		if _, err := parse([]byte(minimal+"cleanup: {retention: 0s, time_zone: \""+tz+"\"}\n"), noEnv); err != nil {
+			t.Errorf("time_zone %s: %v", tz, err)
+		}
+	}
 	// retention 0 needs no created_at; a table's enabled: false silences the global block.
 	if _, err := parse([]byte(minimal+"cleanup: {retention: 0s}\n"), noEnv); err != nil {
 		t.Errorf("retention 0 without created_at: %v", err)

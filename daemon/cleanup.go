@@ -26,7 +26,7 @@ func cleanupRequest(cfg *config.Config) (server.CleanupRequest, bool) {
 		if !ok {
 			continue
 		}
-		req.Tables = append(req.Tables, server.CleanupTable{Name: t.Table, CreatedAt: s.CreatedAt})
+		req.Tables = append(req.Tables, server.CleanupTable{Name: t.Table, CreatedAt: s.CreatedAt, TimeZone: s.TimeZone})
 		if s.Sweeps() {
 			req.HoldTable = s.HoldTable
 		}
@@ -156,7 +156,18 @@ func openCleaner(ctx context.Context, cfg *config.Config, r *relay, log zerolog.
 			log.Warn().Str("table", t.Table).Msg("cleanup: the table has no primary key; nothing of it is deleted")
 			continue
 		}
-		tables = append(tables, cleanup.Table{Schema: t.Schema(), Name: t.Name(), Settings: s, PK: pk, EventID: t.Columns.EventID})
+		tab := cleanup.Table{Schema: t.Schema(), Name: t.Name(), Settings: s, PK: pk, EventID: t.Columns.EventID}
+		if s.Sweeps() {
+			if tab.CreatedAtDatetime, err = server.CreatedAtIsDatetime(ctx, db, t.Schema(), t.Name(), s.CreatedAt); err != nil {
+				return fail(err)
+			}
+			if tab.CreatedAtDatetime && s.TimeZone == "" {
+				// Its check was skipped: a DATETIME compared in a guessed zone could go early.
+				log.Warn().Str("table", t.Table).Msg("cleanup: created_at is a DATETIME without cleanup.time_zone; the created_at sweep leaves the table alone")
+				tab.Settings.CreatedAt = ""
+			}
+		}
+		tables = append(tables, tab)
 		log.Info().Str("table", t.Table).Stringer("retention", s.Retention).Int("batch", s.Batch).
 			Int("max_rows_per_second", s.MaxRowsPerSecond).Bool("created_at_sweep", s.Sweeps()).Strs("primary_key", pk).
 			Msg("cleanup on: delivered rows are deleted once the saved checkpoint covers them")
@@ -200,4 +211,34 @@ func (r *relay) runCleanup(ctx context.Context) (stop func()) {
 // cleanupLine is how check prints a cleanup finding and run refuses it. Pure.
 func cleanupLine(addr string, p server.Problem) string {
 	return strings.Replace(sourceLine(addr, p), "source ", "cleanup writer ", 1)
+}
+
+// cleanupKeyWarnings are the warnings for tables cleaned with retention: 0 when the source's
+// findings say binlog_row_metadata is not FULL (accepted by source.allow_minimal_row_metadata,
+// or skipped): only FULL writes the primary key into the TABLE_MAP, so the binlog's rows carry
+// no key and nothing of such a table is deleted by key, without any other sign. inspectSource
+// adds them, so check prints and run logs the same lines. Pure.
+func cleanupKeyWarnings(cfg *config.Config, found []server.Problem) []server.Problem {
+	i := slices.IndexFunc(found, func(p server.Problem) bool { return p.Check == server.CheckBinlogRowMetadata })
+	if i < 0 {
+		return nil
+	}
+	metadata := found[i].Found
+	var ws []server.Problem
+	for j, t := range cfg.Tables {
+		s, ok := cfg.CleanupFor(j)
+		if !ok || s.Retention != 0 {
+			continue
+		}
+		left := "so nothing of the table is ever deleted"
+		if s.Sweeps() {
+			left = "so only the created_at sweep deletes its rows (once older than the checkpoint's commit time minus commit_margin)"
+		}
+		ws = append(ws, server.Problem{
+			Setting: "cleanup of " + t.Table + " (retention: 0)", Check: server.CheckBinlogRowMetadata, Table: t.Table, Warning: true,
+			Found: "without primary keys from the binlog (binlog_row_metadata is " + metadata + ": TABLE_MAP events carry no primary key), " + left,
+			Fix:   "set binlog_row_metadata = FULL on the server (SET GLOBAL and my.cnf), which writes the key; or set a retention with columns.created_at for the sweep",
+		})
+	}
+	return ws
 }

@@ -79,21 +79,17 @@ func inspectSource(ctx context.Context, db *sql.DB, cfg *config.Config) (sourceR
 	if err != nil {
 		return sourceReport{}, fmt.Errorf("check source %s: %w", cfg.Source.Addr, err)
 	}
-	tps, err := createdAtProblems(ctx, db, cfg)
-	if err != nil {
-		return sourceReport{}, fmt.Errorf("check source %s: %w", cfg.Source.Addr, err)
+	// The checks of the optional columns and features, each reading the tables' columns.
+	for _, more := range []func(context.Context, *sql.DB, *config.Config) ([]server.Problem, error){
+		createdAtProblems, shapeProblems, reconcileIndexWarnings,
+	} {
+		mps, err := more(ctx, db, cfg)
+		if err != nil {
+			return sourceReport{}, fmt.Errorf("check source %s: %w", cfg.Source.Addr, err)
+		}
+		ps = append(ps, mps...)
 	}
-	ps = append(ps, tps...)
-	sps, err := shapeProblems(ctx, db, cfg)
-	if err != nil {
-		return sourceReport{}, fmt.Errorf("check source %s: %w", cfg.Source.Addr, err)
-	}
-	ps = append(ps, sps...)
-	ips, err := reconcileIndexWarnings(ctx, db, cfg)
-	if err != nil {
-		return sourceReport{}, fmt.Errorf("check source %s: %w", cfg.Source.Addr, err)
-	}
-	ps = append(ps, ips...)
+	ps = append(ps, cleanupKeyWarnings(cfg, ps)...)
 	r := sourceReport{found: ps}
 	for _, p := range ps {
 		line := sourceLine(cfg.Source.Addr, p)

@@ -16,6 +16,7 @@ import (
 	"github.com/outboxd/outboxd/binlog/server"
 	"github.com/outboxd/outboxd/daemon"
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/testenv/mariadb"
 )
 
 // cleanupRows is how many rows TestCleanupUnderLoad* write: 20,000 by default (under a minute
@@ -305,7 +306,7 @@ func (cw *cleanupWorld) underLoad(batch int, minAge time.Duration) {
 
 func TestCleanupUnderLoadRetentionZero(t *testing.T) {
 	const batch = 100
-	cw := newCleanupWorld(t, fmt.Sprintf("cleanup: {retention: 0s, batch: %d, max_rows_per_second: 50000, interval: 1s, commit_margin: 1s, hold_table: HOLD}", batch))
+	cw := newCleanupWorld(t, fmt.Sprintf("cleanup: {retention: 0s, batch: %d, max_rows_per_second: 50000, interval: 1s, commit_margin: 1s, hold_table: HOLD, time_zone: SYSTEM}", batch))
 	cw.r = startRelay(t, cw.o, daemon.Options{})
 	cw.underLoad(batch, 0)
 	if !strings.Contains(cw.r.logs.String(), "cleanup on") {
@@ -327,7 +328,7 @@ func TestCleanupUnderLoadRetentionZero(t *testing.T) {
 func TestCleanupUnderLoadRetentionSweep(t *testing.T) {
 	const batch = 250
 	const retention = 3 * time.Second
-	cw := newCleanupWorld(t, fmt.Sprintf("cleanup: {retention: %s, batch: %d, max_rows_per_second: 50000, interval: 1s, commit_margin: 1s, hold_table: HOLD}", retention, batch))
+	cw := newCleanupWorld(t, fmt.Sprintf("cleanup: {retention: %s, batch: %d, max_rows_per_second: 50000, interval: 1s, commit_margin: 1s, hold_table: HOLD, time_zone: SYSTEM}", retention, batch))
 	cw.r = startRelay(t, cw.o, daemon.Options{})
 	// The sweep takes rows inserted commit_margin after dead letters began to be recorded (at
 	// this first start): older rows may be dead letters of a run without cleanup.
@@ -356,7 +357,7 @@ func text(v any) string {
 func TestCleanupLeaderOnly(t *testing.T) {
 	hold := "hold_table: HOLD, commit_margin: 1s, interval: 1s, batch: 100"
 	// A first run records dead letters but keeps every row (an hour's retention).
-	cw := newCleanupWorld(t, "ha: {enabled: true}\ncleanup: {retention: 1h, "+hold+"}")
+	cw := newCleanupWorld(t, "ha: {enabled: true}\ncleanup: {retention: 1h, time_zone: SYSTEM, "+hold+"}")
 	r1 := startRelay(t, cw.o, daemon.Options{})
 	time.Sleep(2 * time.Second) // past since + commit_margin (see TestCleanupUnderLoadRetentionSweep)
 	cw.load(1000)
@@ -380,7 +381,7 @@ func TestCleanupLeaderOnly(t *testing.T) {
 	if err := lock.QueryRowContext(context.Background(), "SELECT GET_LOCK(?, 0)", "outboxd.cl-"+cw.schema).Scan(&got); err != nil || got != 1 {
 		t.Fatalf("GET_LOCK = %d, %v", got, err)
 	}
-	cw.o.Extra = "ha: {enabled: true}\ncleanup: {retention: 1s, " + strings.ReplaceAll(hold, "HOLD", cw.schema+".cleanup_hold") + "}\n"
+	cw.o.Extra = "ha: {enabled: true}\ncleanup: {retention: 1s, time_zone: SYSTEM, " + strings.ReplaceAll(hold, "HOLD", cw.schema+".cleanup_hold") + "}\n"
 	cw.r = startRelay(t, cw.o, daemon.Options{})
 	time.Sleep(5 * time.Second)
 	if left := cw.left(); len(left) != 1000 {
@@ -410,7 +411,7 @@ func TestCleanupCheckNeedsDelete(t *testing.T) {
 	o := simpleCfg(t, w, kc, "")
 	o.User, o.Pass = user, "pw"
 	o.Tables = []string{w.schema + ".outbox_event\n    columns: {created_at: created_at}"}
-	o.Extra = "cleanup: {retention: 168h, hold_table: " + w.schema + ".cleanup_hold}\n"
+	o.Extra = "cleanup: {retention: 168h, time_zone: SYSTEM, hold_table: " + w.schema + ".cleanup_hold}\n"
 	path := writeCfg(t, o)
 	code, out := runBinary(t, "run", "--config", path)
 	ccode, cout := runBinary(t, "check", "--config", path)
@@ -439,5 +440,52 @@ func TestCleanupCheckNeedsDelete(t *testing.T) {
 	if ccode != 0 || !strings.Contains(cout, "DELETE is granted (cleanup is on) [check cleanup_grants]") ||
 		!strings.Contains(cout, "exists with SELECT and INSERT granted [check cleanup_hold]") {
 		t.Fatalf("check exited %d:\n%s", ccode, cout)
+	}
+}
+
+// A DATETIME created_at is wall-clock time of the writing session's zone: check and run refuse
+// the created_at sweep without cleanup.time_zone, and a zone the server does not know, with
+// the same lines; a known zone passes.
+func TestCleanupCheckDatetimeTimeZone(t *testing.T) {
+	srv := sharedServer(t)
+	w := newWorld(t, srv)
+	kc := kafkaCluster(t, "t")
+	w.exec(server.HoldTableSQL(w.schema + ".cleanup_hold"))
+	o := simpleCfg(t, w, kc, "")
+	o.Tables = []string{w.schema + ".outbox_event\n    columns: {created_at: created_at}"}
+	for _, tc := range []struct{ tz, want string }{
+		{"", "column " + w.schema + ".outbox_event.created_at is a DATETIME (wall-clock time in whatever time_zone the inserting session had) without cleanup.time_zone: set cleanup.time_zone"},
+		{"time_zone: Mars/Olympus, ", "cleanup.time_zone Mars/Olympus is unknown to the server"},
+	} {
+		o.Extra = "cleanup: {retention: 168h, " + tc.tz + "hold_table: " + w.schema + ".cleanup_hold}\n"
+		path := writeCfg(t, o)
+		code, out := runBinary(t, "run", "--config", path)
+		ccode, cout := runBinary(t, "check", "--config", path)
+		if code != 1 || ccode != 1 || !strings.Contains(out, tc.want) || !strings.Contains(cout, tc.want) || !strings.Contains(cout, "[check cleanup_table]") {
+			t.Fatalf("%q: run exited %d, check %d; want 1 and 1 with %q:\nrun:\n%s\ncheck:\n%s", tc.tz, code, ccode, tc.want, out, cout)
+		}
+		if strings.Contains(out, `"message":"starting"`) {
+			t.Fatalf("run got as far as starting:\n%s", out)
+		}
+	}
+	o.Extra = "cleanup: {retention: 168h, time_zone: \"+00:00\", hold_table: " + w.schema + ".cleanup_hold}\n"
+	if ccode, cout := runBinary(t, "check", "--config", writeCfg(t, o)); ccode != 0 || !strings.Contains(cout, "a DATETIME/TIMESTAMP created_at [check cleanup_table]") {
+		t.Fatalf("check exited %d:\n%s", ccode, cout)
+	}
+}
+
+// retention: 0 deletes by the key the TABLE_MAP carries only with binlog_row_metadata=FULL:
+// with MINIMAL accepted, check warns that the table is never deleted by key.
+func TestCleanupCheckWarnsMinimalRowMetadata(t *testing.T) {
+	srv := mariadb.StartT(t, mariadb.Options{RowMetadata: "MINIMAL"})
+	w := newWorld(t, srv)
+	kc := kafkaCluster(t, "t")
+	o := simpleCfg(t, w, kc, "")
+	o.Source = "  allow_minimal_row_metadata: true\n"
+	o.Extra = "cleanup: {retention: 0s}\n"
+	code, out := runBinary(t, "check", "--config", writeCfg(t, o))
+	want := "source " + o.Srv.Addr + ": cleanup of " + w.schema + ".outbox_event (retention: 0) is without primary keys from the binlog (binlog_row_metadata is MINIMAL: TABLE_MAP events carry no primary key), so nothing of the table is ever deleted: set binlog_row_metadata = FULL"
+	if code != 0 || !strings.Contains(out, want) {
+		t.Fatalf("check exited %d, want 0 with %q:\n%s", code, want, out)
 	}
 }

@@ -28,6 +28,10 @@ type recCleanup struct {
 	// wantBySeq are the event ids of each transaction (by seq) and whether each is dead.
 	wantBySeq map[uint64]map[string]bool
 	holdErr   error
+	// saver, when set, is checked at every Saved(n): the checkpoint just saved is exactly
+	// transactions 0-1-1 .. 0-1-n (seq 0 .. n-1), no more, so a key released by n is of a
+	// transaction in it.
+	saver *memSaver
 }
 
 func (r *recCleanup) Delivered(rows []Row) {
@@ -63,6 +67,11 @@ func (r *recCleanup) Saved(n uint64) {
 		r.t.Errorf("Saved went back from %d to %d", r.saved[k-1], n)
 	}
 	r.saved = append(r.saved, n)
+	if r.saver != nil && n > 0 {
+		if got, want := r.saver.last(), fmt.Sprintf("0-1-%d", n); got != want {
+			r.t.Errorf("Saved(%d) after saving %s, want %s: n and the saved checkpoint disagree", n, got, want)
+		}
+	}
 	for seq := uint64(0); seq < n; seq++ {
 		for id, dead := range r.wantBySeq[seq] {
 			got, ok := r.delivered[id]
@@ -106,8 +115,9 @@ func runCleanupHandOver(t *testing.T, seed uint64) {
 		return nil
 	}}
 	cl := newRecCleanup(t)
+	cl.saver = &memSaver{}
 	p, err := New(Config{
-		Router: fakeRouter{}, Sinks: map[string]sink.Sink{"main": s}, Saver: &memSaver{},
+		Router: fakeRouter{}, Sinks: map[string]sink.Sink{"main": s}, Saver: cl.saver,
 		Start: gtid.Empty(gtid.MariaDB), OnPoison: PoisonDeadLetter,
 		RetryInitial: time.Millisecond, RetryMax: 2 * time.Millisecond,
 		CheckpointInterval: time.Millisecond, Logger: zerolog.Nop(), Cleanup: cl, Lanes: 4,

@@ -39,6 +39,8 @@ func HoldTableSQL(table string) string {
 type CleanupTable struct {
 	Name      string // schema.table
 	CreatedAt string // "" when the table has no created_at column configured
+	// TimeZone is the table's cleanup.time_zone: required for a DATETIME created_at.
+	TimeZone string
 }
 
 // CleanupRequest is what InspectCleanup verifies.
@@ -48,6 +50,18 @@ type CleanupRequest struct {
 	// HoldTable is "" when no table runs the created_at sweep.
 	HoldTable string
 	Skip      []string
+}
+
+// CreatedAtIsDatetime reports whether table's column col is a DATETIME (wall-clock time, not an
+// instant like a TIMESTAMP). It blocks on one query.
+func CreatedAtIsDatetime(ctx context.Context, db *sql.DB, schema, table, col string) (bool, error) {
+	var typ string
+	err := db.QueryRowContext(ctx, `SELECT DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND COLUMN_NAME = ?`,
+		schema, table, col).Scan(&typ)
+	if err != nil {
+		return false, fmt.Errorf("read the type of %s.%s.%s: %w", schema, table, col, err)
+	}
+	return strings.EqualFold(typ, "datetime"), nil
 }
 
 // PrimaryKey returns the names of table's primary-key columns in key order (none: it has no
@@ -122,6 +136,31 @@ func InspectCleanup(ctx context.Context, db *sql.DB, req CleanupRequest) ([]Prob
 					Found: "of type " + typ + ", not DATETIME or TIMESTAMP",
 					Fix:   "name a DATETIME or TIMESTAMP column holding the row's insert time in columns.created_at",
 				})
+			case strings.EqualFold(typ, "datetime") && t.TimeZone == "":
+				// Wall-clock time without a zone: compared in the wrong one, rows written by
+				// sessions behind it look hours older and go before the checkpoint covers them.
+				var global string
+				if err := db.QueryRowContext(ctx, "SELECT @@global.time_zone").Scan(&global); err != nil {
+					return nil, fmt.Errorf("read the server's time_zone: %w", err)
+				}
+				ps = append(ps, Problem{
+					Setting: "column " + t.Name + "." + t.CreatedAt, Check: CheckCleanupTable, Table: t.Name,
+					Found: "a DATETIME (wall-clock time in whatever time_zone the inserting session had) without cleanup.time_zone",
+					Fix: "set cleanup.time_zone to the time_zone your application's sessions write it in (the server's default is " + global +
+						"; SYSTEM is the server host's zone; or an offset such as +00:00), or make the column a TIMESTAMP",
+				})
+			case strings.EqualFold(typ, "datetime"):
+				var unknown bool
+				if err := db.QueryRowContext(ctx, "SELECT CONVERT_TZ('2000-01-01 00:00:00', @@session.time_zone, ?) IS NULL", t.TimeZone).Scan(&unknown); err != nil {
+					return nil, fmt.Errorf("check cleanup.time_zone %q: %w", t.TimeZone, err)
+				}
+				if unknown {
+					ps = append(ps, Problem{
+						Setting: "cleanup.time_zone " + t.TimeZone, Check: CheckCleanupTable, Table: t.Name,
+						Found: "unknown to the server (the created_at sweep would delete nothing)",
+						Fix:   "use an offset such as +00:00, or load the server's time zone tables (mariadb-tzinfo-to-sql /usr/share/zoneinfo | mariadb mysql)",
+					})
+				}
 			}
 		}
 	}
