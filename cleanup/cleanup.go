@@ -30,6 +30,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/internal/logging"
 	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/pipeline"
 )
@@ -302,7 +303,7 @@ func (c *Cleaner) loop(ctx context.Context, t *table, wake <-chan struct{}) {
 	report := func(err error) {
 		if err == nil || ctx.Err() != nil {
 			if err == nil && !failingSince.IsZero() {
-				log.Info().Time("failing_since", failingSince).Msg("cleanup deletes again")
+				log.Info().Str("failing_since", logging.Time(failingSince)).Msg("cleanup deletes again")
 				failingSince, lastLog = time.Time{}, time.Time{}
 			}
 			return
@@ -314,7 +315,7 @@ func (c *Cleaner) loop(ctx context.Context, t *table, wake <-chan struct{}) {
 		}
 		if now.Sub(lastLog) >= time.Minute {
 			lastLog = now
-			log.Warn().Err(err).Time("failing_since", failingSince).Msg("cleanup statement failed; retried at the next round (rows only stay longer)")
+			log.Warn().Err(err).Str("failing_since", logging.Time(failingSince)).Msg("cleanup statement failed; retried at the next round (rows only stay longer)")
 		}
 	}
 	poll := time.NewTicker(keyPoll)
@@ -403,7 +404,7 @@ func (c *Cleaner) sweep(ctx context.Context, t *table, lim *limiter) error {
 	}
 	from := *since + t.Settings.CommitMargin.Seconds()
 	ret, ck := cutoff(t.Settings.Retention, t.Settings.CommitMargin, ckpt)
-	c.cfg.Logger.Debug().Str("table", t.label).Time("checkpoint_commit_time", ckpt).Msg("cleanup sweep")
+	c.cfg.Logger.Debug().Str("table", t.label).Str("checkpoint_commit_time", logging.Time(ckpt)).Msg("cleanup sweep")
 	var after []any // the last key of the previous batch: each batch continues after it
 	for ctx.Err() == nil {
 		sctx, cancel := context.WithTimeout(ctx, statementTimeout)

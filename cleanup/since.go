@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strconv"
 	"time"
+
+	"github.com/outboxd/outboxd/internal/logging"
 )
 
 // The created_at sweep keeps dead-lettered rows by the hold table, which only knows the dead
@@ -44,7 +46,7 @@ func (c *Cleaner) beginTable(ctx context.Context, t *table, ckpt time.Time) (flo
 	case errors.Is(err, sql.ErrNoRows):
 		_, err = db.ExecContext(ctx, "INSERT INTO "+hold+" (tbl, event_id, row_id, gtid, held_at) VALUES (?, ?, ?, '', FROM_UNIXTIME(?))",
 			t.label, markerEventID, strconv.FormatFloat(c0, 'f', 6, 64), c0)
-		c.cfg.Logger.Info().Str("table", t.label).Time("since", unixTime(c0)).
+		c.cfg.Logger.Info().Str("table", t.label).Str("since", logging.Time(unixTime(c0))).
 			Msg("cleanup: dead letters recorded from now on; the created_at sweep leaves older rows alone")
 		return c0, err
 	case err != nil:
@@ -54,7 +56,7 @@ func (c *Cleaner) beginTable(ctx context.Context, t *table, ckpt time.Time) (flo
 	}
 	_, err = db.ExecContext(ctx, "UPDATE "+hold+" SET row_id = ?, held_at = FROM_UNIXTIME(?) WHERE tbl = ? AND event_id = ?",
 		strconv.FormatFloat(c0, 'f', 6, 64), c0, t.label, markerEventID)
-	c.cfg.Logger.Warn().Str("table", t.label).Time("recorded_through", unixTime(through)).Time("checkpoint_commit_time", unixTime(c0)).
+	c.cfg.Logger.Warn().Str("table", t.label).Str("recorded_through", logging.Time(unixTime(through))).Str("checkpoint_commit_time", logging.Time(unixTime(c0))).
 		Msg("cleanup: the checkpoint moved on while dead letters were not recorded (cleanup off, or a stop before the record caught up); the created_at sweep leaves rows inserted before the checkpoint alone: delete them by hand once their dead letters are handled")
 	return c0, err
 }
