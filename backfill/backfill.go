@@ -204,6 +204,10 @@ type table struct {
 	// (-1: the table lacks the column, Missing in the event, as on the binlog path).
 	cols                                                 []string
 	eventID, key, topic, payload, eventType, headers, id int
+	// timestamp and partition are -2 when not configured; extra are the extra_headers columns
+	// in config.Table.ExtraHeaderColumns' order.
+	timestamp, partition int
+	extra                []int
 }
 
 // resolveTables checks that each name is a configured outbox table and reads its columns and
@@ -251,6 +255,17 @@ func resolveTables(ctx context.Context, c Config) ([]table, error) {
 		cl := tc.Columns
 		t.eventID, t.key, t.topic, t.payload = idx(cl.EventID), idx(cl.Key), idx(cl.Topic), idx(cl.Payload)
 		t.eventType, t.headers, t.id = idx(cl.EventType), idx(cl.Headers), idx("id")
+		t.timestamp, t.partition = -2, -2
+		if cl.Timestamp != "" {
+			t.timestamp = idx(cl.Timestamp)
+		}
+		if cl.Partition != "" {
+			t.partition = idx(cl.Partition)
+		}
+		extra, _ := tc.ExtraHeaderColumns()
+		for _, c := range extra {
+			t.extra = append(t.extra, idx(c))
+		}
 		out = append(out, t)
 	}
 	return out, nil
@@ -321,7 +336,7 @@ func (t *table) count(ctx context.Context, conn *sql.Conn, cond string) (int, er
 }
 
 // read sends the matching rows as transactions of up to batch events, in primary-key order:
-// keyset pages (WHERE cond AND pk > last ORDER BY pk LIMIT batch), all in the one snapshot, so a
+// keyset pages (WHERE cond AND pk > last ORDER BY pk LIMIT batch, see keysetAfter), all in the one snapshot, so a
 // page is never held longer than it takes to hand it on and no statement runs long. It returns
 // how many rows it handed on.
 func (t *table) read(ctx context.Context, conn *sql.Conn, cond string, batch int, at time.Time, send func(*binlog.Txn) error) (int, error) {
@@ -336,7 +351,7 @@ func (t *table) read(ctx context.Context, conn *sql.Conn, cond string, batch int
 	}
 	head := "SELECT " + strings.Join(sel, ", ") + " FROM " + t.from() + " WHERE " + where(cond)
 	tail := fmt.Sprintf(" ORDER BY %s LIMIT %d", strings.Join(pkList, ", "), batch)
-	after := fmt.Sprintf(" AND (%s) > (%s)", strings.Join(pkList, ", "), strings.TrimSuffix(strings.Repeat("?, ", len(t.pk)), ", "))
+	after := " AND (" + keysetAfter(pkList) + ")"
 	var last []any
 	total := 0
 	for {
@@ -344,7 +359,7 @@ func (t *table) read(ctx context.Context, conn *sql.Conn, cond string, batch int
 		if last != nil {
 			q = head + after + tail
 		}
-		evs, lastKey, err := t.page(ctx, conn, q, last)
+		evs, lastKey, err := t.page(ctx, conn, q, keysetArgs(last))
 		if err != nil {
 			return total, err
 		}
@@ -360,6 +375,35 @@ func (t *table) read(ctx context.Context, conn *sql.Conn, cond string, batch int
 		}
 		last = lastKey
 	}
+}
+
+// keysetAfter is the condition "the primary key is after the last row's" for columns cols, as
+// (c1 > ?) OR (c1 = ? AND c2 > ?) OR ..., which the server turns into a range it seeks to.
+// The row constructor (c1, c2) > (?, ?) means the same, but MariaDB does not use it as a range
+// (EXPLAIN: type index): every page would scan the key from the table's start, quadratic in
+// the table's size. Its arguments are keysetArgs(last). Pure.
+func keysetAfter(cols []string) string {
+	terms := make([]string, len(cols))
+	for i := range cols {
+		var conj []string
+		for _, c := range cols[:i] {
+			conj = append(conj, c+" = ?")
+		}
+		terms[i] = "(" + strings.Join(append(conj, cols[i]+" > ?"), " AND ") + ")"
+	}
+	return strings.Join(terms, " OR ")
+}
+
+// keysetArgs is keysetAfter's arguments for the last row's key values; nil for nil. Pure.
+func keysetArgs(last []any) []any {
+	if last == nil {
+		return nil
+	}
+	var args []any
+	for i := range last {
+		args = append(args, last[:i+1]...)
+	}
+	return args
 }
 
 // page runs one page's query and projects its rows onto events, as the binlog path's projection
@@ -396,6 +440,20 @@ func (t *table) page(ctx context.Context, conn *sql.Conn, q string, args []any) 
 		}
 		if f := field(t.id); !f.Missing && !f.Null {
 			ev.ID = string(f.Bytes)
+		}
+		if t.timestamp != -2 {
+			// Text as the session prints it: a TIMESTAMP column is read in the session's time
+			// zone here, not as epoch millis as on the binlog path (README: backfill).
+			ev.Timestamp = field(t.timestamp)
+		}
+		if t.partition != -2 {
+			ev.Partition = field(t.partition)
+		}
+		if len(t.extra) > 0 {
+			ev.Extra = make([]binlog.Field, len(t.extra))
+			for k, c := range t.extra {
+				ev.Extra[k] = field(c)
+			}
 		}
 		evs = append(evs, ev)
 		last = append(last[:0:0], vals[:len(t.pk)]...)

@@ -128,3 +128,18 @@ func TestAtLeast(t *testing.T) {
 		}
 	}
 }
+
+func TestKeysetAfter(t *testing.T) {
+	if got := keysetAfter([]string{"`a`"}); got != "(`a` > ?)" {
+		t.Fatalf("one column: %s", got)
+	}
+	if got := keysetAfter([]string{"a", "b", "c"}); got != "(a > ?) OR (a = ? AND b > ?) OR (a = ? AND b = ? AND c > ?)" {
+		t.Fatalf("three columns: %s", got)
+	}
+	if got := fmt.Sprint(keysetArgs([]any{1, "x", 3})); got != "[1 1 x 1 x 3]" {
+		t.Fatalf("args: %s", got)
+	}
+	if keysetArgs(nil) != nil {
+		t.Fatal("args of the first page")
+	}
+}

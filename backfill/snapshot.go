@@ -50,6 +50,8 @@ const (
 	MySQLLogStatusPrivilege = "BACKUP_ADMIN (to read performance_schema.log_status)"
 	// MySQLLockPrivilege is what the MySQL fallback needs.
 	MySQLLockPrivilege = "RELOAD (for a brief FLUSH TABLES WITH READ LOCK)"
+	// MySQLXARecoverPrivilege is what the check for prepared XA transactions needs (xa.go).
+	MySQLXARecoverPrivilege = "XA_RECOVER_ADMIN (for XA RECOVER: a prepared XA transaction refuses the backfill)"
 )
 
 // OpenSnapshot starts a read-only REPEATABLE READ transaction WITH CONSISTENT SNAPSHOT on conn and
@@ -69,8 +71,11 @@ func OpenSnapshot(ctx context.Context, conn *sql.Conn, flavor gtid.Flavor, o Sna
 	if _, err := conn.ExecContext(ctx, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
 		return Snapshot{}, fmt.Errorf("set isolation level: %w", err)
 	}
+	xa, err := preparedXA(ctx, conn)
+	if err != nil {
+		return Snapshot{}, err
+	}
 	var s Snapshot
-	var err error
 	switch flavor {
 	case gtid.MariaDB:
 		s, err = mariadbSnapshot(ctx, conn)
@@ -78,6 +83,14 @@ func OpenSnapshot(ctx context.Context, conn *sql.Conn, flavor gtid.Flavor, o Sna
 		s, err = mysqlSnapshot(ctx, conn, o)
 	default:
 		err = fmt.Errorf("unknown flavor %q", flavor)
+	}
+	if err == nil {
+		// See xa.go: a transaction prepared before the snapshot and committed after it would
+		// be in neither the snapshot nor the binlog after its position.
+		var after []string
+		if after, err = preparedXA(ctx, conn); err == nil && len(xa)+len(after) > 0 {
+			err = errPreparedXA(union(xa, after))
+		}
 	}
 	if err != nil {
 		EndSnapshot(conn)

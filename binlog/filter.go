@@ -11,6 +11,8 @@ type tableKey struct{ schema, table string }
 // the Reader's.
 type TableFilter struct {
 	set map[tableKey]struct{}
+	// updates are the tables whose UPDATEs are decoded too (TableSpec.WatchUpdates).
+	updates map[tableKey]struct{}
 }
 
 // NewTableFilter returns a filter matching the given tables exactly (case-sensitive).
@@ -18,6 +20,12 @@ func NewTableFilter(tables []TableSpec) TableFilter {
 	f := TableFilter{set: make(map[tableKey]struct{}, len(tables))}
 	for _, t := range tables {
 		f.set[tableKey{t.Schema, t.Table}] = struct{}{}
+		if t.WatchUpdates() {
+			if f.updates == nil {
+				f.updates = map[tableKey]struct{}{}
+			}
+			f.updates[tableKey{t.Schema, t.Table}] = struct{}{}
+		}
 	}
 	return f
 }
@@ -38,8 +46,17 @@ func (f TableFilter) DecodeRows(e *replication.RowsEvent, data []byte) error {
 	if err != nil {
 		return err
 	}
-	if e.Type() != replication.EnumRowsEventTypeInsert || e.Table == nil ||
-		!f.IsOutbox(string(e.Table.Schema), string(e.Table.Table)) {
+	if e.Table == nil || !f.IsOutbox(string(e.Table.Schema), string(e.Table.Table)) {
+		return nil
+	}
+	switch e.Type() {
+	case replication.EnumRowsEventTypeInsert:
+	case replication.EnumRowsEventTypeUpdate,
+		replication.EnumRowsEventTypeUnknown: // MySQL's PARTIAL_UPDATE_ROWS_EVENT (partial JSON)
+		if _, ok := f.updates[tableKey{string(e.Table.Schema), string(e.Table.Table)}]; !ok {
+			return nil
+		}
+	default:
 		return nil
 	}
 	return e.DecodeData(pos, data)

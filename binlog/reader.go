@@ -98,6 +98,8 @@ type Reader struct {
 	cfg  Config
 	host string
 	port uint16
+	// onUpdate is each table's TableSpec.OnUpdate (update.go).
+	onUpdate map[tableKey]string
 }
 
 // NewReader validates cfg and returns a Reader. It does not connect. Every invalid field is
@@ -144,7 +146,11 @@ func NewReader(cfg Config) (*Reader, error) {
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("binlog reader config: %w", errors.Join(errs...))
 	}
-	return &Reader{cfg: cfg, host: host, port: uint16(port)}, nil
+	onUpdate := make(map[tableKey]string, len(cfg.Tables))
+	for _, t := range cfg.Tables {
+		onUpdate[tableKey{t.Schema, t.Table}] = t.OnUpdate
+	}
+	return &Reader{cfg: cfg, host: host, port: uint16(port), onUpdate: onUpdate}, nil
 }
 
 // Run streams from start — the executed set: the first transaction sent is the one after it —
@@ -235,6 +241,11 @@ func (r *Reader) run(ctx context.Context, start, dump gtid.Set, out chan<- *Txn)
 			continue
 		}
 		reportSkipped()
+		if len(txn.Updates) > 0 {
+			if err := r.updates(txn); err != nil {
+				return err
+			}
+		}
 		if !txn.Partial && !txn.OnlyCheckpoint { // outboxd's own save: not a source transaction to lag behind
 			m.TxnRead(txn.CommitTime)
 		}

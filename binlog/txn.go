@@ -37,6 +37,9 @@ type Txn struct {
 	// Events are the INSERTs into configured outbox tables, in binlog order. Empty for
 	// transactions that touch no outbox table: those still move the position.
 	Events []Event
+	// Updates are the UPDATEd rows (their new image) of outbox tables whose TableSpec has
+	// WatchUpdates; they are never delivered, only reported (tables[].on_update).
+	Updates []Event
 }
 
 // Event is one row inserted into an outbox table, projected onto the configured columns.
@@ -48,6 +51,17 @@ type Event struct {
 	ID string
 	// The configured columns. A column that the table lacks has Missing set.
 	EventID, Key, Topic, Payload, EventType, Headers Field
+	// PK is the row's primary key, one value per key column in key order, as go-mysql decoded
+	// it (int64, string, []byte, ...; strings and bytes may alias the event's buffer), from the
+	// TABLE_MAP's primary-key metadata (binlog_row_metadata=FULL). Only for a TableSpec with
+	// PrimaryKey set (cleanup deletes by it); nil otherwise, or when the TABLE_MAP names no key.
+	PK []any
+	// Timestamp and Partition are the optional columns.timestamp and columns.partition (zero
+	// when not configured). A TIMESTAMP column's value is its epoch milliseconds as text (it is
+	// absolute); a DATETIME's is its wall-clock text, read in the table's zone by the router.
+	Timestamp, Partition Field
+	// Extra are the extra_headers columns, in ColumnNames.Extra's order.
+	Extra []Field
 }
 
 // Field is one column value of an outbox row.
@@ -63,5 +77,14 @@ type Field struct {
 // Size approximates the event's memory footprint in bytes.
 func (e *Event) Size() int {
 	return len(e.Schema) + len(e.Table) + len(e.ID) + len(e.EventID.Bytes) + len(e.Key.Bytes) +
-		len(e.Topic.Bytes) + len(e.Payload.Bytes) + len(e.EventType.Bytes) + len(e.Headers.Bytes)
+		len(e.Topic.Bytes) + len(e.Payload.Bytes) + len(e.EventType.Bytes) + len(e.Headers.Bytes) +
+		len(e.Timestamp.Bytes) + len(e.Partition.Bytes) + extraSize(e.Extra)
+}
+
+func extraSize(fs []Field) int {
+	n := 0
+	for _, f := range fs {
+		n += len(f.Bytes)
+	}
+	return n
 }

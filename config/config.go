@@ -75,6 +75,9 @@ type Config struct {
 	HA         HA              `yaml:"ha"`
 	// Reconcile, when set, runs reconciliation periodically in the daemon; nil is off.
 	Reconcile *Reconcile `yaml:"reconcile"`
+	// Cleanup, when set, deletes delivered rows from every outbox table (a table's own cleanup
+	// block overrides it field by field); nil, the default, deletes nothing. See cleanup.go.
+	Cleanup *Cleanup `yaml:"cleanup"`
 
 	// lines maps a field path ("routes[1].sink") to its line in the file, so Validate can point
 	// at the line. Empty for a Config built in code.
@@ -159,6 +162,19 @@ type Table struct {
 	// Table is "schema.table".
 	Table   string  `yaml:"table"`
 	Columns Columns `yaml:"columns"`
+	// Cleanup overrides the global cleanup block for this table, field by field (CleanupFor).
+	Cleanup *Cleanup `yaml:"cleanup"`
+	// TimestampZone is the IANA time zone a DATETIME columns.timestamp is read in; empty means
+	// UTC. (A TIMESTAMP or epoch-millis column is absolute and ignores it.)
+	TimestampZone string `yaml:"timestamp_zone"`
+	// ExtraHeaders places columns as headers, {column: header_name}; see shape.go.
+	ExtraHeaders map[string]string `yaml:"extra_headers"`
+	// EmptyPayload is what an empty (or NULL) payload becomes: EmptyPayloadSend ("" too),
+	// EmptyPayloadTombstone (Kafka only) or EmptyPayloadPoison.
+	EmptyPayload string `yaml:"empty_payload"`
+	// OnUpdate is what an UPDATE of an outbox row does (it is never sent): OnUpdateIgnore
+	// ("" too), OnUpdateWarn or OnUpdateStop.
+	OnUpdate string `yaml:"on_update"`
 }
 
 // Columns names the outbox table's columns; ApplyDefaults fills each empty one with its key.
@@ -172,6 +188,12 @@ type Columns struct {
 	// CreatedAt is the row's insert time, a DATETIME or TIMESTAMP column; empty (the default)
 	// means the table has none. reconcile needs it: its window selects rows by it.
 	CreatedAt string `yaml:"created_at"`
+	// Timestamp is the Kafka record time: a DATETIME, TIMESTAMP or epoch-millis integer
+	// column; empty (the default) means the commit time. Kafka only.
+	Timestamp string `yaml:"timestamp"`
+	// Partition is an integer column picking the Kafka partition; empty (the default) means
+	// by key. Kafka only.
+	Partition string `yaml:"partition"`
 }
 
 // Sink is one broker cluster. Kafka fields and RocketMQ fields are exclusive by Type.
@@ -213,6 +235,10 @@ type Route struct {
 	Topic string `yaml:"topic"`
 	// Tag is the RocketMQ tag template; empty means the row's event_type.
 	Tag string `yaml:"tag"`
+	// Format is the envelope: FormatRaw ("" too) or FormatCloudEvents (Kafka only).
+	Format string `yaml:"format"`
+	// CloudEvents holds the attributes of format: cloudevents; nil takes the defaults.
+	CloudEvents *CloudEvents `yaml:"cloudevents"`
 }
 
 // Match selects rows by path.Match globs. An empty glob matches everything.

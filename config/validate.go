@@ -34,6 +34,7 @@ func (c *Config) Validate() error {
 	c.validateSinks(p)
 	c.validateRoutes(p)
 	c.validateRouteNames(p)
+	c.validateShape(p)
 	c.validatePoison(p)
 	c.validateOps(p)
 	c.validateSecurity(p)
@@ -51,6 +52,7 @@ func (c *Config) Validate() error {
 	c.validateCheckpoint(p)
 	c.validateHA(p)
 	c.validateReconcile(p)
+	c.validateCleanup(p)
 	if c.Pipeline.MaxInflightEvents < 0 {
 		p.add("pipeline.max_inflight_events", "must be positive (default %d); got %d", DefaultMaxInflightEvents, c.Pipeline.MaxInflightEvents)
 	}

@@ -18,6 +18,6 @@ func backfillItem(cfg *config.Config) (CheckItem, bool) {
 		return CheckItem{}, false
 	}
 	msg := "outboxd backfill (only) needs " + backfill.MySQLLogStatusPrivilege + " on MySQL 8.4+ for a snapshot without a lock, or " +
-		backfill.MySQLLockPrivilege + "; run needs neither"
+		backfill.MySQLLockPrivilege + ", and " + backfill.MySQLXARecoverPrivilege + "; run needs none of them"
 	return CheckItem{Check: CheckBackfill, Subject: "backfill", Message: msg, line: "backfill: " + msg}, true
 }

@@ -71,6 +71,7 @@ func Check(ctx context.Context, cfg *config.Config, log zerolog.Logger) CheckRep
 	var r CheckReport
 	checkSource(ctx, cfg, &r)
 	checkStore(ctx, cfg, &r)
+	checkCleanup(ctx, cfg, &r)
 	checkSinks(ctx, cfg, log, &r)
 	if it, ok := reconcileItem(cfg); ok {
 		r.Verified = append(r.Verified, it)

@@ -138,6 +138,12 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 	if _, err := r.src.reader(ctx, addr); err != nil {
 		return err
 	}
+	cleaner, closeCleaner, err := openCleaner(ctx, cfg, r, log)
+	if err != nil {
+		return err
+	}
+	defer closeCleaner()
+	r.cleaner = cleaner
 
 	roles, err := newRoles(ctx, cfg, r, log)
 	if err != nil {
@@ -390,15 +396,21 @@ func openEachSink(cfg *config.Config, log zerolog.Logger) (sinks map[string]sink
 // TableSpecs turns the configured outbox tables into the reader's table list.
 func TableSpecs(cfg *config.Config) []binlog.TableSpec {
 	specs := make([]binlog.TableSpec, 0, len(cfg.Tables))
-	for _, t := range cfg.Tables {
+	for i, t := range cfg.Tables {
 		c := t.Columns
+		cl, cleaned := cfg.CleanupFor(i)
+		extra, _ := t.ExtraHeaderColumns()
 		specs = append(specs, binlog.TableSpec{
-			Schema: t.Schema(),
-			Table:  t.Name(),
+			// Cleanup with retention 0 deletes by the keys the binlog carries.
+			PrimaryKey: cleaned && cl.Retention == 0,
+			Schema:     t.Schema(),
+			Table:      t.Name(),
 			Columns: binlog.ColumnNames{
 				EventID: c.EventID, Key: c.Key, Topic: c.Topic, Payload: c.Payload,
 				EventType: c.EventType, Headers: c.Headers,
+				Timestamp: c.Timestamp, Partition: c.Partition, Extra: extra,
 			},
+			OnUpdate: t.OnUpdate,
 		})
 	}
 	return specs

@@ -45,10 +45,11 @@ func inspectRequest(cfg *config.Config) server.Request {
 				{Name: c.Headers, Role: "headers", Type: "JSON NULL"},
 			},
 		})
+		last := &req.Tables[len(req.Tables)-1]
 		if c.CreatedAt != "" {
-			last := &req.Tables[len(req.Tables)-1]
 			last.Columns = append(last.Columns, server.RoleColumn{Name: c.CreatedAt, Role: "created_at", Required: true, Type: "DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)"})
 		}
+		last.Columns = append(last.Columns, shapeColumns(t)...)
 	}
 	return req
 }
@@ -78,11 +79,17 @@ func inspectSource(ctx context.Context, db *sql.DB, cfg *config.Config) (sourceR
 	if err != nil {
 		return sourceReport{}, fmt.Errorf("check source %s: %w", cfg.Source.Addr, err)
 	}
-	tps, err := createdAtProblems(ctx, db, cfg)
-	if err != nil {
-		return sourceReport{}, fmt.Errorf("check source %s: %w", cfg.Source.Addr, err)
+	// The checks of the optional columns and features, each reading the tables' columns.
+	for _, more := range []func(context.Context, *sql.DB, *config.Config) ([]server.Problem, error){
+		createdAtProblems, shapeProblems, reconcileIndexWarnings,
+	} {
+		mps, err := more(ctx, db, cfg)
+		if err != nil {
+			return sourceReport{}, fmt.Errorf("check source %s: %w", cfg.Source.Addr, err)
+		}
+		ps = append(ps, mps...)
 	}
-	ps = append(ps, tps...)
+	ps = append(ps, cleanupKeyWarnings(cfg, ps)...)
 	r := sourceReport{found: ps}
 	for _, p := range ps {
 		line := sourceLine(cfg.Source.Addr, p)

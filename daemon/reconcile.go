@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxd/outboxd/binlog/server"
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/internal/logging"
 	"github.com/outboxd/outboxd/reconcile"
 )
 
@@ -67,7 +68,7 @@ func (o *ops) reconcileLoop(ctx context.Context) {
 				return
 			}
 			o.m.ReconcileFailedRun()
-			log.Error().Err(err).Time("since", w.Since).Time("until", w.Until).Msg("periodic reconcile could not complete; the next run is at the next interval")
+			log.Error().Err(err).Str("since", logging.Time(w.Since)).Str("until", logging.Time(w.Until)).Msg("periodic reconcile could not complete; the next run is at the next interval")
 			continue
 		}
 		o.m.ReconcileRun(rep.Checked, rep.Missing, rep.Duplicated)
@@ -84,7 +85,7 @@ func (o *ops) reconcileLoop(ctx context.Context) {
 		for _, e := range rep.MissingEvents[:min(len(rep.MissingEvents), maxLoggedEvents)] {
 			ids = append(ids, e.EventID)
 		}
-		ev.Time("since", w.Since).Time("until", w.Until).Int("checked", rep.Checked).Int("found", rep.Found).
+		ev.Str("since", logging.Time(w.Since)).Str("until", logging.Time(w.Until)).Int("checked", rep.Checked).Int("found", rep.Found).
 			Int("dead_lettered", rep.DeadLettered).Int("missing", rep.Missing).Int("duplicated", rep.Duplicated).
 			Strs("missing_event_ids", ids).Msg("periodic reconcile")
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/outboxd/outboxd/binlog"
 	"github.com/outboxd/outboxd/binlog/server"
 	"github.com/outboxd/outboxd/checkpoint"
+	"github.com/outboxd/outboxd/cleanup"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/election"
 	"github.com/outboxd/outboxd/gtid"
@@ -38,6 +39,8 @@ type relay struct {
 	saver  *savedStore
 	ops    *ops
 	role   roleHolder
+	// cleaner deletes delivered rows while leading; nil when cleanup is off.
+	cleaner *cleanup.Cleaner
 
 	dlEvents map[string]bool
 	audit    func(string) error
@@ -92,6 +95,8 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 	}
 	r.replayed = r.replayed || fromGTID != ""
 
+	stopCleanup := r.runCleanup(ctx) // a leader's duty: only for this term
+	defer stopCleanup()
 	r.streamed.Store(true)
 	backoff := reconnectInitial
 	var sameIDDrops serverIDDrops
@@ -114,6 +119,7 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 			Guard:              guard,
 			Logger:             log.With().Str("component", "pipeline").Logger(),
 			Metrics:            r.m,
+			Cleanup:            r.cleanupSession(),
 		})
 		if err != nil {
 			return err

@@ -90,6 +90,7 @@ type Metrics struct {
 	binlogBytes     prometheus.Counter
 	heartbeats      prometheus.Counter
 	txnsSkipped     prometheus.Counter
+	outboxUpdates   *prometheus.CounterVec
 	eventsRead      *prometheus.CounterVec
 	delivered       *prometheus.CounterVec
 	failed          *prometheus.CounterVec
@@ -116,6 +117,7 @@ type Metrics struct {
 	tableDead       *prometheus.CounterVec
 	binlogRetention prometheus.Gauge
 	rec             reconcileMetrics
+	cleanup         *cleanupMetrics
 
 	mu   sync.Mutex
 	src  sourceState
@@ -192,6 +194,9 @@ func New(o Options) *Metrics {
 	m.heartbeats = counter("outboxd_heartbeats_received_total", "Replication heartbeats received from the source.")
 	m.txnsSkipped = counter("outboxd_transactions_skipped_total",
 		"Transactions the source streamed although the start position already covered them; skipped, not delivered again.")
+	m.outboxUpdates = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "outboxd_outbox_updates_total", Help: "UPDATEs of outbox rows seen (never sent), by table (schema.table), for tables with on_update: warn.",
+	}, []string{"table"})
 	m.eventsRead = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "outboxd_events_read_total", Help: "Outbox rows read (INSERTs into outbox tables), by table (schema.table).",
 	}, []string{"table"})
@@ -313,7 +318,7 @@ func New(o Options) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildInfo,
-		m.binlogEvents, m.binlogBytes, m.heartbeats, m.eventsRead, m.delivered, m.failed,
+		m.binlogEvents, m.binlogBytes, m.heartbeats, m.eventsRead, m.outboxUpdates, m.delivered, m.failed,
 		m.deadLetters, m.sendDuration, m.retries, m.checkpointSaves, m.checkpointFails, m.checkpointTS,
 		m.sourceConnected, m.sinkUp, m.topicMissing, m.txnsBehind, m.txnsSkipped,
 		m.reconnects, m.leader, m.leaderEpoch, m.fences, m.missingTxns, m.limitEvents, m.limitBytes, m.readToAck, m.commitToAck, m.tableDelivered, m.tableDead,
@@ -322,6 +327,7 @@ func New(o Options) *Metrics {
 	m.reg.MustRegister(computed...)
 	m.rec = newReconcileMetrics()
 	m.reg.MustRegister(m.rec.collectors()...)
+	m.cleanup = newCleanupMetrics(m.reg)
 	// Counters start at 0 rather than appear at their first increment, so rate() and
 	// increase() see that first increment (a series born at 1 shows no increase).
 	for _, r := range []string{ReasonNoRoute, ReasonMalformed, ReasonRejected, ReasonTopicMissing} {
@@ -356,6 +362,7 @@ func (m *Metrics) DeclareTable(table string, routes []string) {
 		return
 	}
 	m.eventsRead.WithLabelValues(table)
+	m.outboxUpdates.WithLabelValues(table)
 	m.tableDead.WithLabelValues(table, RouteNone)
 	for _, r := range routes {
 		m.tableDelivered.WithLabelValues(table, r)
@@ -477,6 +484,14 @@ func (m *Metrics) TxnRead(commit time.Time) {
 		m.src.newestCommit = commit
 	}
 	m.mu.Unlock()
+}
+
+// OutboxUpdate counts an UPDATE of an outbox row of table (schema.table) under on_update: warn.
+func (m *Metrics) OutboxUpdate(table string) {
+	if m == nil {
+		return
+	}
+	m.outboxUpdates.WithLabelValues(table).Inc()
 }
 
 // TxnSkipped counts a transaction the reader skipped because the start position covers it.

@@ -104,6 +104,8 @@ func TestEveryContractMetricIsRegistered(t *testing.T) {
 	m.Retry("main")
 	m.SinkResult("main", nil)
 	m.DeclareTable("shop.outbox_event", []string{"0"})
+	m.DeclareCleanupTable("shop.outbox_event")
+	m.SetCleanupOldest("shop.outbox_event", time.Second)
 	fams := gather(t, m)
 	want := map[string]dto.MetricType{
 		"outboxd_source_reconnects_total":             dto.MetricType_COUNTER,
@@ -141,6 +143,7 @@ func TestEveryContractMetricIsRegistered(t *testing.T) {
 		"outboxd_source_connected":                    dto.MetricType_GAUGE,
 		"outboxd_heartbeats_received_total":           dto.MetricType_COUNTER,
 		"outboxd_transactions_skipped_total":          dto.MetricType_COUNTER,
+		"outboxd_outbox_updates_total":                dto.MetricType_COUNTER,
 		"outboxd_sink_up":                             dto.MetricType_GAUGE,
 		"outboxd_transactions_behind":                 dto.MetricType_GAUGE,
 		"outboxd_build_info":                          dto.MetricType_GAUGE,
@@ -148,6 +151,12 @@ func TestEveryContractMetricIsRegistered(t *testing.T) {
 		"outboxd_reconcile_duplicated_events":         dto.MetricType_GAUGE,
 		"outboxd_reconcile_checked_events_total":      dto.MetricType_COUNTER,
 		"outboxd_reconcile_runs_total":                dto.MetricType_COUNTER,
+		"outboxd_reconcile_consecutive_failed_runs":   dto.MetricType_GAUGE,
+		"outboxd_cleanup_rows_deleted_total":          dto.MetricType_COUNTER,
+		"outboxd_cleanup_batches_total":               dto.MetricType_COUNTER,
+		"outboxd_cleanup_errors_total":                dto.MetricType_COUNTER,
+		"outboxd_cleanup_keys_dropped_total":          dto.MetricType_COUNTER,
+		"outboxd_cleanup_oldest_row_age_seconds":      dto.MetricType_GAUGE,
 		"go_goroutines":                               dto.MetricType_GAUGE,
 		"process_cpu_seconds_total":                   dto.MetricType_COUNTER,
 	}

@@ -15,6 +15,9 @@ type reconcileMetrics struct {
 	duplicated prometheus.Gauge
 	checked    prometheus.Counter
 	runs       *prometheus.CounterVec
+	// failedInARow is the failed runs since the last completed one: the alert's signal, which
+	// the runs counter gives only with the interval known.
+	failedInARow prometheus.Gauge
 }
 
 func newReconcileMetrics() reconcileMetrics {
@@ -27,6 +30,8 @@ func newReconcileMetrics() reconcileMetrics {
 			Help: "Outbox rows checked by periodic reconcile runs."}),
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "outboxd_reconcile_runs_total",
 			Help: "Periodic reconcile runs, by result: ok, missing, failed."}, []string{"result"}),
+		failedInARow: prometheus.NewGauge(prometheus.GaugeOpts{Name: "outboxd_reconcile_consecutive_failed_runs",
+			Help: "Periodic reconcile runs that could not complete since the last one that did (0 after a completed run)."}),
 	}
 	for _, res := range []string{ReconcileOK, ReconcileMissing, ReconcileFailed} {
 		r.runs.WithLabelValues(res)
@@ -35,7 +40,7 @@ func newReconcileMetrics() reconcileMetrics {
 }
 
 func (r reconcileMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{r.missing, r.duplicated, r.checked, r.runs}
+	return []prometheus.Collector{r.missing, r.duplicated, r.checked, r.runs, r.failedInARow}
 }
 
 // ReconcileRun records a completed periodic reconcile run: how many rows it checked, how many
@@ -52,6 +57,7 @@ func (m *Metrics) ReconcileRun(checked, missing, duplicated int) {
 		res = ReconcileMissing
 	}
 	m.rec.runs.WithLabelValues(res).Inc()
+	m.rec.failedInARow.Set(0)
 }
 
 // ReconcileFailedRun records a periodic reconcile run that could not complete; the gauges keep
@@ -61,4 +67,5 @@ func (m *Metrics) ReconcileFailedRun() {
 		return
 	}
 	m.rec.runs.WithLabelValues(ReconcileFailed).Inc()
+	m.rec.failedInARow.Inc()
 }

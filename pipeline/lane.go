@@ -137,7 +137,11 @@ func (l *lane) run(ctx context.Context) error {
 // nothing unacknowledged below).
 func (l *lane) deliver(ctx context.Context, batch []item) error {
 	p := l.p
-	rejected, err := p.sendUntilAcked(ctx, l.name, l.s, batch, p.tracker.ack)
+	ack := p.tracker.ack
+	if p.cfg.Cleanup != nil {
+		ack = func(items []item) { p.ackTracked(ctx, items, false) }
+	}
+	rejected, err := p.sendUntilAcked(ctx, l.name, l.s, batch, ack)
 	if err != nil {
 		return err
 	}
@@ -150,6 +154,10 @@ func (l *lane) deliver(ctx context.Context, batch []item) error {
 	done := make([]item, len(rejected))
 	for i, r := range rejected {
 		done[i] = r.item
+	}
+	if p.cfg.Cleanup != nil {
+		p.ackTracked(ctx, done, true)
+		return nil
 	}
 	p.tracker.ack(done)
 	return nil

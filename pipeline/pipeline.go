@@ -115,6 +115,9 @@ type Config struct {
 	// Metrics receives rows read, deliveries, failures, dead letters, send durations, retries,
 	// sink reachability and checkpoint saves; nil records nothing.
 	Metrics *metrics.Metrics
+	// Cleanup, when set, is told which rows were delivered and which dead-lettered, and how far
+	// each checkpoint save reaches (cleanup.go); nil costs the hot path nothing.
+	Cleanup Cleanup
 }
 
 // Pipeline delivers transactions. Create with New, then call Run once.
@@ -129,7 +132,7 @@ type Pipeline struct {
 	tableLabels map[tableKey]string
 	// byLane groups a transaction's items by lane in hand; owned by the dispatcher goroutine.
 	byLane map[*lane][]item
-	xa          xaState // prepared XA transactions (xa.go)
+	xa     xaState // prepared XA transactions (xa.go)
 	// gate pauses reading while checkpoint saves fail.
 	gate *saveGate
 	// stalls are the lanes' waits for missing topics.

@@ -82,7 +82,7 @@ func (p *Pipeline) saveLoop(done <-chan struct{}, stop context.CancelCauseFunc) 
 		if p.halted.Load() {
 			return nil // a halted run never saves: its position is no longer its to write
 		}
-		c, version, err := p.tracker.snapshot()
+		c, version, txns, err := p.tracker.snapshotTxns()
 		if err != nil {
 			return err
 		}
@@ -93,11 +93,17 @@ func (p *Pipeline) saveLoop(done <-chan struct{}, stop context.CancelCauseFunc) 
 		// transactions' events, were acknowledged: saving anything newer could lose
 		// messages on a crash.
 		c.SavedAt = p.cfg.Now().UTC()
+		if cl := p.cfg.Cleanup; cl != nil {
+			cl.Saving(c.CommitTime)
+		}
 		if err := p.cfg.Saver.Save(c); err != nil {
 			p.m.CheckpointSaveFailed()
 			return &saveError{set: c.GTIDSet, err: err}
 		}
 		saved = version
+		if cl := p.cfg.Cleanup; cl != nil {
+			cl.Saved(txns) // only now: a row is deleted only once a saved checkpoint covers it
+		}
 		p.m.CheckpointSaved(c.SavedAt, c.CommitTime)
 		p.cfg.Logger.Debug().Str("gtid_set", c.GTIDSet).Msg("checkpoint saved")
 		return nil

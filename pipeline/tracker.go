@@ -41,6 +41,10 @@ type entry struct {
 	acks    int
 	// own marks outboxd's own checkpoint save read back (own.go): folding it is no reason to save.
 	own bool
+	// seq is the transaction's number in this tracker (0, 1, ... in queue order): it is folded
+	// into acked once ackedTxns exceeds it, which is how cleanup knows a saved checkpoint covers
+	// a row (cleanup.go).
+	seq uint64
 
 	// opens counts the XA PREPAREs this entry stands for whose XA COMMIT comes later in the
 	// queue, closes the XA COMMITs of earlier XA PREPAREs (pair): the checkpoint must never
@@ -81,6 +85,7 @@ type tracker struct {
 	ackedTime time.Time
 	version   uint64 // bumped whenever acked moves over more than outboxd's own checkpoint saves
 	ackedTxns uint64 // transactions folded into acked
+	begun     uint64 // entries begun: the next entry's seq
 	err       error  // a GTID the set could not take; ends the run
 
 	// xaOpen counts the XA PREPAREs folded whose XA COMMIT is not folded yet. While it is not 0,
@@ -169,6 +174,8 @@ func (t *tracker) begin(gtidStr string, commit, now time.Time) *entry {
 func (t *tracker) beginAt(gtidStr string, commit time.Time, precise bool, now time.Time) *entry {
 	e := &entry{gtid: gtidStr, commitTime: commit, precise: precise, readAt: now}
 	t.mu.Lock()
+	e.seq = t.begun
+	t.begun++
 	t.queue = append(t.queue, e)
 	t.mu.Unlock()
 	return e
@@ -184,6 +191,8 @@ func (t *tracker) beginWhole(gtidStr string, commit time.Time, precise bool, now
 		e.first = firstOf(items)
 	}
 	t.mu.Lock()
+	e.seq = t.begun
+	t.begun++
 	t.queue = append(t.queue, e)
 	t.finishedLocked(e)
 	t.mu.Unlock()
@@ -350,6 +359,13 @@ func (t *tracker) close() {
 
 // snapshot returns the checkpoint of everything acknowledged so far and its version.
 func (t *tracker) snapshot() (checkpoint.Checkpoint, uint64, error) {
+	c, version, _, err := t.snapshotTxns()
+	return c, version, err
+}
+
+// snapshotTxns is snapshot with the number of transactions the checkpoint covers (ackedTxns):
+// every entry whose seq is below it.
+func (t *tracker) snapshotTxns() (checkpoint.Checkpoint, uint64, uint64, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return checkpoint.Checkpoint{
@@ -358,7 +374,7 @@ func (t *tracker) snapshot() (checkpoint.Checkpoint, uint64, error) {
 		File:       t.ackedFile,
 		Pos:        t.ackedPos,
 		CommitTime: t.ackedTime,
-	}, t.version, t.err
+	}, t.version, t.ackedTxns, t.err
 }
 
 // ackedSet returns a copy of the acknowledged set.

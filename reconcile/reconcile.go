@@ -3,10 +3,11 @@
 // the checkpoint. It only reads: SELECT on the outbox tables, and reads of the destination
 // topics (Kafka fetches without a consumer group, RocketMQ pulls that commit no offset).
 //
-// The data flow: rows.go reads the window's rows, the real router (package router) maps each to
-// its sink and topic, and one Reader per sink (kafka.go, rocketmq.go) counts the event ids it
-// finds in each topic over the window widened by a slack. What is not found, or found more
-// than once, goes to the Report's lists.
+// The data flow, one time slice of the window at a time (slices.go, which bounds the rows held
+// whatever the window): rows.go reads the slice's rows, the real router (package router) maps
+// each to its sink and topic, and one Reader per sink (kafka.go, rocketmq.go) counts the event
+// ids it finds in each topic over the slice widened by a slack. What is not found, or found
+// more than once, goes to the Report's lists.
 package reconcile
 
 import (
@@ -41,6 +42,11 @@ type Options struct {
 	Before, After time.Duration
 	// Readers are the readers by sink name; every sink a route or the dead letter names needs one.
 	Readers map[string]Reader
+	// SliceRows bounds the rows held at once (DefaultSliceRows when 0 or less); see check.
+	SliceRows int
+	// MaxListed bounds each of the report's lists (DefaultMaxListed when 0 or less): the counts
+	// stay exact, the lists keep the earliest entries and Truncated says so.
+	MaxListed int
 }
 
 // Event is one outbox row in a report's lists.
@@ -61,7 +67,8 @@ type Event struct {
 }
 
 // Report is Run's result. Every row of the window is counted once in Checked and in exactly one
-// of Found, DeadLettered and Missing; Duplicated counts the found ones with more copies than rows.
+// of Found, DeadLettered and Missing; Duplicated counts the found ones with more copies than rows
+// (event ids repeated in the window are grouped within a slice, see check).
 type Report struct {
 	Since time.Time `json:"since"`
 	Until time.Time `json:"until"`
@@ -76,6 +83,9 @@ type Report struct {
 	// MissingEvents and DuplicatedEvents list the event ids, ordered by created_at; never nil.
 	MissingEvents    []Event `json:"missing_events"`
 	DuplicatedEvents []Event `json:"duplicated_events"`
+	// Truncated says a list stopped at Options.MaxListed entries (the earliest by created_at);
+	// Missing and Duplicated still count them all.
+	Truncated bool `json:"lists_truncated"`
 }
 
 // OK reports whether nothing is missing (duplicates are allowed: at-least-once resends them).
@@ -97,10 +107,11 @@ type expected struct {
 	found int
 }
 
-// Run checks the rows of opts.Window in every configured table against the brokers. It reads
-// the tables in one read-only transaction on db, so the tables are seen at one moment. It
-// blocks until every destination was read. An error means the check could not be completed
-// (a query or a broker read failed); the Report is then empty.
+// Run checks the rows of opts.Window in every configured table against the brokers, slice by
+// slice (see check): it holds at most opts.SliceRows rows at a time, whatever the window. Each
+// slice is read in a read-only transaction of its own on db. It blocks until every destination
+// was read. An error means the check could not be completed (a query or a broker read failed);
+// the Report is then empty.
 func Run(ctx context.Context, db *sql.DB, cfg *config.Config, opts Options) (Report, error) {
 	if err := opts.Window.Validate(); err != nil {
 		return Report{}, &ConfigError{Err: err}
@@ -109,54 +120,93 @@ func Run(ctx context.Context, db *sql.DB, cfg *config.Config, opts Options) (Rep
 	if err != nil {
 		return Report{}, &ConfigError{Err: err}
 	}
-	rows, err := readRows(ctx, db, cfg, opts.Window)
+	src, err := newTableSource(ctx, db, cfg)
 	if err != nil {
 		return Report{}, err
 	}
-	return evaluate(ctx, cfg, rt, rows, opts)
+	return check(ctx, cfg, rt, src, opts)
 }
 
-// evaluate routes rows and looks each up at its destination with opts.Readers.
-func evaluate(ctx context.Context, cfg *config.Config, rt *router.Router, rows []row, opts Options) (Report, error) {
-	from, to := opts.Window.Range(max(opts.Before, 0), max(opts.After, 0))
-	rep := Report{Since: opts.Window.Since, Until: opts.Window.Until, From: from, To: to,
-		MissingEvents: []Event{}, DuplicatedEvents: []Event{}} // [] in JSON, never null
-	var dl *dest
-	if cfg.DeadLetter != nil && cfg.OnPoison == config.OnPoisonDeadLetter {
-		dl = &dest{cfg.DeadLetter.Sink, cfg.DeadLetter.Topic}
-	}
-	byDest := map[dest]map[string]*expected{}
-	var unroutable []*expected
-	for _, r := range rows {
-		rep.Checked++
-		ev := Event{EventID: string(r.ev.EventID.Bytes), Table: r.table, CreatedAt: r.createdAt, Rows: 1}
-		d, reason := destination(rt, dl, r)
-		if reason != "" {
-			ev.Reason = reason
-			unroutable = append(unroutable, &expected{ev: ev})
-			continue
-		}
-		ev.Sink, ev.Topic = d.sink, d.topic
-		m := byDest[d]
-		if m == nil {
-			m = map[string]*expected{}
-			byDest[d] = m
-		}
-		if e := m[ev.EventID]; e != nil {
-			e.ev.Rows++
-			continue
-		}
-		m[ev.EventID] = &expected{ev: ev}
-	}
+// slice is the rows of one time slice, routed and grouped by destination as they are read:
+// only the fields a report names are kept (not the key, topic, headers or event type).
+type slice struct {
+	rt         *router.Router
+	dl         *dest
+	checked    int
+	byDest     map[dest]map[string]*expected
+	unroutable []*expected
+	// dests holds each destination's first strings, so that the rows share them (the router
+	// renders a topic afresh for each row).
+	dests map[dest]dest
+}
 
-	if err := countAt(ctx, opts.Readers, byDest, from, to); err != nil {
+func newSlice(rt *router.Router, dl *dest) *slice {
+	return &slice{rt: rt, dl: dl, byDest: map[dest]map[string]*expected{}, dests: map[dest]dest{}}
+}
+
+// add routes r and records the event id it awaits at its destination.
+func (s *slice) add(r row) {
+	s.checked++
+	ev := Event{EventID: string(r.ev.EventID.Bytes), Table: r.table, CreatedAt: r.createdAt, Rows: 1}
+	d, reason := destination(s.rt, s.dl, r)
+	if reason != "" {
+		ev.Reason = reason
+		s.unroutable = append(s.unroutable, &expected{ev: ev})
+		return
+	}
+	m := s.byDest[d]
+	if m == nil {
+		m = map[string]*expected{}
+		s.byDest[d] = m
+		s.dests[d] = d
+	}
+	d = s.dests[d]
+	if e := m[ev.EventID]; e != nil {
+		e.ev.Rows++
+		return
+	}
+	ev.Sink, ev.Topic = d.sink, d.topic
+	m[ev.EventID] = &expected{ev: ev}
+}
+
+// evaluate looks the slice's event ids up at their destinations over the broker times
+// [from, to), those not found there again over [from, windowTo), and returns its counts and
+// lists (sorted by created_at; Since, Until, From and To are left for the caller).
+func (s *slice) evaluate(ctx context.Context, readers map[string]Reader, from, to, windowTo time.Time) (Report, error) {
+	rep := Report{Checked: s.checked}
+	dl := s.dl
+	if err := countAt(ctx, readers, s.byDest, from, to); err != nil {
 		return Report{}, err
+	}
+	// A second look, over the rest of the window, for what the slice's range did not hold: a
+	// Kafka record that follows one stamped after the range in its partition (a replay after
+	// a restart) is past the range's end offset, and a RocketMQ message stored later than
+	// the slack (a backlog after an outage) past its end time. The whole window's range is what
+	// reconcile read before it had slices, so no row is missing now that was found then. It
+	// costs reads only when something is not found, and holds no more than the slice.
+	if to.Before(windowTo) {
+		again := map[dest]map[string]*expected{}
+		for d, m := range s.byDest {
+			for id, e := range m {
+				if e.found == 0 {
+					if again[d] == nil {
+						again[d] = map[string]*expected{}
+					}
+					again[d][id] = e
+				}
+			}
+		}
+		if len(again) > 0 {
+			if err := countAt(ctx, readers, again, from, windowTo); err != nil {
+				return Report{}, err
+			}
+		}
 	}
 	// Not at its route's topic: under on_poison: dead_letter a row the broker rejected, or whose
 	// topic never appeared, went to the dead-letter topic instead. Look there before calling it
 	// missing.
 	var notFound []*expected
-	for _, m := range byDest {
+	for _, m := range s.byDest {
 		for _, e := range m {
 			if e.found == 0 {
 				notFound = append(notFound, e)
@@ -171,7 +221,7 @@ func evaluate(ctx context.Context, cfg *config.Config, rt *router.Router, rows [
 			}
 		}
 		if len(second) > 0 {
-			if err := countAt(ctx, opts.Readers, map[dest]map[string]*expected{*dl: second}, from, to); err != nil {
+			if err := countAt(ctx, readers, map[dest]map[string]*expected{*dl: second}, from, windowTo); err != nil {
 				return Report{}, err
 			}
 			for _, e := range second {
@@ -183,7 +233,7 @@ func evaluate(ctx context.Context, cfg *config.Config, rt *router.Router, rows [
 		}
 	}
 
-	for _, m := range byDest {
+	for _, m := range s.byDest {
 		for _, e := range m {
 			switch {
 			case e.found < 0:
@@ -208,7 +258,7 @@ func evaluate(ctx context.Context, cfg *config.Config, rt *router.Router, rows [
 			}
 		}
 	}
-	for _, e := range unroutable {
+	for _, e := range s.unroutable {
 		rep.Missing++
 		rep.MissingEvents = append(rep.MissingEvents, e.ev)
 	}

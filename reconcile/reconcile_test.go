@@ -2,7 +2,9 @@ package reconcile
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,6 +30,28 @@ func (f *fakeReader) Count(_ context.Context, topic string, _, _ time.Time, coun
 }
 
 func (f *fakeReader) Close() error { return nil }
+
+// rowsSource is a rowSource over rows held by the test.
+type rowsSource []row
+
+func (rs rowsSource) read(_ context.Context, since, until time.Time, limit int, fn func(row)) (bool, error) {
+	n := 0
+	for _, r := range rs {
+		if r.createdAt.Before(since) || !r.createdAt.Before(until) {
+			continue
+		}
+		if n++; limit > 0 && n > limit {
+			return true, nil
+		}
+		fn(r)
+	}
+	return false, nil
+}
+
+// evaluate checks rows as Run checks a table's.
+func evaluate(ctx context.Context, cfg *config.Config, rt *router.Router, rows []row, opts Options) (Report, error) {
+	return check(ctx, cfg, rt, rowsSource(rows), opts)
+}
 
 func outboxRow(id, topic string, at time.Time) row {
 	f := func(s string) binlog.Field { return binlog.Field{Bytes: []byte(s)} }
@@ -144,4 +168,31 @@ func eventIDsOfReport(es []Event) []string {
 	}
 	slices.Sort(ids)
 	return slices.Compact(ids)
+}
+
+// The README's JSON list entries: sink and topic left out only for a row without a
+// destination, reason only for it.
+func TestEventJSONFields(t *testing.T) {
+	for _, tc := range []struct {
+		ev         Event
+		want, none []string
+	}{
+		{Event{EventID: "a", Table: "s.t", Sink: "main", Topic: "orders", Rows: 1}, []string{`"sink":"main"`, `"topic":"orders"`, `"rows":1`, `"found":0`, `"created_at":`}, []string{`"reason"`}},
+		{Event{EventID: "g", Table: "s.t", Rows: 1, Reason: "poison"}, []string{`"reason":"poison"`}, []string{`"sink"`, `"topic"`}},
+	} {
+		b, err := json.Marshal(tc.ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(string(b), w) {
+				t.Errorf("%s lacks %s", b, w)
+			}
+		}
+		for _, w := range tc.none {
+			if strings.Contains(string(b), w) {
+				t.Errorf("%s has %s", b, w)
+			}
+		}
+	}
 }

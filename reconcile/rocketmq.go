@@ -35,10 +35,13 @@ const (
 	rmqPullNotFound   = 19
 	rmqPullRetryNow   = 20
 	rmqPullOffsetMove = 21
+
+	// pullFlagSubscription is PullSysFlag.FLAG_SUBSCRIPTION.
+	pullFlagSubscription = 0x4
 )
 
 // ReconcileGroup is the consumer group named in pull requests. The pulls commit no offset
-// (sysFlag 0, commitOffset 0), but a broker with ACL needs SUB permission for this group and
+// (no FLAG_COMMIT_OFFSET, commitOffset 0), but a broker with ACL needs SUB permission for this group and
 // the topics, and one without autoCreateSubscriptionGroup needs the group created
 // (mqadmin updateSubGroup -g outboxd-reconcile).
 const ReconcileGroup = "outboxd-reconcile"
@@ -85,15 +88,20 @@ func (r *RocketMQReader) Count(ctx context.Context, topic string, from, to time.
 		return err
 	}
 	for _, b := range route.BrokerDatas {
-		addr := b.BrokerAddrs["0"] // the master
-		if addr == "" {
-			continue
-		}
 		queues := 0
 		for _, q := range route.QueueDatas {
 			if q.BrokerName == b.BrokerName {
 				queues = q.ReadQueueNums
 			}
+		}
+		addr := b.BrokerAddrs["0"] // the master
+		if addr == "" {
+			if queues == 0 {
+				continue
+			}
+			// Skipping it would count nothing there and report every message it holds
+			// missing: the check cannot be completed now.
+			return fmt.Errorf("broker %s has no master in the route (down?): its %d queues of %s cannot be read; run reconcile again when it is back", b.BrokerName, queues, topic)
 		}
 		if err := r.countBroker(ctx, addr, topic, queues, from, to, counts); err != nil {
 			return fmt.Errorf("broker %s (%s): %w", b.BrokerName, addr, err)
@@ -187,8 +195,12 @@ func (c *rmqConn) pullQueue(ctx context.Context, topic string, q int, start, end
 		resp, err := c.call(rmqPullMessage, map[string]string{
 			"consumerGroup": ReconcileGroup, "topic": topic, "queueId": strconv.Itoa(q),
 			"queueOffset": strconv.FormatInt(off, 10), "maxMsgNums": "256",
-			// sysFlag 0: no commit offset, no long-polling suspend, no subscription change.
-			"sysFlag": "0", "commitOffset": "0", "suspendTimeoutMillis": "0",
+			// sysFlag FLAG_SUBSCRIPTION only: the pull carries its subscription ("*"), since
+			// without it the broker looks the subscription up in the group's heartbeat
+			// registration, which a reader that never registers lacks (the broker answers
+			// SUBSCRIPTION_NOT_EXIST, PullMessageProcessor); no FLAG_COMMIT_OFFSET, no FLAG_SUSPEND
+			// (no long polling).
+			"sysFlag": strconv.Itoa(pullFlagSubscription), "commitOffset": "0", "suspendTimeoutMillis": "0",
 			"subscription": "*", "subVersion": "0", "expressionType": "TAG",
 		})
 		if err != nil {

@@ -2,7 +2,11 @@ package reconcile
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"fmt"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,5 +112,52 @@ func TestRocketMQReaderWindow(t *testing.T) {
 		default:
 			t.Errorf("request code %d seen %d times", code, n)
 		}
+	}
+}
+
+// fakeNameServer answers every GET_ROUTEINFO_BY_TOPIC with route, until the test ends.
+func fakeNameServer(t *testing.T, route string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer nc.Close()
+				for {
+					req, err := readCommand(nc)
+					if err != nil {
+						return
+					}
+					header, _ := json.Marshal(rmqCommand{Code: rmqSuccess, Language: "JAVA", Opaque: req.Opaque, Flag: 1})
+					frame := binary.BigEndian.AppendUint32(nil, uint32(4+len(header)+len(route)))
+					frame = binary.BigEndian.AppendUint32(frame, uint32(len(header)))
+					if _, err := nc.Write(append(append(frame, header...), route...)); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// A broker whose master is not in the route (down, only its slave registered) holds queues of
+// the topic that cannot be read: Count fails (the check is incomplete), rather than count
+// nothing there and have every message on it reported missing.
+func TestRocketMQReaderBrokerWithoutMaster(t *testing.T) {
+	ns := fakeNameServer(t, `{"brokerDatas":[{"brokerName":"broker-a","brokerAddrs":{1:"127.0.0.1:1"}}],`+
+		`"queueDatas":[{"brokerName":"broker-a","readQueueNums":4,"writeQueueNums":4,"perm":6}]}`)
+	r := NewRocketMQReader(RocketMQConfig{NameServers: []string{ns}, Timeout: 2 * time.Second})
+	err := r.Count(context.Background(), "T", time.Now().Add(-time.Hour), time.Now(), map[string]int{"a": 0})
+	if err == nil || !strings.Contains(err.Error(), "broker-a") || !strings.Contains(err.Error(), "master") {
+		t.Fatalf("Count over a broker without master = %v, want an error naming it", err)
 	}
 }

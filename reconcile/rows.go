@@ -20,29 +20,60 @@ type row struct {
 	ev        binlog.Event
 }
 
-// readRows reads every configured table's rows with created_at in w, in one read-only
-// transaction. The payload itself is not read, only whether it is NULL (which makes the row
-// poison): reconcile matches by event_id.
-//
-// The bounds are compared as FROM_UNIXTIME(bound), a DATETIME in the connection's time zone
-// (the server's default), and created_at is read back as UNIX_TIMESTAMP(created_at): a
-// TIMESTAMP column is exact in any zone, and a DATETIME column is taken to hold the server's
-// time zone, which is what DEFAULT CURRENT_TIMESTAMP writes.
-func readRows(ctx context.Context, db *sql.DB, cfg *config.Config, w Window) ([]row, error) {
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead})
-	if err != nil {
-		return nil, fmt.Errorf("reconcile: begin read-only transaction: %w", err)
-	}
-	defer tx.Rollback()
-	var out []row
+// tableSource is the rowSource of the configured tables: their queries are built once, after
+// checking each table's columns.
+type tableSource struct {
+	db     *sql.DB
+	tables []tableQ
+}
+
+type tableQ struct {
+	table   config.Table
+	query   string
+	missing map[string]bool
+}
+
+// newTableSource checks every configured table's columns (see tableQuery) and builds its query.
+// It blocks on one query per table.
+func newTableSource(ctx context.Context, db *sql.DB, cfg *config.Config) (*tableSource, error) {
+	src := &tableSource{db: db}
 	for i, t := range cfg.Tables {
 		q, missing, err := tableQuery(ctx, db, i, t)
 		if err != nil {
 			return nil, err
 		}
-		rs, err := tx.QueryContext(ctx, q, unixText(w.Since), unixText(w.Until))
+		src.tables = append(src.tables, tableQ{table: t, query: q, missing: missing})
+	}
+	return src, nil
+}
+
+// read implements rowSource over every table, in one read-only transaction. Each table's
+// SELECT stops with LIMIT at what is left of limit+1, so a range that holds too many rows is
+// not read whole. The payload itself is not read, only whether it is NULL (which makes the row
+// poison): reconcile matches by event_id.
+//
+// The bounds are compared as FROM_UNIXTIME(bound), a DATETIME in the connection's time zone
+// (the server's default), and created_at is read back as UNIX_TIMESTAMP(created_at): a
+// TIMESTAMP column is exact in any zone, and a DATETIME column is taken to hold the server's
+// time zone, which is what DEFAULT CURRENT_TIMESTAMP writes. A range query on created_at: an
+// index on it makes each slice a range read instead of a table scan.
+func (s *tableSource) read(ctx context.Context, since, until time.Time, limit int, fn func(row)) (bool, error) {
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead})
+	if err != nil {
+		return false, fmt.Errorf("reconcile: begin read-only transaction: %w", err)
+	}
+	defer tx.Rollback()
+	lo, hi := sqlBounds(Window{Since: since, Until: until})
+	n := 0
+	for _, tq := range s.tables {
+		t, missing := tq.table, tq.missing
+		q := tq.query
+		if limit > 0 {
+			q += " LIMIT " + strconv.Itoa(limit-n+1)
+		}
+		rs, err := tx.QueryContext(ctx, q, lo, hi)
 		if err != nil {
-			return nil, fmt.Errorf("reconcile: read %s: %w", t.Table, err)
+			return false, fmt.Errorf("reconcile: read %s: %w", t.Table, err)
 		}
 		for rs.Next() {
 			var id, key, topic, etype, headers sql.Null[[]byte]
@@ -50,30 +81,33 @@ func readRows(ctx context.Context, db *sql.DB, cfg *config.Config, w Window) ([]
 			var created string
 			if err := rs.Scan(&id, &key, &topic, &payloadNull, &etype, &headers, &created); err != nil {
 				rs.Close()
-				return nil, fmt.Errorf("reconcile: read %s: %w", t.Table, err)
+				return false, fmt.Errorf("reconcile: read %s: %w", t.Table, err)
+			}
+			if n++; limit > 0 && n > limit {
+				rs.Close()
+				return true, nil
 			}
 			at, err := parseUnix(created)
 			if err != nil {
 				rs.Close()
-				return nil, fmt.Errorf("reconcile: read %s: created_at %q: %w", t.Table, created, err)
+				return false, fmt.Errorf("reconcile: read %s: created_at %q: %w", t.Table, created, err)
 			}
-			ev := binlog.Event{
+			fn(row{table: t.Table, createdAt: at, ev: binlog.Event{
 				Schema: t.Schema(), Table: t.Name(),
 				EventID: field(id, missing["event_id"]), Key: field(key, missing["key"]),
 				Topic: field(topic, missing["topic"]), EventType: field(etype, missing["event_type"]),
 				Headers: field(headers, missing["headers"]),
 				// The router only asks whether the payload is NULL or absent.
 				Payload: binlog.Field{Null: payloadNull, Missing: missing["payload"], Bytes: []byte{}},
-			}
-			out = append(out, row{table: t.Table, createdAt: at, ev: ev})
+			}})
 		}
 		err = rs.Err()
 		rs.Close()
 		if err != nil {
-			return nil, fmt.Errorf("reconcile: read %s: %w", t.Table, err)
+			return false, fmt.Errorf("reconcile: read %s: %w", t.Table, err)
 		}
 	}
-	return out, nil
+	return false, nil
 }
 
 // tableQuery builds table i's SELECT after checking its columns: created_at must be configured
@@ -99,6 +133,16 @@ func tableQuery(ctx context.Context, db *sql.DB, i int, t config.Table) (string,
 	case typ != "datetime" && typ != "timestamp":
 		return "", nil, &ConfigError{Err: fmt.Errorf("%s: column %s.%s is %s; want DATETIME or TIMESTAMP", field, t.Table, t.Columns.CreatedAt, typ)}
 	}
+	q, missing := selectQuery(t, types)
+	return q, missing, nil
+}
+
+// selectQuery is table t's SELECT of a created_at range, given its columns' types by lower-case
+// name: only what routing needs. The event id, topic and event type (a route's topic template
+// may name it) are read; the payload only as whether it is NULL, and the key not at all (only
+// whether the table has it: routing never looks at its value). The headers column is read
+// because a malformed one makes the row poison; it is dropped once the row is routed. Pure.
+func selectQuery(t config.Table, types map[string]string) (string, map[string]bool) {
 	c := t.Columns
 	missing := map[string]bool{}
 	sel := func(role, name, expr string) string {
@@ -113,12 +157,12 @@ func tableQuery(ctx context.Context, db *sql.DB, i int, t config.Table) (string,
 	}
 	created := quote(c.CreatedAt)
 	q := "SELECT " + strings.Join([]string{
-		sel("event_id", c.EventID, "?"), sel("key", c.Key, "?"), sel("topic", c.Topic, "?"),
+		sel("event_id", c.EventID, "?"), sel("key", c.Key, "NULL"), sel("topic", c.Topic, "?"),
 		sel("payload", c.Payload, "? IS NULL"), sel("event_type", c.EventType, "?"), sel("headers", c.Headers, "?"),
 		"UNIX_TIMESTAMP(" + created + ")",
 	}, ", ") + " FROM " + quote(t.Schema()) + "." + quote(t.Name()) +
 		" WHERE " + created + " >= FROM_UNIXTIME(?) AND " + created + " < FROM_UNIXTIME(?)"
-	return q, missing, nil
+	return q, missing
 }
 
 func field(v sql.Null[[]byte], missing bool) binlog.Field {
@@ -135,6 +179,30 @@ func field(v sql.Null[[]byte], missing bool) binlog.Field {
 }
 
 func quote(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
+
+// FROM_UNIXTIME takes Unix seconds in [0, 2^31-1] on MariaDB 10.11 and MySQL 8.0 (a wider
+// range only on newer servers) and returns NULL outside, which would compare as false for
+// every row: a window such as 1960 .. 2100 ("everything") would check nothing and report
+// nothing missing. No TIMESTAMP lies outside that range, nor any DATETIME an outbox row is
+// created with, so the bounds are clamped to it.
+var (
+	minSQLTime = time.Unix(0, 0)
+	maxSQLTime = time.Unix(1<<31-1, 999999e3)
+)
+
+// sqlBounds is w's bounds as FROM_UNIXTIME arguments, clamped to the range it takes. Pure.
+func sqlBounds(w Window) (since, until string) {
+	clamp := func(t time.Time) time.Time {
+		if t.Before(minSQLTime) {
+			return minSQLTime
+		}
+		if t.After(maxSQLTime) {
+			return maxSQLTime
+		}
+		return t
+	}
+	return unixText(clamp(w.Since)), unixText(clamp(w.Until))
+}
 
 // unixText is t as decimal Unix seconds with microseconds, for FROM_UNIXTIME.
 func unixText(t time.Time) string {

@@ -29,9 +29,15 @@ func (w Window) Validate() error {
 	return nil
 }
 
-// Range is the record times a broker is read over for w: [Since-before, Until+after). Pure.
+// Range is the record times a broker is read over for w: [Since-before, Until+after), from no
+// earlier than the Unix epoch (a negative Kafka ListOffsets timestamp is a special value, not a
+// time, and no broker stores a record before it). Pure.
 func (w Window) Range(before, after time.Duration) (from, to time.Time) {
-	return w.Since.Add(-before), w.Until.Add(after)
+	from = w.Since.Add(-before)
+	if epoch := time.Unix(0, 0); from.Before(epoch) {
+		from = epoch
+	}
+	return from, w.Until.Add(after)
 }
 
 // ParseTime reads a window bound: an RFC 3339 time ("2026-12-01T10:00:00Z", fractions and

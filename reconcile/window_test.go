@@ -1,8 +1,11 @@
 package reconcile
 
 import (
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/outboxd/outboxd/config"
 )
 
 func TestParseTime(t *testing.T) {
@@ -44,5 +47,46 @@ func TestWindow(t *testing.T) {
 	from, to := Window{Since: a, Until: b}.Range(time.Minute, 5*time.Minute)
 	if !from.Equal(a.Add(-time.Minute)) || !to.Equal(b.Add(5*time.Minute)) {
 		t.Fatalf("Range = %v, %v", from, to)
+	}
+}
+
+// Bounds outside what FROM_UNIXTIME and a broker's time index take are clamped, never passed
+// on (FROM_UNIXTIME would answer NULL and select no row; a negative Kafka timestamp is a
+// special value).
+func TestWindowClamped(t *testing.T) {
+	w := Window{Since: time.Date(1960, 1, 1, 0, 0, 0, 0, time.UTC), Until: time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)}
+	lo, hi := sqlBounds(w)
+	if lo != "0.000000" || hi != "2147483647.999999" {
+		t.Fatalf("sqlBounds = %s, %s", lo, hi)
+	}
+	if from, _ := w.Range(time.Minute, time.Minute); !from.Equal(time.Unix(0, 0)) {
+		t.Fatalf("Range from = %v, want the epoch", from)
+	}
+	in := Window{Since: time.Unix(1700000000, 500000e3), Until: time.Unix(1700003600, 0)}
+	if lo, hi := sqlBounds(in); lo != "1700000000.500000" || hi != "1700003600.000000" {
+		t.Fatalf("sqlBounds of an ordinary window = %s, %s", lo, hi)
+	}
+}
+
+// The slice query reads only what routing needs: no key value and no payload bytes (only
+// whether the payload is NULL); a configured column the table lacks is a constant and marked
+// missing.
+func TestSelectQueryColumns(t *testing.T) {
+	tb := config.Table{Table: "shop.outbox_event", Columns: config.Columns{EventID: "event_id", Key: "biz_key", Topic: "topic",
+		Payload: "payload", EventType: "event_type", Headers: "headers", CreatedAt: "created_at"}}
+	types := map[string]string{"event_id": "varchar", "biz_key": "varchar", "topic": "varchar", "payload": "longblob",
+		"headers": "longtext", "created_at": "datetime"}
+	q, missing := selectQuery(tb, types)
+	sel, _, _ := strings.Cut(q, " FROM ")
+	for _, col := range []string{"`event_id`", "`topic`", "`payload` IS NULL", "`headers`", "UNIX_TIMESTAMP(`created_at`)"} {
+		if !strings.Contains(sel, col) {
+			t.Errorf("%s does not select %s", sel, col)
+		}
+	}
+	if strings.Contains(sel, "biz_key") || strings.Contains(strings.ReplaceAll(sel, "`payload` IS NULL", ""), "payload") {
+		t.Errorf("%s reads the key or the payload", sel)
+	}
+	if !missing["event_type"] || missing["key"] || len(missing) != 1 {
+		t.Errorf("missing %v, want only event_type", missing)
 	}
 }

@@ -35,13 +35,8 @@ const (
 // ReasonNoRoute is PoisonError.Reason when no route matches a row.
 const ReasonNoRoute = "no route matches"
 
-func reserved(key string) bool {
-	switch key {
-	case HeaderEventID, HeaderEventType, HeaderTable, HeaderGTID, HeaderDeadLetterReason, HeaderDeadLetterCode, HeaderOriginalTopic:
-		return true
-	}
-	return false
-}
+// reserved is config.ReservedHeader, which lists the names above (TestReservedHeaders).
+func reserved(key string) bool { return config.ReservedHeader(key) }
 
 // PoisonError reports a row that can never be delivered as it is: retrying cannot help, so the
 // pipeline either stops (on_poison: stop) or diverts the row with DeadLetter.
@@ -79,6 +74,8 @@ type Router struct {
 	deadLetter *config.DeadLetter
 	// tableGlobs: some route matches on the table, so the router names each event's table.
 	tableGlobs bool
+	// shapes are the tables with message-shape options (shape.go).
+	shapes map[tableKey]*tableShape
 }
 
 type route struct {
@@ -88,6 +85,7 @@ type route struct {
 	topic                config.Template
 	tag                  config.Template
 	hasTag               bool
+	ce                   *ceRoute // format: cloudevents; nil for raw
 }
 
 // New compiles cfg's routes. cfg should have passed config.Validate; New still rejects what it
@@ -98,11 +96,17 @@ func New(cfg *config.Config) (*Router, error) {
 		return nil, errors.New("router: no configuration")
 	}
 	r := &Router{tables: make(map[string]config.Columns, len(cfg.Tables))}
-	for _, t := range cfg.Tables {
+	for i, t := range cfg.Tables {
 		r.tables[t.Table] = t.Columns
+		if sh := newShape(i, t); sh != nil {
+			if r.shapes == nil {
+				r.shapes = make(map[tableKey]*tableShape)
+			}
+			r.shapes[tableKey{t.Schema(), t.Name()}] = sh
+		}
 	}
 	for i, rc := range cfg.Routes {
-		rt := route{index: i, tableGlob: rc.Match.Table, topicGlob: rc.Match.Topic, sink: rc.Sink}
+		rt := route{index: i, tableGlob: rc.Match.Table, topicGlob: rc.Match.Topic, sink: rc.Sink, ce: newCERoute(rc)}
 		r.tableGlobs = r.tableGlobs || rc.Match.Table != ""
 		for _, g := range []string{rc.Match.Table, rc.Match.Topic} {
 			if _, err := path.Match(g, ""); err != nil {
@@ -148,7 +152,8 @@ func New(cfg *config.Config) (*Router, error) {
 //
 // The message's Key and Value share memory with ev's bytes: ev must not be modified afterwards.
 // A NULL payload is poison rather than an empty value, because an empty or null Kafka value
-// means "delete" to compacted topics and RocketMQ refuses empty bodies.
+// means "delete" to compacted topics and RocketMQ refuses empty bodies; the table's
+// empty_payload: tombstone makes it (and an empty one) a nil Value instead (shape.go).
 func (r *Router) Route(txn *binlog.Txn, ev *binlog.Event) (sinkName string, msg *sink.Message, err error) {
 	sinkName, _, msg, err = r.RouteIndexed(txn, ev)
 	return sinkName, msg, err
@@ -195,6 +200,16 @@ func (r *Router) RouteIndexed(txn *binlog.Txn, ev *binlog.Event) (sinkName strin
 		Time:    txn.CommitTime,
 		EventID: string(ev.EventID.Bytes),
 		Tag:     tag,
+	}
+	if sh := r.shapeOf(ev); sh != nil {
+		if reason := sh.apply(ev, &out.msg); reason != "" {
+			return "", -1, nil, poison(txn, ev, reason)
+		}
+	}
+	if rt.ce != nil {
+		if reason := rt.ce.apply(rt, ev, &out.msg); reason != "" {
+			return "", -1, nil, poison(txn, ev, reason)
+		}
 	}
 	return rt.sink, rt.index, &out.msg, nil
 }
@@ -280,8 +295,8 @@ func (r *Router) malformed(ev *binlog.Event) string {
 		return fmt.Sprintf("topic column %q is NULL", cols.Topic)
 	case len(ev.Topic.Bytes) == 0:
 		return fmt.Sprintf("topic column %q is empty", cols.Topic)
-	case ev.Payload.Null:
-		return fmt.Sprintf("payload column %q is NULL (write an empty value explicitly if that is meant)", cols.Payload)
+	case ev.Payload.Null && !r.tombstoneNull(ev):
+		return fmt.Sprintf("payload column %q is NULL (write an empty value explicitly if that is meant, or set empty_payload: tombstone)", cols.Payload)
 	}
 	return ""
 }

@@ -27,7 +27,8 @@ type Message struct {
 	Topic string
 	// Key orders and partitions the message (Kafka key, RocketMQ sharding key). Nil means no key.
 	Key []byte
-	// Value is the payload.
+	// Value is the payload. Nil is a null value on Kafka (a tombstone for compacted topics);
+	// RocketMQ refuses an empty body either way.
 	Value []byte
 	// Headers carry event_id, event_type, outbox_table, outbox_gtid and the row's own headers.
 	Headers []Header
@@ -37,6 +38,11 @@ type Message struct {
 	EventID string
 	// Tag is the RocketMQ tag; other sinks ignore it.
 	Tag string
+	// Partition is the Kafka partition when HasPartition is set (tables[].columns.partition);
+	// otherwise the sink picks it by Key. A partition the topic does not have (in metadata
+	// fetched after the Send started) fails the message permanently. Other sinks ignore it (config refuses it for them).
+	Partition    int32
+	HasPartition bool
 }
 
 // Size approximates the message's memory and wire size in bytes.

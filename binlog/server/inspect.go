@@ -40,6 +40,7 @@ func CheckNames() []string {
 		CheckServerID, CheckGTIDMode, CheckEnforceGTID, CheckGTIDStrictMode, CheckBinlogRetention, CheckReplicationSlave,
 		CheckReplicationClient, CheckTableSelect, CheckTableExists, CheckTableColumns,
 		CheckCheckpointTable, CheckCheckpointGrants, CheckCheckpointWriter,
+		CheckCleanupGrants, CheckCleanupTable, CheckCleanupHold,
 	}
 }
 
@@ -367,6 +368,9 @@ func MissingColumns(schema, table string, t Table, have []string) []Problem {
 			continue
 		}
 		key := field + ".columns." + c.Role
+		if strings.HasPrefix(c.Role, "extra_headers.") { // a map key of the table, not of columns
+			key = field + "." + c.Role
+		}
 		p := Problem{
 			Setting: "column " + schema + "." + table + "." + c.Name, Check: CheckTableColumns,
 			Found: "missing (configured as " + key + "; the table has " + strings.Join(have, ", ") + ")",

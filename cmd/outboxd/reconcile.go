@@ -49,6 +49,12 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return fmt.Errorf("source %s: %w", cfg.Source.Addr, err)
 	}
 	defer db.Close()
+	if tables, err := reconcile.UnindexedCreatedAt(ctx, db, cfg); err == nil {
+		for _, t := range tables {
+			fmt.Fprintf(stderr, "note: %s.%s leads no index: each slice of the window scans the table (ALTER TABLE %s ADD INDEX (%s))\n",
+				t.Table, t.Columns.CreatedAt, t.Table, t.Columns.CreatedAt)
+		}
+	}
 	rep, err := reconcile.Run(ctx, db, cfg, reconcile.Options{Window: w, Before: *slack, After: *slack, Readers: readers})
 	var ce *reconcile.ConfigError
 	if errors.As(err, &ce) {
@@ -99,5 +105,8 @@ func printReconcile(w io.Writer, r reconcile.Report) {
 	}
 	for _, e := range r.DuplicatedEvents {
 		fmt.Fprintf(w, "DUPLICATED %s  %s  %d copies for %d row(s)  at %s/%s\n", e.EventID, e.Table, e.Found, e.Rows, e.Sink, e.Topic)
+	}
+	if r.Truncated {
+		fmt.Fprintf(w, "(lists stop at the first %d entries by created_at; the counts above are complete: narrow the window to list the rest)\n", reconcile.DefaultMaxListed)
 	}
 }

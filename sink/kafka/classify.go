@@ -22,6 +22,8 @@ var (
 	// errNotSent marks a message that was held back (or rejected with its batch) because another
 	// message failed; it is always retryable on its own.
 	errNotSent = errors.New("not acknowledged because an earlier message failed")
+	// errBadPartition: the message names a partition its topic does not have.
+	errBadPartition = errors.New("no such partition")
 	// errClosed: Send after Close.
 	errClosed = errors.New("sink closed")
 )
@@ -50,7 +52,7 @@ func classify(err error) error {
 		// Kafka itself retries UNKNOWN_TOPIC_OR_PARTITION: the topic may be created at any
 		// moment. The pipeline bounds the wait (retry.missing_topic_timeout).
 		return sink.TopicMissing(err)
-	case errors.Is(err, errTooLarge), errors.Is(err, errInvalidMessage):
+	case errors.Is(err, errTooLarge), errors.Is(err, errInvalidMessage), errors.Is(err, errBadPartition):
 		return sink.Permanent(err)
 	}
 	var code kafkago.Error

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -216,7 +217,9 @@ type partBatch struct {
 // Timeout passed, or ctx ended. It returns nil only when the broker acknowledged every message;
 // otherwise a *sink.SendError whose failures carry classify's verdict. Messages with the same
 // key go to the same partition in slice order; a failed message fails every later one with the
-// same key (across topics too) without sending it where that is still possible. Safe for
+// same key (across topics too) without sending it where that is still possible, and always
+// within a topic: a key's message for another partition than its previous one waits for that
+// one's acknowledgement. Safe for
 // concurrent use; callers keep one key in at most one Send at a time.
 func (s *Sink) Send(ctx context.Context, msgs []*sink.Message) error {
 	if len(msgs) == 0 {
@@ -251,15 +254,57 @@ func (s *Sink) Send(ctx context.Context, msgs []*sink.Message) error {
 	}
 	sort.Strings(topics)
 	infos := s.resolve(ctx, start, topics)
+	s.recheckPartitions(ctx, start, msgs, errs, infos)
 	for i, m := range msgs {
 		if errs[i] == nil {
 			if ti := infos[m.Topic]; ti.err != nil {
 				errs[i] = ti.err
+			} else if m.HasPartition && !slices.Contains(ti.partitions, int(m.Partition)) {
+				// Before the cascade, so that later messages with its key are held back too.
+				errs[i] = classify(fmt.Errorf("topic %s: message %d (event %s) asks for partition %d, but the topic has %d partitions (tables[].columns.partition): %w",
+					m.Topic, i, m.EventID, m.Partition, len(ti.partitions), errBadPartition))
 			}
 		}
 	}
 	sink.CascadeByKey(msgs, errs, errNotSent)
 
+	// A key whose rows go to several partitions of a topic (columns.partition) is sent in
+	// waves: a row goes out only after its key's earlier row in another partition was
+	// acknowledged, so a failure really holds back the later rows (not sent, resent once, in
+	// order) instead of leaving them stored and reported failed. One wave otherwise.
+	waves, n := partitionWaves(msgs, errs, infos)
+	for w := 0; w < n; w++ {
+		werrs := errs
+		if n > 1 {
+			werrs = slices.Clone(errs)
+			for i := range werrs {
+				if werrs[i] == nil && waves[i] != w {
+					werrs[i] = errNotSent // not this wave's: assign skips it
+				}
+			}
+		}
+		s.sendWave(ctx, start, msgs, werrs, infos)
+		if n > 1 {
+			for i := range errs {
+				if waves[i] == w && errs[i] == nil {
+					errs[i] = werrs[i]
+				}
+			}
+			sink.CascadeByKey(msgs, errs, errNotSent)
+		}
+	}
+	sink.CascadeByKey(msgs, errs, errNotSent)
+	if s.closed.Load() {
+		// A Send racing Close may have opened a fresh connection pool; drop it.
+		s.transport.CloseIdleConnections()
+	}
+
+	return sink.Collect(errs, s.authError)
+}
+
+// sendWave sends the messages of msgs whose errs entry is nil and writes their failures into
+// errs. It blocks until every partition answered or ctx ended.
+func (s *Sink) sendWave(ctx context.Context, start time.Time, msgs []*sink.Message, errs []error, infos map[string]topicInfo) {
 	groups := byLeader(s.assign(msgs, errs, infos))
 	// One produce request per leader carries every partition of the Send that it leads (see
 	// sendLeader); the combiner caps the requests in flight per broker (maxRequestsPerBroker),
@@ -273,13 +318,6 @@ func (s *Sink) Send(ctx context.Context, msgs []*sink.Message) error {
 				}
 			}
 		})
-	sink.CascadeByKey(msgs, errs, errNotSent)
-	if s.closed.Load() {
-		// A Send racing Close may have opened a fresh connection pool; drop it.
-		s.transport.CloseIdleConnections()
-	}
-
-	return sink.Collect(errs, s.authError)
 }
 
 // assign picks each pending message's partition and groups them per partition in slice order.
@@ -297,7 +335,9 @@ func (s *Sink) assign(msgs []*sink.Message, errs []error, infos map[string]topic
 		}
 		parts := infos[m.Topic].partitions
 		var p int
-		if m.Key == nil {
+		if m.HasPartition {
+			p = int(m.Partition) // one the topic has: Send checked
+		} else if m.Key == nil {
 			var ok bool
 			if p, ok = sticky[m.Topic]; !ok {
 				p = parts[int(s.rr.Add(1)%uint64(len(parts)))]

@@ -54,6 +54,19 @@ func isSystemProperty(name string) bool {
 	return false
 }
 
+// PropertyNameProblem says why a header named name cannot be a user property of a RocketMQ
+// message, so the sink drops it, or "" when it can: for config validation of the header
+// names outboxd is told to place (tables[].extra_headers). Pure.
+func PropertyNameProblem(name string) string {
+	switch {
+	case !validPropertyName(name):
+		return "is not text a RocketMQ property name can carry"
+	case isSystemProperty(name):
+		return "is a RocketMQ system property"
+	}
+	return ""
+}
+
 // validPropertyName reports whether name survives the properties encoding: non-empty text
 // without the protocol's separator bytes.
 func validPropertyName(name string) bool {

@@ -561,6 +561,7 @@ func TestInvalidMessagesArePermanent(t *testing.T) {
 	bigHeader := sink.Header{Key: "h", Value: bytes.Repeat([]byte("y"), 40000)}
 	msgs := []*sink.Message{
 		{Topic: topic, Key: []byte("a"), Value: nil},                                            // empty body
+		{Topic: topic, Key: []byte("a2"), Value: []byte{}},                                      // empty_payload: send of an empty payload
 		{Topic: "bad topic!", Key: []byte("b"), Value: []byte("x")},                             // invalid name
 		{Topic: "TBW102", Key: []byte("c"), Value: []byte("x")},                                 // system topic
 		{Topic: topic, Key: []byte("d"), Value: bytes.Repeat([]byte("x"), 1025)},                // over MaxMessageBytes
@@ -569,8 +570,8 @@ func TestInvalidMessagesArePermanent(t *testing.T) {
 		{Topic: topic, Key: []byte("ok"), Value: bytes.Repeat([]byte("x"), 1024)},
 	}
 	se := sendErr(t, s.Send(t.Context(), msgs))
-	if len(se.Failures) != 6 {
-		t.Fatalf("%d failures, want 6: %v", len(se.Failures), se)
+	if len(se.Failures) != 7 {
+		t.Fatalf("%d failures, want 7: %v", len(se.Failures), se)
 	}
 	for _, f := range se.Failures {
 		if !sink.IsPermanent(f.Err) {

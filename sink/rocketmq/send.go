@@ -58,16 +58,9 @@ func (s *Sink) build(i int, m *sink.Message) (*primitive.Message, int, error) {
 	}
 	props := make(map[string]string, len(m.Headers)+4)
 	for _, h := range m.Headers {
-		var why string
-		switch {
-		case !validPropertyName(h.Key):
-			why = "is not text a RocketMQ property name can carry"
-		case isSystemProperty(h.Key):
-			why = "is a RocketMQ system property"
-		default:
-			if _, dup := props[h.Key]; dup {
-				why = "repeats an earlier header (RocketMQ properties are a map)"
-			}
+		why := PropertyNameProblem(h.Key)
+		if _, dup := props[h.Key]; dup && why == "" {
+			why = "repeats an earlier header (RocketMQ properties are a map)"
 		}
 		if why != "" {
 			s.dropHeader(h.Key, why)

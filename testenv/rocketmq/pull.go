@@ -19,7 +19,14 @@ const (
 	ReqGetMinOffset            = 31
 
 	CodePullNotFound = 19
+	// CodeSubscriptionNotExist is the answer to a pull that names no subscription of its own.
+	CodeSubscriptionNotExist = 24
 )
+
+// pullFlagSubscription is PullSysFlag.FLAG_SUBSCRIPTION: the pull carries its subscription
+// expression. Without it the broker takes the subscription from the consumer group's heartbeat
+// registration (PullMessageProcessor), and this broker keeps none.
+const pullFlagSubscription = 0x4
 
 // maxPullMessages caps one pull's answer, like the broker's maxTransferCountOnMessageInMemory.
 const maxPullMessages = 32
@@ -90,6 +97,9 @@ func (c *Cluster) pullOnce(req *command) (r reply, changed chan struct{}) {
 	topic, q := f["topic"], atoiOr(f["queueId"], -1)
 	off := int64(atoiOr(f["queueOffset"], 0))
 	n := min(max(atoiOr(f["maxMsgNums"], maxPullMessages), 1), maxPullMessages)
+	if atoiOr(f["sysFlag"], 0)&pullFlagSubscription == 0 {
+		return reply{resp: response(CodeSubscriptionNotExist, "the consumer's group info not exist")}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ts := c.topics[topic]

@@ -1,0 +1,225 @@
+package server
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/outboxd/outboxd/gtid"
+)
+
+// Stable names of the cleanup checks (run on the writer when cleanup is on).
+const (
+	// CheckCleanupGrants: the account may DELETE from each cleaned outbox table.
+	CheckCleanupGrants = "cleanup_grants"
+	// CheckCleanupTable: each cleaned table has a primary key and, when configured, its
+	// created_at column is a DATETIME or TIMESTAMP.
+	CheckCleanupTable = "cleanup_table"
+	// CheckCleanupHold: the hold table exists with its columns, and the account may SELECT and
+	// INSERT there.
+	CheckCleanupHold = "cleanup_hold"
+)
+
+// HoldTableColumns are the hold table's columns cleanup writes.
+var HoldTableColumns = []string{"tbl", "event_id", "row_id", "gtid", "held_at"}
+
+// HoldTableSQL is the DDL of the hold table.
+func HoldTableSQL(table string) string {
+	schema, name, _ := strings.Cut(table, ".")
+	return "CREATE TABLE " + quoteIdent(schema) + "." + quoteIdent(name) + " (tbl VARCHAR(129) NOT NULL, event_id VARBINARY(255) NOT NULL, " +
+		"row_id VARCHAR(255) NOT NULL DEFAULT '', gtid VARCHAR(255) NOT NULL DEFAULT '', held_at DATETIME(6) NOT NULL, PRIMARY KEY (tbl, event_id)) ENGINE=InnoDB"
+}
+
+// CleanupTable is one cleaned outbox table as InspectCleanup checks it.
+type CleanupTable struct {
+	Name      string // schema.table
+	CreatedAt string // "" when the table has no created_at column configured
+	// TimeZone is the table's cleanup.time_zone: required for a DATETIME created_at.
+	TimeZone string
+}
+
+// CleanupRequest is what InspectCleanup verifies.
+type CleanupRequest struct {
+	Flavor gtid.Flavor
+	Tables []CleanupTable
+	// HoldTable is "" when no table runs the created_at sweep.
+	HoldTable string
+	Skip      []string
+}
+
+// CreatedAtIsDatetime reports whether table's column col is a DATETIME (wall-clock time, not an
+// instant like a TIMESTAMP). It blocks on one query.
+func CreatedAtIsDatetime(ctx context.Context, db *sql.DB, schema, table, col string) (bool, error) {
+	var typ string
+	err := db.QueryRowContext(ctx, `SELECT DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND COLUMN_NAME = ?`,
+		schema, table, col).Scan(&typ)
+	if err != nil {
+		return false, fmt.Errorf("read the type of %s.%s.%s: %w", schema, table, col, err)
+	}
+	return strings.EqualFold(typ, "datetime"), nil
+}
+
+// PrimaryKey returns the names of table's primary-key columns in key order (none: it has no
+// primary key). It blocks on one query.
+func PrimaryKey(ctx context.Context, db *sql.DB, schema, table string) ([]string, error) {
+	rows, err := db.QueryContext(ctx, `SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE
+		WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION`, schema, table)
+	if err != nil {
+		return nil, fmt.Errorf("read the primary key of %s.%s: %w", schema, table, err)
+	}
+	defer rows.Close()
+	var cols []string
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			return nil, err
+		}
+		cols = append(cols, c)
+	}
+	return cols, rows.Err()
+}
+
+// InspectCleanup verifies what cleanup needs on the writer: DELETE on every cleaned table, its
+// primary key, the created_at column's type, and the hold table with SELECT and INSERT. It
+// blocks on a few queries; an error means the server could not be inspected.
+func InspectCleanup(ctx context.Context, db *sql.DB, req CleanupRequest) ([]Problem, error) {
+	user, err := currentUser(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	gs, err := readGrants(ctx, db, req.Flavor)
+	if err != nil {
+		return nil, err
+	}
+	var ps []Problem
+	for _, t := range req.Tables {
+		schema, name, _ := strings.Cut(t.Name, ".")
+		if !gs.can("DELETE", schema, name) {
+			ps = append(ps, Problem{
+				Setting: "DELETE ON " + t.Name, Check: CheckCleanupGrants, Table: t.Name,
+				Found: "not granted to " + user + " (cleanup is on: it deletes delivered rows)",
+				Fix:   "GRANT DELETE ON " + quoteIdent(schema) + "." + quoteIdent(name) + " TO " + user + "; or turn cleanup off for the table",
+			})
+		}
+		pk, err := PrimaryKey(ctx, db, schema, name)
+		if err != nil {
+			return nil, err
+		}
+		if len(pk) == 0 {
+			ps = append(ps, Problem{
+				Setting: "table " + t.Name, Check: CheckCleanupTable, Table: t.Name,
+				Found: "without a primary key (or not visible to " + user + ")",
+				Fix:   "give the table a primary key (cleanup deletes by it), or turn cleanup off for the table",
+			})
+		}
+		if t.CreatedAt != "" {
+			var typ string
+			err := db.QueryRowContext(ctx, `SELECT DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND COLUMN_NAME = ?`,
+				schema, name, t.CreatedAt).Scan(&typ)
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+				ps = append(ps, Problem{
+					Setting: "column " + t.Name + "." + t.CreatedAt, Check: CheckCleanupTable, Table: t.Name,
+					Found: "missing (columns.created_at names it)",
+					Fix:   "name the table's insert-time column in columns.created_at, or add it: ALTER TABLE " + quoteIdent(schema) + "." + quoteIdent(name) + " ADD COLUMN " + quoteIdent(t.CreatedAt) + " DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)",
+				})
+			case err != nil:
+				return nil, fmt.Errorf("read the type of %s.%s: %w", t.Name, t.CreatedAt, err)
+			case !strings.EqualFold(typ, "datetime") && !strings.EqualFold(typ, "timestamp"):
+				ps = append(ps, Problem{
+					Setting: "column " + t.Name + "." + t.CreatedAt, Check: CheckCleanupTable, Table: t.Name,
+					Found: "of type " + typ + ", not DATETIME or TIMESTAMP",
+					Fix:   "name a DATETIME or TIMESTAMP column holding the row's insert time in columns.created_at",
+				})
+			case strings.EqualFold(typ, "datetime") && t.TimeZone == "":
+				// Wall-clock time without a zone: compared in the wrong one, rows written by
+				// sessions behind it look hours older and go before the checkpoint covers them.
+				var global string
+				if err := db.QueryRowContext(ctx, "SELECT @@global.time_zone").Scan(&global); err != nil {
+					return nil, fmt.Errorf("read the server's time_zone: %w", err)
+				}
+				ps = append(ps, Problem{
+					Setting: "column " + t.Name + "." + t.CreatedAt, Check: CheckCleanupTable, Table: t.Name,
+					Found: "a DATETIME (wall-clock time in whatever time_zone the inserting session had) without cleanup.time_zone",
+					Fix: "set cleanup.time_zone to the time_zone your application's sessions write it in (the server's default is " + global +
+						"; SYSTEM is the server host's zone; or an offset such as +00:00), or make the column a TIMESTAMP",
+				})
+			case strings.EqualFold(typ, "datetime"):
+				var unknown bool
+				if err := db.QueryRowContext(ctx, "SELECT CONVERT_TZ('2000-01-01 00:00:00', @@session.time_zone, ?) IS NULL", t.TimeZone).Scan(&unknown); err != nil {
+					return nil, fmt.Errorf("check cleanup.time_zone %q: %w", t.TimeZone, err)
+				}
+				if unknown {
+					ps = append(ps, Problem{
+						Setting: "cleanup.time_zone " + t.TimeZone, Check: CheckCleanupTable, Table: t.Name,
+						Found: "unknown to the server (the created_at sweep would delete nothing)",
+						Fix:   "use an offset such as +00:00, or load the server's time zone tables (mariadb-tzinfo-to-sql /usr/share/zoneinfo | mariadb mysql)",
+					})
+				}
+			}
+		}
+	}
+	if req.HoldTable != "" {
+		hp, err := inspectHold(ctx, db, gs, user, req.HoldTable)
+		if err != nil {
+			return nil, err
+		}
+		ps = append(ps, hp...)
+	}
+	markSkipped(ps, req.Skip)
+	return ps, nil
+}
+
+func inspectHold(ctx context.Context, db *sql.DB, gs grants, user, table string) ([]Problem, error) {
+	schema, name, _ := strings.Cut(table, ".")
+	grant := "GRANT SELECT, INSERT ON " + quoteIdent(schema) + "." + quoteIdent(name) + " TO " + user
+	var ps []Problem
+	if !gs.can("SELECT", schema, name) || !gs.can("INSERT", schema, name) {
+		ps = append(ps, Problem{
+			Setting: "SELECT, INSERT ON " + table, Check: CheckCleanupHold, Table: table,
+			Found: "not granted to " + user + " (the created_at sweep records dead-lettered rows there and skips them)",
+			Fix:   grant + ";",
+		})
+	}
+	rows, err := db.QueryContext(ctx, "SELECT * FROM "+quoteIdent(schema)+"."+quoteIdent(name)+" LIMIT 0")
+	var me *mysql.MySQLError
+	switch {
+	case err == nil:
+		rows.Close()
+		have, err := (&ColumnReader{DB: db}).Columns(ctx, schema, name)
+		if err != nil {
+			return nil, fmt.Errorf("check hold table %s: %w", table, err)
+		}
+		var lack []string
+		for _, c := range HoldTableColumns {
+			if !slices.ContainsFunc(have, func(h string) bool { return strings.EqualFold(h, c) }) {
+				lack = append(lack, c)
+			}
+		}
+		if len(lack) > 0 {
+			ps = append(ps, Problem{
+				Setting: "table " + table, Check: CheckCleanupHold, Table: table,
+				Found: "without the columns " + strings.Join(lack, ", "),
+				Fix:   "create it as cleanup writes it (rename the old one first): " + HoldTableSQL(table) + ";",
+			})
+		}
+	case errors.As(err, &me) && (me.Number == erNoSuchTable || me.Number == erBadDB):
+		ps = append(ps, Problem{
+			Setting: "table " + table, Check: CheckCleanupHold, Table: table,
+			Found: "missing (cleanup.hold_table)",
+			Fix:   "create it (CREATE DATABASE IF NOT EXISTS " + quoteIdent(schema) + "; first if needed): " + HoldTableSQL(table) + "; then " + grant + ";",
+		})
+	case errors.As(err, &me) && (me.Number == erTableAccessDenied || me.Number == erColumnAccessDenied) && len(ps) > 0:
+		// The grant problem above says what to run; a table that does not exist makes that
+		// GRANT fail, so name the DDL too.
+		ps[len(ps)-1].Fix += " (if the table does not exist yet, a table GRANT fails: first " + HoldTableSQL(table) + ";)"
+	default:
+		return nil, fmt.Errorf("check hold table %s: %w", table, err)
+	}
+	return ps, nil
+}
