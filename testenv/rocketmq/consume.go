@@ -35,6 +35,8 @@ type groupState struct {
 	// connection closes leaves the group, as a real broker drops a closed channel.
 	clients map[string]map[*serverConn]struct{}
 	offsets map[queueKey]int64
+	// topics are the topics the group's heartbeats subscribed to.
+	topics map[string]bool
 }
 
 type queueKey struct {
@@ -49,7 +51,7 @@ func DLQTopic(group string) string   { return "%DLQ%" + group }
 func (c *Cluster) groupLocked(name string) *groupState {
 	g := c.groups[name]
 	if g == nil {
-		g = &groupState{clients: map[string]map[*serverConn]struct{}{}, offsets: map[queueKey]int64{}}
+		g = &groupState{clients: map[string]map[*serverConn]struct{}{}, offsets: map[queueKey]int64{}, topics: map[string]bool{}}
 		c.groups[name] = g
 	}
 	return g
@@ -107,7 +109,10 @@ func (c *Cluster) handleConsumer(req *command) (reply, bool) {
 type heartbeat struct {
 	ClientID      string `json:"clientID"`
 	ConsumerDatas []struct {
-		GroupName string `json:"groupName"`
+		GroupName     string `json:"groupName"`
+		Subscriptions []struct {
+			Topic string `json:"topic"`
+		} `json:"subscriptionDataSet"`
 	} `json:"consumerDataSet"`
 }
 
@@ -129,11 +134,20 @@ func (c *Cluster) handleHeartbeat(req *command) reply {
 			changed = append(changed, cd.GroupName)
 		}
 		conns[req.conn] = struct{}{}
+		for _, s := range cd.Subscriptions {
+			g.topics[s.Topic] = true
+		}
 		c.createTopicLocked(RetryTopic(cd.GroupName), 1)
 	}
 	c.mu.Unlock()
 	c.notifyChanged(changed)
 	return reply{resp: response(CodeSuccess, "")}
+}
+
+// subscribedLocked reports whether a heartbeat of group subscribed it to topic.
+func (c *Cluster) subscribedLocked(group, topic string) bool {
+	g := c.groups[group]
+	return g != nil && g.topics[topic]
 }
 
 // leaveLocked removes client from group and returns the group when that changed its members.

@@ -25,7 +25,8 @@ const (
 
 // pullFlagSubscription is PullSysFlag.FLAG_SUBSCRIPTION: the pull carries its subscription
 // expression. Without it the broker takes the subscription from the consumer group's heartbeat
-// registration (PullMessageProcessor), and this broker keeps none.
+// registration (PullMessageProcessor), as this broker does (consume.go): a reader that sent no
+// heartbeat for its group gets SUBSCRIPTION_NOT_EXIST.
 const pullFlagSubscription = 0x4
 
 // maxPullMessages caps one pull's answer, like the broker's maxTransferCountOnMessageInMemory.
@@ -97,11 +98,13 @@ func (c *Cluster) pullOnce(req *command) (r reply, changed chan struct{}) {
 	topic, q := f["topic"], atoiOr(f["queueId"], -1)
 	off := int64(atoiOr(f["queueOffset"], 0))
 	n := min(max(atoiOr(f["maxMsgNums"], maxPullMessages), 1), maxPullMessages)
-	if atoiOr(f["sysFlag"], 0)&pullFlagSubscription == 0 {
-		return reply{resp: response(CodeSubscriptionNotExist, "the consumer's group info not exist")}
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// Without the flag the broker takes the subscription from the group's heartbeat (a push
+	// consumer's pulls carry none by default); a reader that never sent one has none.
+	if atoiOr(f["sysFlag"], 0)&pullFlagSubscription == 0 && !c.subscribedLocked(f["consumerGroup"], topic) {
+		return reply{resp: response(CodeSubscriptionNotExist, "the consumer's group info not exist")}, nil
+	}
 	ts := c.topics[topic]
 	if ts == nil || q < 0 || q >= len(ts.queues) {
 		return reply{resp: response(CodeTopicNotExist, "topic["+topic+"] not exist, apply first please!")}, nil
