@@ -34,12 +34,7 @@ func TestMain(m *testing.M) {
 }
 
 func runChild(dsn, eventID, stage string) int {
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		fmt.Println("ERROR", err)
-		return 1
-	}
-	kit, err := consumer.New(db, consumer.Options{})
+	kit, err := kittest.OpenKit(dsn)
 	if err != nil {
 		fmt.Println("ERROR", err)
 		return 1

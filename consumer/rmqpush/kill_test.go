@@ -36,12 +36,7 @@ func TestMain(m *testing.M) {
 // runChild is a consumer process: the push consumer with the kit, granting benefit order N for
 // event ev-N, a few milliseconds each, until it is killed.
 func runChild(ns, dsn string) int {
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		fmt.Println("ERROR", err)
-		return 1
-	}
-	kit, err := consumer.New(db, consumer.Options{})
+	kit, err := kittest.OpenKit(dsn)
 	if err != nil {
 		fmt.Println("ERROR", err)
 		return 1

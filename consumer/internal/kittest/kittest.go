@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/go-sql-driver/mysql" // OpenKit
+
 	"github.com/outboxd/outboxd/consumer"
 	"github.com/outboxd/outboxd/testenv/mariadb"
 )
@@ -78,4 +80,13 @@ func Grant(orderID int) consumer.Func {
 		_, err := tx.ExecContext(ctx, "INSERT INTO benefit (order_id, event_id) VALUES (?, ?)", orderID, msg.EventID)
 		return err
 	}
+}
+
+// OpenKit opens a kit on dsn with the default tables, for a test's child process.
+func OpenKit(dsn string) (*consumer.Kit, error) {
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return nil, err
+	}
+	return consumer.New(db, consumer.Options{})
 }
