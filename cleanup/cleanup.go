@@ -31,6 +31,7 @@ import (
 
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/logging"
+	"github.com/outboxd/outboxd/internal/wait"
 	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/pipeline"
 )
@@ -221,7 +222,7 @@ func (s *session) Hold(ctx context.Context, rows []pipeline.Row) error {
 		}
 		s.c.cfg.Logger.Error().Err(err).Stringer("retry_in", backoff).
 			Msg("cleanup: dead-lettered rows not recorded in the hold table; their acknowledgement waits (check cleanup.hold_table and its grants)")
-		if !sleepCtx(ctx, backoff) {
+		if !wait.Sleep(ctx, backoff) {
 			return ctx.Err()
 		}
 		backoff = min(2*backoff, holdRetry)
@@ -297,7 +298,7 @@ const keyPoll = time.Second
 
 func (c *Cleaner) loop(ctx context.Context, t *table, wake <-chan struct{}) {
 	log := c.cfg.Logger.With().Str("table", t.label).Logger()
-	lim := &limiter{perSecond: t.Settings.MaxRowsPerSecond, now: c.cfg.Now, sleep: sleepCtx}
+	lim := &limiter{perSecond: t.Settings.MaxRowsPerSecond, now: c.cfg.Now, sleep: wait.Sleep}
 	var lastSweep time.Time
 	var failingSince, lastLog time.Time
 	report := func(err error) {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/outboxd/outboxd/binlog/server"
 	"github.com/outboxd/outboxd/config"
-	"github.com/outboxd/outboxd/testenv/mariadb"
 )
 
 // After a failover the writer is a new primary that may lack the newest hold-table rows
@@ -18,13 +17,8 @@ import (
 // deletes anything, so it starts the record over at the checkpoint instead of trusting what it
 // read from the old primary; the dead-lettered row whose hold row was lost stays.
 func TestSweepRereadsMarkerAfterReconnect(t *testing.T) {
-	s := mariadb.StartT(t, mariadb.Options{})
 	ctx := context.Background()
-	db, err := s.DB(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := liveDB(t)
 	now := time.Now()
 	at := func(d time.Duration) float64 { return float64(now.Add(d).UnixMicro()) / 1e6 }
 	for _, q := range []struct {

@@ -27,14 +27,3 @@ func (l *limiter) wait(ctx context.Context, rows int) bool {
 	}
 	return l.sleep(ctx, d)
 }
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}

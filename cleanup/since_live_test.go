@@ -9,20 +9,14 @@ import (
 
 	"github.com/outboxd/outboxd/binlog/server"
 	"github.com/outboxd/outboxd/config"
-	"github.com/outboxd/outboxd/testenv/mariadb"
 )
 
 // The hold table's marker: recording starts at the first term, stays while every checkpoint
 // was certified before it was saved, and starts over when the checkpoint moved on uncertified
 // (cleanup off meanwhile, or a stop between the certificate and the save).
 func TestSinceMarker(t *testing.T) {
-	s := mariadb.StartT(t, mariadb.Options{})
 	ctx := context.Background()
-	db, err := s.DB(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := liveDB(t)
 	for _, q := range []string{"CREATE DATABASE shop", "CREATE TABLE shop.outbox (id BIGINT PRIMARY KEY, event_id VARCHAR(64), created_at DATETIME(6))",
 		server.HoldTableSQL("shop.hold")} {
 		if _, err := db.Exec(q); err != nil {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/outboxd/outboxd/binlog/server"
 	"github.com/outboxd/outboxd/config"
-	"github.com/outboxd/outboxd/testenv/mariadb"
+	"github.com/outboxd/outboxd/internal/wait"
 )
 
 // Rows the sweep leaves (older than the hold table's record, held, or too young) at the low end
@@ -17,13 +17,8 @@ import (
 // continue after the previous batch's last key. Otherwise 2,000 rows kept from before cleanup
 // are scanned again for every batch of 10, and the load is bounded by neither batch nor rate.
 func TestSweepPagesByKey(t *testing.T) {
-	s := mariadb.StartT(t, mariadb.Options{})
 	ctx := context.Background()
-	db, err := s.DB(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := liveDB(t)
 	db.SetMaxOpenConns(1) // one session: its handler counters are the sweep's
 	for _, q := range []string{"CREATE DATABASE shop",
 		"CREATE TABLE shop.outbox (region VARCHAR(8), id BIGINT, event_id VARCHAR(64), created_at TIMESTAMP(6) NOT NULL, PRIMARY KEY (region, id))",
@@ -55,7 +50,7 @@ func TestSweepPagesByKey(t *testing.T) {
 		return n
 	}
 	before := reads()
-	if err := c.sweep(ctx, c.tables[0], &limiter{perSecond: 1_000_000, now: time.Now, sleep: sleepCtx}); err != nil {
+	if err := c.sweep(ctx, c.tables[0], &limiter{perSecond: 1_000_000, now: time.Now, sleep: wait.Sleep}); err != nil {
 		t.Fatal(err)
 	}
 	read := reads() - before

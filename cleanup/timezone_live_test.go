@@ -9,7 +9,7 @@ import (
 
 	"github.com/outboxd/outboxd/binlog/server"
 	"github.com/outboxd/outboxd/config"
-	"github.com/outboxd/outboxd/testenv/mariadb"
+	"github.com/outboxd/outboxd/internal/wait"
 )
 
 // A DATETIME created_at holds the wall-clock time of the inserting session's time_zone, which
@@ -17,13 +17,8 @@ import (
 // look 8 hours old the moment they are inserted. The sweep must compare in the zone the rows
 // were written in, or it deletes rows of transactions the checkpoint does not cover.
 func TestSweepDatetimeTimeZone(t *testing.T) {
-	s := mariadb.StartT(t, mariadb.Options{})
 	ctx := context.Background()
-	db, err := s.DB(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := liveDB(t)
 	db.SetMaxOpenConns(1) // one session: its time_zone is the application's below, then reset
 	for _, q := range []string{"SET GLOBAL time_zone = '+00:00'", "SET time_zone = '+00:00'", "CREATE DATABASE shop",
 		"CREATE TABLE shop.outbox (id BIGINT PRIMARY KEY, event_id VARCHAR(64), created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))",
@@ -50,7 +45,7 @@ func TestSweepDatetimeTimeZone(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.begin(ctx, time.Now().Add(-24*time.Hour)) // recording dead letters since yesterday
-		if err := c.sweep(ctx, c.tables[0], &limiter{perSecond: 1000, now: time.Now, sleep: sleepCtx}); err != nil {
+		if err := c.sweep(ctx, c.tables[0], &limiter{perSecond: 1000, now: time.Now, sleep: wait.Sleep}); err != nil {
 			t.Fatal(err)
 		}
 		var left []string

@@ -34,6 +34,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/outboxd/outboxd/internal/wait"
 )
 
 // ErrFenced is wrapped by Term.Err and Term.Check once this process can no longer prove it holds
@@ -212,7 +214,7 @@ func (e *Elector) tryAcquire(ctx context.Context) (*Term, error) {
 			// the wait): the connection is fine and the lock not ours. Wait again; ending the
 			// standby here would leave no one to take over.
 			e.cfg.Logger.Debug().Str("lock_name", e.cfg.LockName).Msg("GET_LOCK returned NULL (the wait was killed on the server); waiting again")
-			if !sleep(ctx, nullPause) {
+			if !wait.Sleep(ctx, nullPause) {
 				return nil, nil
 			}
 			continue

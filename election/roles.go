@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outboxd/outboxd/checkpoint"
+	"github.com/outboxd/outboxd/internal/wait"
 )
 
 // Role is what this process does now.
@@ -86,7 +87,7 @@ func (r *Roles) Run(ctx context.Context) error {
 			}
 			// Unreachable, a lock wait or a deadlock: give the lock back and compete again.
 			reason = "the checkpoint could not be claimed: " + err.Error()
-			if !sleep(ctx, time.Second) {
+			if !wait.Sleep(ctx, time.Second) {
 				return nil
 			}
 			continue
@@ -95,7 +96,7 @@ func (r *Roles) Run(ctx context.Context) error {
 		// connection (a KILL, a restart, a reset) and the old leader learns it at its next
 		// ping, sending meanwhile. Waiting one ping interval before leading lets it stop first
 		// (its saves already fail: the claim moved the epoch). A crash costs the same wait.
-		settled := sleep(ctx, r.Elector.ping)
+		settled := wait.Sleep(ctx, r.Elector.ping)
 		if !settled || ctx.Err() != nil {
 			// Stopped while claiming (Claim may not watch ctx) or settling: a process that is
 			// shutting down does not announce itself leader or start a term; the row's bumped
@@ -124,7 +125,7 @@ func (r *Roles) Run(ctx context.Context) error {
 		if err := r.checkSuperseded(ctx, epoch); err != nil {
 			return err
 		}
-		if !sleep(ctx, r.Cooldown) {
+		if !wait.Sleep(ctx, r.Cooldown) {
 			return nil
 		}
 		reason = "stepped down after a fence: " + fenced.Error()
@@ -179,7 +180,7 @@ func (r *Roles) checkSuperseded(ctx context.Context, epoch uint64) error {
 			return err
 		}
 		r.Logger.Warn().Err(err).Stringer("retry_in", backoff).Msg("fenced: cannot read the checkpoint row to tell whether another leader took over, retrying")
-		if !sleep(ctx, backoff) {
+		if !wait.Sleep(ctx, backoff) {
 			return nil
 		}
 		backoff = min(2*backoff, 10*time.Second)
@@ -201,17 +202,5 @@ func (r *Roles) change(c Change) {
 	ev.Msg("role changed")
 	if r.OnChange != nil {
 		r.OnChange(c)
-	}
-}
-
-// sleep waits d; false when ctx ended first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
