@@ -246,7 +246,7 @@ func (k *Kit) Handle(ctx context.Context, msg Message, fn Func) (Outcome, error)
 	// 1. Check: the mark's insert is the check, so that no other delivery can slip in between
 	// a SELECT and the INSERT.
 	if _, err := tx.ExecContext(ctx, "INSERT INTO "+k.dedup+" (event_id, status, msg_id, handled_at) VALUES (?, ?, ?, NOW(6))",
-		msg.EventID, StatusProcessed, msg.MsgID); err != nil {
+		msg.EventID, StatusProcessed, storable(msg.MsgID, maxMsgIDBytes)); err != nil {
 		if isDuplicateKey(err) {
 			return Duplicate, nil
 		}
@@ -316,8 +316,29 @@ type execer interface {
 func (k *Kit) insertQuarantine(ctx context.Context, db execer, msg Message, why error) error {
 	_, err := db.ExecContext(ctx, "INSERT INTO "+k.quarantine+
 		" (event_id, msg_id, topic, msg_key, payload, headers, error, quarantined_at) VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6))",
-		msg.EventID, msg.MsgID, msg.Topic, msg.Key, msg.Payload, HeadersJSON(msg.Headers), why.Error())
+		msg.EventID, storable(msg.MsgID, maxMsgIDBytes), storable(msg.Topic, maxMsgIDBytes), msg.Key, msg.Payload,
+		HeadersJSON(msg.Headers), storable(why.Error(), maxErrorBytes))
 	return err
+}
+
+// Widths of the text columns (schema.sql): msg_id and topic VARCHAR(512), error TEXT.
+const (
+	maxMsgIDBytes = 512
+	maxErrorBytes = 65535
+)
+
+// storable returns s as a utf8mb4 column of limit bytes takes it in strict mode: invalid UTF-8
+// replaced by U+FFFD, cut at a character boundary. Pure.
+func storable(s string, limit int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= limit {
+		return s
+	}
+	cut := limit
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
 }
 
 // HeadersJSON renders headers as a JSON object for the quarantine table: text values as they
