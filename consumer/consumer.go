@@ -151,8 +151,8 @@ type Options struct {
 	// are DefaultDedupTable and DefaultQuarantineTable.
 	DedupTable, QuarantineTable string
 	// Isolation is the transaction's isolation level; the default is the server's
-	// (REPEATABLE READ on InnoDB). The dedup insert checks the primary key with a locking read
-	// whatever the level.
+	// (REPEATABLE READ on InnoDB); New refuses a level MySQL has not. The dedup insert checks
+	// the primary key with a locking read whatever the level.
 	Isolation sql.IsolationLevel
 }
 
@@ -189,6 +189,11 @@ func New(db *sql.DB, o Options) (*Kit, error) {
 		if !identRE.MatchString(name) {
 			return nil, fmt.Errorf("consumer: Options.%s %q: want table or schema.table of letters, digits, _ and $", field, name)
 		}
+	}
+	switch o.Isolation {
+	case sql.LevelDefault, sql.LevelReadUncommitted, sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable:
+	default: // go-sql-driver refuses every BeginTx with it: each Handle would fail
+		return nil, fmt.Errorf("consumer: Options.Isolation %v: MySQL and MariaDB have READ UNCOMMITTED, READ COMMITTED, REPEATABLE READ and SERIALIZABLE", o.Isolation)
 	}
 	if o.DedupTable == o.QuarantineTable {
 		return nil, fmt.Errorf("consumer: Options.DedupTable and QuarantineTable are both %q", o.DedupTable)
