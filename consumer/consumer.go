@@ -213,7 +213,8 @@ func quote(name string) string {
 // tells the caller whether to ack. It blocks until the transaction ended.
 //
 // nil error: ack the message (commit its offset). The outcome says why: Processed (fn's writes
-// and the mark committed together), Duplicate (marked before; fn did not run), Rejected (fn
+// and the mark committed together), Duplicate (marked before, PROCESSED or REJECTED: a
+// rejected event stays rejected until its mark is deleted; fn did not run), Rejected (fn
 // returned Permanent; its writes were rolled back, the mark says REJECTED and the event is in
 // the quarantine table; or msg has no EventID and was quarantined without a mark).
 //
