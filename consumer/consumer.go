@@ -151,8 +151,8 @@ type Options struct {
 	// are DefaultDedupTable and DefaultQuarantineTable.
 	DedupTable, QuarantineTable string
 	// Isolation is the transaction's isolation level; the default is the server's
-	// (REPEATABLE READ on InnoDB). The dedup insert checks the primary key with a locking read
-	// whatever the level.
+	// (REPEATABLE READ on InnoDB); New refuses a level MySQL has not. The dedup insert checks
+	// the primary key with a locking read whatever the level.
 	Isolation sql.IsolationLevel
 }
 
@@ -190,6 +190,11 @@ func New(db *sql.DB, o Options) (*Kit, error) {
 			return nil, fmt.Errorf("consumer: Options.%s %q: want table or schema.table of letters, digits, _ and $", field, name)
 		}
 	}
+	switch o.Isolation {
+	case sql.LevelDefault, sql.LevelReadUncommitted, sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable:
+	default: // go-sql-driver refuses every BeginTx with it: each Handle would fail
+		return nil, fmt.Errorf("consumer: Options.Isolation %v: MySQL and MariaDB have READ UNCOMMITTED, READ COMMITTED, REPEATABLE READ and SERIALIZABLE", o.Isolation)
+	}
 	if o.DedupTable == o.QuarantineTable {
 		return nil, fmt.Errorf("consumer: Options.DedupTable and QuarantineTable are both %q", o.DedupTable)
 	}
@@ -208,7 +213,8 @@ func quote(name string) string {
 // tells the caller whether to ack. It blocks until the transaction ended.
 //
 // nil error: ack the message (commit its offset). The outcome says why: Processed (fn's writes
-// and the mark committed together), Duplicate (marked before; fn did not run), Rejected (fn
+// and the mark committed together), Duplicate (marked before, PROCESSED or REJECTED: a
+// rejected event stays rejected until its mark is deleted; fn did not run), Rejected (fn
 // returned Permanent; its writes were rolled back, the mark says REJECTED and the event is in
 // the quarantine table; or msg has no EventID and was quarantined without a mark).
 //
@@ -246,7 +252,7 @@ func (k *Kit) Handle(ctx context.Context, msg Message, fn Func) (Outcome, error)
 	// 1. Check: the mark's insert is the check, so that no other delivery can slip in between
 	// a SELECT and the INSERT.
 	if _, err := tx.ExecContext(ctx, "INSERT INTO "+k.dedup+" (event_id, status, msg_id, handled_at) VALUES (?, ?, ?, NOW(6))",
-		msg.EventID, StatusProcessed, msg.MsgID); err != nil {
+		msg.EventID, StatusProcessed, storable(msg.MsgID, maxMsgIDBytes)); err != nil {
 		if isDuplicateKey(err) {
 			return Duplicate, nil
 		}
@@ -316,8 +322,29 @@ type execer interface {
 func (k *Kit) insertQuarantine(ctx context.Context, db execer, msg Message, why error) error {
 	_, err := db.ExecContext(ctx, "INSERT INTO "+k.quarantine+
 		" (event_id, msg_id, topic, msg_key, payload, headers, error, quarantined_at) VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6))",
-		msg.EventID, msg.MsgID, msg.Topic, msg.Key, msg.Payload, HeadersJSON(msg.Headers), why.Error())
+		msg.EventID, storable(msg.MsgID, maxMsgIDBytes), storable(msg.Topic, maxMsgIDBytes), msg.Key, msg.Payload,
+		HeadersJSON(msg.Headers), storable(why.Error(), maxErrorBytes))
 	return err
+}
+
+// Widths of the text columns (schema.sql): msg_id and topic VARCHAR(512), error TEXT.
+const (
+	maxMsgIDBytes = 512
+	maxErrorBytes = 65535
+)
+
+// storable returns s as a utf8mb4 column of limit bytes takes it in strict mode: invalid UTF-8
+// replaced by U+FFFD, cut at a character boundary. Pure.
+func storable(s string, limit int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= limit {
+		return s
+	}
+	cut := limit
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
 }
 
 // HeadersJSON renders headers as a JSON object for the quarantine table: text values as they

@@ -2,6 +2,9 @@
 -- InnoDB. Create them in the database that holds the business tables: the mark must commit in
 -- the same transaction as the work. Kit.CreateTables runs this with the configured names.
 
+-- Both tables are utf8mb4 whatever the database's default (latin1 on MySQL 5.7 and on MariaDB
+-- before 11.6), so that no text a message or an error holds can make an insert fail.
+
 -- One row per event handled: the primary key is what makes a redelivery a duplicate.
 -- event_id is VARBINARY so that ids compare byte for byte: under a case-insensitive collation
 -- "A1" and "a1" would be one event.
@@ -10,21 +13,21 @@ CREATE TABLE IF NOT EXISTS `consumed_event` (
   status     ENUM('PROCESSED', 'REJECTED') NOT NULL,
   msg_id     VARCHAR(512) NULL,
   handled_at DATETIME(6)  NOT NULL
-) ENGINE = InnoDB;
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
 -- Events the work rejected with a permanent error (their mark says REJECTED), and messages
 -- without a usable event_id (none, or longer than 255 bytes): what arrived and why it was not
 -- processed, for a person to look at. Columns are wide enough for any message, so that
--- quarantining never fails on the message's size.
+-- quarantining never fails on the message's size (the error text is cut to 64 KiB).
 CREATE TABLE IF NOT EXISTS `quarantined_event` (
   id             BIGINT         NOT NULL AUTO_INCREMENT PRIMARY KEY,
-  event_id       BLOB           NOT NULL,
+  event_id       LONGBLOB       NOT NULL,
   msg_id         VARCHAR(512)   NULL,
   topic          VARCHAR(512)   NULL,
-  msg_key        BLOB           NULL,
+  msg_key        LONGBLOB       NULL,
   payload        LONGBLOB       NULL,
   headers        JSON           NULL,
   error          TEXT           NOT NULL,
   quarantined_at DATETIME(6)    NOT NULL,
   KEY ix_event_id (event_id(255))
-) ENGINE = InnoDB;
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;

@@ -54,3 +54,18 @@ func TestDaemonDoesNotImportTheKit(t *testing.T) {
 		t.Fatal("go list -deps did not list the daemon: the check looks at the wrong thing")
 	}
 }
+
+// An isolation level go-sql-driver cannot set fails New, not every Handle (which would hold a
+// Kafka partition forever, one failing message after the other).
+func TestNewRejectsIsolationTheDriverCannotSet(t *testing.T) {
+	for _, l := range []sql.IsolationLevel{sql.LevelWriteCommitted, sql.LevelSnapshot, sql.LevelLinearizable, 99} {
+		if _, err := consumer.New(&sql.DB{}, consumer.Options{Isolation: l}); err == nil {
+			t.Errorf("Isolation %v: no error", l)
+		}
+	}
+	for _, l := range []sql.IsolationLevel{sql.LevelDefault, sql.LevelReadUncommitted, sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable} {
+		if _, err := consumer.New(&sql.DB{}, consumer.Options{Isolation: l}); err != nil {
+			t.Errorf("Isolation %v: %v", l, err)
+		}
+	}
+}

@@ -62,6 +62,13 @@ func Message(m kafka.Message) consumer.Message {
 //
 // At a stop or crash between Handle and the commit the message is fetched again by the next
 // run, and Handle finds it marked: a duplicate, acked without running fn.
+//
+// Rebalances: the message in hand when its partition is revoked is still handled to the end,
+// and its offset committed (kafka-go commits any partition under the current generation; the
+// broker does not check the assignment). The partition's new owner starts from the last
+// committed offset, so both may handle that message: the dedup insert serializes them and one
+// of them acks a duplicate. The late commit can move the group's offset back (never past a
+// message not handled, each commit following its partition's order): more duplicates, no loss.
 func Run(ctx context.Context, r Reader, kit *consumer.Kit, fn consumer.Func, o Options) error {
 	if o.Backoff <= 0 {
 		o.Backoff = 100 * time.Millisecond

@@ -121,3 +121,17 @@ func TestRunCommitsOnlyAfterHandle(t *testing.T) {
 		t.Fatal("want 3 benefits and ev-bad REJECTED")
 	}
 }
+
+// The event id is outboxd's event_id header, the first one when a producer other than outboxd
+// repeated it (outboxd sets it first and drops a row header of that name); none means "" (the
+// kit quarantines such a message). The other headers are kept in order. Pure.
+func TestMessageEventIDHeader(t *testing.T) {
+	m := kafkago.Message(kafka.Message{Topic: "order.paid", Partition: 2, Offset: 7, Key: []byte("k"), Value: []byte("v"),
+		Headers: []kafka.Header{{Key: "event_id", Value: []byte("ev-a")}, {Key: "event_type", Value: []byte("OrderPaid")}, {Key: "event_id", Value: []byte("ev-b")}}})
+	if m.EventID != "ev-a" || m.MsgID != "order.paid/2@7" || len(m.Headers) != 3 || string(m.Key) != "k" || string(m.Payload) != "v" {
+		t.Fatalf("%+v", m)
+	}
+	if m := kafkago.Message(kafka.Message{Headers: []kafka.Header{{Key: "Event_ID", Value: []byte("x")}}}); m.EventID != "" {
+		t.Fatalf("event id %q from a header of another name", m.EventID)
+	}
+}

@@ -34,30 +34,34 @@ type Options struct {
 // returned as an error, with the rest of msg filled as far as it could be. Pure.
 func Message(m *primitive.MessageExt) (consumer.Message, error) {
 	msg := consumer.Message{MsgID: m.MsgId, Topic: m.Topic, Payload: m.Body}
-	key, hs, err := rocketmq.DecodeProperties(m.GetProperties())
-	if err != nil {
-		// The event id as it stands, so that the bad message can still be marked REJECTED.
-		msg.EventID = m.GetProperty("event_id")
-		if msg.EventID == "" {
-			msg.EventID = m.GetKeys()
+	// The event id on its own, so that a message with another bad property is still marked
+	// REJECTED under its event's id.
+	var idErr error
+	for _, p := range [...]string{"event_id", primitive.PropertyKeys} {
+		v := m.GetProperty(p)
+		if v == "" {
+			continue
 		}
+		// KEYS is a system property, which DecodeProperties leaves out: decode as a header.
+		if _, h, err := rocketmq.DecodeProperties(map[string]string{"event_id": v}); err != nil {
+			msg.EventID, idErr = v, fmt.Errorf("%s: %w", p, err) // as it stands: the bad message can still be marked
+		} else {
+			msg.EventID, idErr = string(h[0].Value), nil
+		}
+		if msg.EventID != "" {
+			break
+		}
+	}
+	key, hs, err := rocketmq.DecodeProperties(m.GetProperties())
+	if err == nil {
+		err = idErr
+	}
+	if err != nil {
 		return msg, fmt.Errorf("message %s: %w", m.MsgId, err)
 	}
 	msg.Key = key
 	for _, h := range hs {
 		msg.Headers = append(msg.Headers, consumer.Header{Key: h.Key, Value: h.Value})
-		if h.Key == "event_id" && msg.EventID == "" {
-			msg.EventID = string(h.Value)
-		}
-	}
-	if msg.EventID == "" && m.GetKeys() != "" {
-		// KEYS is a system property, which DecodeProperties leaves out: decode it as a header.
-		_, k, err := rocketmq.DecodeProperties(map[string]string{"event_id": m.GetKeys()})
-		if err != nil {
-			msg.EventID = m.GetKeys()
-			return msg, fmt.Errorf("message %s: KEYS: %w", m.MsgId, err)
-		}
-		msg.EventID = string(k[0].Value)
 	}
 	return msg, nil
 }

@@ -97,3 +97,17 @@ func TestListener(t *testing.T) {
 		t.Fatalf("orderly failure: %v %v, want SuspendCurrentQueueAMoment", res, err)
 	}
 }
+
+// A message with a header that does not decode still gets its real event id (decoded), so that
+// its REJECTED mark is under the event's id, not under the encoded text.
+func TestMessageWithABadHeaderKeepsItsEventID(t *testing.T) {
+	for _, props := range []map[string]string{
+		{"event_id": "base64:ZXYtNA==", "KEYS": "base64:ZXYtNA==", "h": "base64:%%"},
+		{"KEYS": "base64:ZXYtNA==", "h": "base64:%%"},
+	} {
+		m, err := rmqpush.Message(delivered("M", props, "{}"))
+		if err == nil || m.EventID != "ev-4" {
+			t.Errorf("%v: event id %q, error %v; want ev-4 and the header's error", props, m.EventID, err)
+		}
+	}
+}
