@@ -1,17 +1,30 @@
 // Package cleanup deletes delivered rows from the outbox tables, on the writable primary, in
-// small batches, each its own short transaction, never faster than the configured rate. It
-// never deletes a row of a transaction the saved checkpoint does not cover, nor a
-// dead-lettered row. Delivery never depends on it: the binlog carries every row.
+// small batches, each its own short transaction, never faster than the configured rate.
+// Delivery never depends on it: the binlog carries every row.
+//
+// The rule: a row is deleted only on proof that its event was acknowledged by the broker.
+// Time never proves delivery: no created_at, retention, zone or commit-time arithmetic
+// justifies a delete. Dead-lettered rows are never deleted (an operator removes them).
 //
 // Two ways a row goes:
 //   - By key (retention 0): the pipeline hands over the primary key of every row a broker
-//     acknowledged (read from the binlog, whatever the key's columns), and the key is deleted
-//     once a saved checkpoint covers its transaction. Keys wait in a bounded queue per table;
-//     when it is full, further keys are dropped (counted) and their rows left to the sweep. A
-//     restart loses the queue the same way: the rows of keys not yet deleted stay for the sweep.
+//     acknowledged (read from the binlog, whatever the key's columns; dead letters are not
+//     handed over), and the key is deleted once a saved checkpoint covers its transaction.
+//     Keys wait in a bounded queue per table; when it is full, further keys are dropped
+//     (counted) and their rows left to the sweep. A restart loses the queue the same way.
 //   - By the created_at sweep (every interval, for tables with columns.created_at, whatever the
-//     retention): see cutoff for the rule. Dead-lettered rows are recorded in the hold table
-//     before the checkpoint can pass them (Hold), and the sweep skips every held row.
+//     retention): a reconcile of the candidate rows (package reconcile, Prove). created_at
+//     older than both now minus the retention and the saved checkpoint's commit time minus
+//     commit_margin only chooses the candidates; each is deleted only when its event_id is
+//     found at the topic its route gives, read back from the broker. The rest stay and are
+//     counted (outboxd_cleanup_unproven_rows) and logged: rows the relay never saw (written
+//     with sql_log_bin=0, or before the binlog the relay started at), dead letters, and rows
+//     whose messages the broker no longer holds (a retention longer than the broker's).
+//
+// The cost of the sweep's proof is one more read of each swept row's message from the broker,
+// like one more consumer of the outbox topics over the rows' time range (reconcile's slack on
+// either side), and a full pass over the table's older rows every fullPassRounds rounds (the
+// rounds between look only at rows newer than the last).
 //
 // Cleanup is a leader's duty: the daemon runs it only while leading, and with outboxd stopped
 // nothing is deleted.
@@ -22,7 +35,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +46,7 @@ import (
 	"github.com/outboxd/outboxd/internal/wait"
 	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/pipeline"
+	"github.com/outboxd/outboxd/reconcile"
 )
 
 // DefaultQueueKeys is the capacity of one table's key queue: at about 100 bytes a key, some
@@ -46,6 +59,8 @@ const DefaultQueueBytes = 8 << 20
 
 // Table is one outbox table to clean.
 type Table struct {
+	// Index is the table's position in the configuration's tables (what the sweep routes by).
+	Index        int
 	Schema, Name string
 	Settings     config.CleanupSettings
 	// PK names the primary key's columns in key order (information_schema), EventID the
@@ -62,6 +77,11 @@ type Table struct {
 type Config struct {
 	DB     *sql.DB
 	Tables []Table
+	// Outbox is the daemon's configuration: the sweep routes each candidate row with its
+	// router to find the topic to look in. Readers read each sink's topics (reconcile); the
+	// Cleaner does not close them. Both are required when a table sweeps.
+	Outbox  *config.Config
+	Readers map[string]reconcile.Reader
 	// Checkpoint returns the commit time of the newest transaction the saved checkpoint
 	// covers; ok is false before there is one.
 	Checkpoint func() (commit time.Time, ok bool)
@@ -81,10 +101,6 @@ type Cleaner struct {
 	byName map[tableRef]*table
 	cur    atomic.Pointer[session]
 	wake   chan struct{}
-	// gen counts sessions: the sweep reads the hold table's marker again for each (since.go,
-	// ensureBegun). beginMu orders a session's start against a loop storing since.
-	gen     atomic.Uint64
-	beginMu sync.Mutex
 }
 
 type tableRef struct{ schema, name string }
@@ -94,13 +110,8 @@ type table struct {
 	label string // schema.table
 	q     queue
 	stmts statements
-	// since is where the hold table's record of dead letters begins (unix seconds, since.go);
-	// nil while unknown: the sweep does not run.
-	since atomic.Pointer[float64]
-	// beginning serializes reading the marker (ensureBegun); begun is the session generation
-	// since was read for, under the Cleaner's beginMu.
-	beginning sync.Mutex
-	begun     uint64
+	// sw is the sweep's progress, owned by the table's loop.
+	sw sweepState
 }
 
 // New returns a Cleaner for cfg. It does no I/O.
@@ -119,6 +130,9 @@ func New(cfg Config) (*Cleaner, error) {
 		if len(t.PK) == 0 {
 			return nil, fmt.Errorf("cleanup: table %s.%s has no primary key", t.Schema, t.Name)
 		}
+		if t.Settings.Sweeps() && (cfg.Outbox == nil || cfg.Readers == nil) {
+			return nil, fmt.Errorf("cleanup: table %s.%s sweeps by created_at: Outbox and Readers are required", t.Schema, t.Name)
+		}
 		tb := &table{Table: t, label: t.Schema + "." + t.Name, q: queue{cap: cfg.QueueKeys, maxBytes: DefaultQueueBytes}}
 		tb.stmts = newStatements(t)
 		c.tables = append(c.tables, tb)
@@ -131,20 +145,8 @@ func New(cfg Config) (*Cleaner, error) {
 // Session returns the hook for one pipeline (pipeline.Config.Cleanup); the previous session
 // ends: its keys that no save of it covered are dropped, since the next pipeline reads those
 // rows again.
-//
-// It also forgets every table's since until the marker is read again (ensureBegun): a new session
-// follows a reconnect, maybe to a new primary behind the writer address that lacks the newest
-// hold-table rows (asynchronous replication), and certifying that session's saves, or
-// sweeping, on what was read from the old primary could take a dead-lettered row whose hold row
-// was lost.
 func (c *Cleaner) Session() pipeline.Cleanup {
 	s := &session{c: c}
-	c.beginMu.Lock()
-	c.gen.Add(1)
-	for _, t := range c.tables {
-		t.since.Store(nil)
-	}
-	c.beginMu.Unlock()
 	if old := c.cur.Swap(s); old != nil {
 		old.ended.Store(true)
 	}
@@ -192,13 +194,6 @@ func (s *session) Delivered(rows []pipeline.Row) {
 	flush()
 }
 
-// Saving certifies in the hold table that the dead letters up to commit are held (since.go).
-func (s *session) Saving(commit time.Time) {
-	if !s.ended.Load() {
-		s.c.certify(commit)
-	}
-}
-
 // Saved records how far the newest save reaches and wakes the loops.
 func (s *session) Saved(n uint64) {
 	s.saved.Store(n)
@@ -208,66 +203,11 @@ func (s *session) Saved(n uint64) {
 	}
 }
 
-// holdRetry bounds the backoff of a failing hold write.
-const holdRetry = 5 * time.Second
-
-// Hold records dead-lettered rows of swept tables in the hold table before the pipeline
-// acknowledges them, retrying with backoff until it succeeds or ctx ends.
-func (s *session) Hold(ctx context.Context, rows []pipeline.Row) error {
-	backoff := 100 * time.Millisecond
-	for {
-		err := s.c.hold(ctx, rows)
-		if err == nil {
-			return nil
-		}
-		s.c.cfg.Logger.Error().Err(err).Stringer("retry_in", backoff).
-			Msg("cleanup: dead-lettered rows not recorded in the hold table; their acknowledgement waits (check cleanup.hold_table and its grants)")
-		if !wait.Sleep(ctx, backoff) {
-			return ctx.Err()
-		}
-		backoff = min(2*backoff, holdRetry)
-	}
-}
-
-func (c *Cleaner) hold(ctx context.Context, rows []pipeline.Row) error {
-	var args []any
-	n := 0
-	var ht string
-	for _, r := range rows {
-		t := c.byName[tableRef{r.Event.Schema, r.Event.Table}]
-		if t == nil || !t.Settings.Sweeps() || r.Event.EventID.Null || r.Event.EventID.Missing {
-			continue // the sweep never takes a row without an event_id (such a row is poison)
-		}
-		if string(r.Event.EventID.Bytes) == markerEventID {
-			// (tbl, '') is the marker's key: written before the marker, this row would be read
-			// as it (its row id as since). The marker, there whenever the sweep runs, holds it.
-			continue
-		}
-		ht = t.Settings.HoldTable
-		args = append(args, t.label, r.Event.EventID.Bytes, r.Event.ID, r.GTID)
-		n++
-	}
-	if n == 0 {
-		return nil
-	}
-	q := "INSERT IGNORE INTO " + quoteTable(ht) + " (tbl, event_id, row_id, gtid, held_at) VALUES " +
-		strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, NOW(6)), ", n), ", ")
-	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := c.cfg.DB.ExecContext(hctx, q, args...); err != nil {
-		return fmt.Errorf("record %d dead-lettered row(s) in %s: %w", n, ht, err)
-	}
-	return nil
-}
-
 // Run deletes until ctx ends: one loop per table. Failures are logged and counted, never
 // returned: a row that stays is no loss. It blocks until every loop has returned.
 func (c *Cleaner) Run(ctx context.Context) {
 	for _, t := range c.tables {
-		c.beginMu.Lock()
-		t.since.Store(nil)
-		t.begun = 0 // no session is generation 0: the marker is read again for the next
-		c.beginMu.Unlock()
+		t.sw = sweepState{} // each term starts with a full pass
 	}
 	var wg sync.WaitGroup
 	wakes := make([]chan struct{}, len(c.tables))
@@ -332,8 +272,7 @@ func (c *Cleaner) loop(ctx context.Context, t *table, wake <-chan struct{}) {
 		}
 		if t.Settings.Sweeps() && time.Since(lastSweep) >= t.Settings.Interval {
 			lastSweep = time.Now()
-			c.ensureBegun(ctx, t, true)
-			report(c.sweep(ctx, t, lim))
+			report(c.sweep(ctx, t, lim, log))
 			report(c.sampleOldest(ctx, t))
 		}
 		select {
@@ -355,6 +294,9 @@ func (c *Cleaner) deleteKeys(ctx context.Context, t *table, lim *limiter) error 
 		if !lim.wait(ctx, len(ks)) {
 			return nil
 		}
+		// The rule: a row is deleted only on proof its event was acknowledged. These keys
+		// were read from the binlog with the rows a broker acknowledged (Delivered; never a
+		// dead letter), and a saved checkpoint covers their transactions (take).
 		q, args := t.stmts.deleteKeys(ks)
 		dctx, cancel := context.WithTimeout(ctx, statementTimeout)
 		res, err := c.cfg.DB.ExecContext(dctx, q, args...)
@@ -371,68 +313,6 @@ func (c *Cleaner) deleteKeys(ctx context.Context, t *table, lim *limiter) error 
 
 // statementTimeout bounds one cleanup statement.
 const statementTimeout = 30 * time.Second
-
-// cutoff is the sweep's rule, in unix seconds of the server's clock: a row goes when its
-// created_at is older than both
-//   - now minus the retention (the server's NOW, so outboxd's clock does not matter), and
-//   - the saved checkpoint's commit time minus commit_margin.
-//
-// Why the second bound: created_at is set when the row is inserted, and neither it nor an
-// auto-increment id is commit order. A transaction that inserted its row at T and commits
-// later than the checkpoint's commit time C is not covered; its row is older than C only if
-// it stayed open for longer than C - T, so with T < C - margin it would have had to stay open
-// longer than the margin. Rows of transactions the checkpoint does not cover are therefore
-// never older than the cutoff, provided no transaction stays open longer than the margin
-// between inserting its outbox row and committing. Whole-second binlog times (MariaDB) are
-// inside the margin; a time zone is not (hours): a TIMESTAMP is compared as the instant it is,
-// a DATETIME in cleanup.time_zone, the zone it is written in (sql.go). After a restart the cutoff comes from the checkpoint on disk,
-// so the rule holds from the first sweep; rows whose keys were queued before the restart are
-// swept by it.
-func cutoff(retention, margin time.Duration, checkpoint time.Time) (retentionSecs, ckptSecs float64) {
-	return retention.Seconds(), float64(checkpoint.UnixMicro())/1e6 - margin.Seconds()
-}
-
-// sweep deletes the rows the cutoff takes, batch by batch, skipping held (dead-lettered) rows.
-func (c *Cleaner) sweep(ctx context.Context, t *table, lim *limiter) error {
-	ckpt, ok := c.cfg.Checkpoint()
-	if !ok || ckpt.IsZero() {
-		c.cfg.Logger.Debug().Str("table", t.label).Msg("cleanup sweep: no saved checkpoint with a commit time yet")
-		return nil
-	}
-	since := t.since.Load()
-	if since == nil {
-		return nil
-	}
-	from := *since + t.Settings.CommitMargin.Seconds()
-	ret, ck := cutoff(t.Settings.Retention, t.Settings.CommitMargin, ckpt)
-	c.cfg.Logger.Debug().Str("table", t.label).Str("checkpoint_commit_time", logging.Time(ckpt)).Msg("cleanup sweep")
-	var after []any // the last key of the previous batch: each batch continues after it
-	for ctx.Err() == nil {
-		sctx, cancel := context.WithTimeout(ctx, statementTimeout)
-		ks, err := t.stmts.candidates(sctx, c.cfg.DB, ret, ck, from, after, t.Settings.Batch)
-		cancel()
-		if err != nil || len(ks) == 0 {
-			return err
-		}
-		after = ks[len(ks)-1][:t.stmts.nPK]
-		if !lim.wait(ctx, len(ks)) {
-			return nil
-		}
-		q, args := t.stmts.deleteSwept(ks, ret, ck, from)
-		dctx, cancel := context.WithTimeout(ctx, statementTimeout)
-		res, err := c.cfg.DB.ExecContext(dctx, q, args...)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("delete %d row(s) older than the cutoff: %w", len(ks), err)
-		}
-		n, _ := res.RowsAffected()
-		c.cfg.Metrics.CleanupDeleted(t.label, int(n))
-		if len(ks) < t.Settings.Batch {
-			return nil
-		}
-	}
-	return nil
-}
 
 // sampleOldest sets the oldest-row gauge from the row first in primary-key order (a cheap
 // query, where MIN(created_at) would scan the table).

@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"regexp"
-	"strings"
 	"time"
 )
 
@@ -38,8 +37,9 @@ type Cleanup struct {
 	// covers them. Required for a DATETIME created_at (check and run say so); ignored for a
 	// TIMESTAMP, which the server stores as an instant.
 	TimeZone string `yaml:"time_zone"`
-	// HoldTable (global block only) is where dead-lettered rows are recorded before the
-	// checkpoint passes them, so the created_at sweep keeps them across restarts.
+	// HoldTable is no longer used (the created_at sweep deletes only rows it finds on the
+	// broker, so it needs no record of dead letters); still accepted so that existing
+	// configurations load, and check and run warn about it.
 	HoldTable string `yaml:"hold_table"`
 }
 
@@ -50,7 +50,6 @@ const (
 	DefaultCleanupRate         = 5000
 	DefaultCleanupInterval     = time.Minute
 	DefaultCleanupCommitMargin = 5 * time.Minute
-	DefaultCleanupHoldTable    = "outboxd.cleanup_hold"
 	// MaxCleanupBatch bounds batch: a larger DELETE is the long lock-holding statement cleanup
 	// exists to avoid.
 	MaxCleanupBatch = 10_000
@@ -67,8 +66,6 @@ type CleanupSettings struct {
 	CreatedAt string
 	// TimeZone is the zone a DATETIME created_at is written in ("" when unset).
 	TimeZone string
-	// HoldTable is the global hold table.
-	HoldTable string
 }
 
 // Sweeps reports whether the created_at sweep runs for the table (it needs the column).
@@ -115,7 +112,7 @@ func (c *Config) CleanupFor(i int) (CleanupSettings, bool) {
 	s := CleanupSettings{
 		Retention: DefaultCleanupRetention, Batch: m.Batch, MaxRowsPerSecond: m.MaxRowsPerSecond,
 		Interval: m.Interval, CommitMargin: m.CommitMargin, CreatedAt: t.Columns.CreatedAt,
-		TimeZone: m.TimeZone, HoldTable: DefaultCleanupHoldTable,
+		TimeZone: m.TimeZone,
 	}
 	if m.Retention != nil {
 		s.Retention = *m.Retention
@@ -128,14 +125,11 @@ func (c *Config) CleanupFor(i int) (CleanupSettings, bool) {
 	}
 	setDefaultDur(&s.Interval, DefaultCleanupInterval)
 	setDefaultDur(&s.CommitMargin, DefaultCleanupCommitMargin)
-	if g != nil && g.HoldTable != "" {
-		s.HoldTable = g.HoldTable
-	}
 	return s, true
 }
 
-// CleanupAny reports whether any table is cleaned, and whether any runs the created_at sweep
-// (which needs the hold table). Pure.
+// CleanupAny reports whether any table is cleaned, and whether any runs the created_at sweep.
+// Pure.
 func (c *Config) CleanupAny() (on, sweeps bool) {
 	for i := range c.Tables {
 		if s, ok := c.CleanupFor(i); ok {
@@ -185,7 +179,7 @@ func (c *Config) validateCleanup(p *problems) {
 			p.add(f+"hold_table", "is set in the global cleanup block only (one table for every outbox table)")
 		}
 	}
-	anyOn, sweeps := c.CleanupAny()
+	anyOn, _ := c.CleanupAny()
 	for i, t := range c.Tables {
 		s, ok := c.CleanupFor(i)
 		if ok && s.Retention > 0 && t.Columns.CreatedAt == "" {
@@ -197,24 +191,5 @@ func (c *Config) validateCleanup(p *problems) {
 	}
 	if len(c.Source.Addrs) > 1 && !c.Checkpoint.MySQL() {
 		p.add("cleanup", "deletes on the writable primary, which with several source.addrs only checkpoint.writer_addr names: set checkpoint.store: mysql with checkpoint.writer_addr")
-	}
-	if c.Cleanup != nil && c.Cleanup.HoldTable != "" || sweeps {
-		ht := DefaultCleanupHoldTable
-		if c.Cleanup != nil && c.Cleanup.HoldTable != "" {
-			ht = c.Cleanup.HoldTable
-		}
-		field := "cleanup.hold_table"
-		switch {
-		case !validTableName(ht):
-			p.add(field, "%q is not \"schema.table\", such as %s", ht, DefaultCleanupHoldTable)
-		case strings.EqualFold(ht, c.Checkpoint.Table) && c.Checkpoint.MySQL():
-			p.add(field, "%q is the checkpoint table; use a table of its own, such as %s", ht, DefaultCleanupHoldTable)
-		case c.Source.Heartbeat != nil && strings.EqualFold(ht, c.Source.Heartbeat.Table):
-			p.add(field, "%q is the heartbeat table; use a table of its own, such as %s", ht, DefaultCleanupHoldTable)
-		default:
-			if _, ok := c.TableByName(ht); ok {
-				p.add(field, "%q is an outbox table; use a table of its own, such as %s", ht, DefaultCleanupHoldTable)
-			}
-		}
 	}
 }

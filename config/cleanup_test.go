@@ -34,7 +34,7 @@ cleanup: {retention: 168h, max_rows_per_second: 200, interval: 30s, commit_margi
 	}
 	a, ok := c.CleanupFor(0)
 	want := CleanupSettings{Retention: 168 * time.Hour, Batch: DefaultCleanupBatch, MaxRowsPerSecond: 200, Interval: 30 * time.Second,
-		CommitMargin: 2 * time.Minute, CreatedAt: "created_at", TimeZone: "-08:00", HoldTable: "ops.hold"}
+		CommitMargin: 2 * time.Minute, CreatedAt: "created_at", TimeZone: "-08:00"}
 	if !ok || a != want {
 		t.Errorf("table 0: %+v %v, want %+v", a, ok, want)
 	}
@@ -58,7 +58,7 @@ func TestCleanupDefaults(t *testing.T) {
 	}
 	s, ok := c.CleanupFor(0)
 	want := CleanupSettings{Retention: 168 * time.Hour, Batch: 1000, MaxRowsPerSecond: 5000, Interval: time.Minute,
-		CommitMargin: 5 * time.Minute, CreatedAt: "created_at", HoldTable: "outboxd.cleanup_hold"}
+		CommitMargin: 5 * time.Minute, CreatedAt: "created_at"}
 	if !ok || s != want {
 		t.Errorf("%+v, want %+v", s, want)
 	}
@@ -78,8 +78,6 @@ func TestCleanupInvalid(t *testing.T) {
 		{"cleanup: {retention: soon}", "a duration"},
 		{"cleanup: {batch: many}", "want an integer"},
 		{"cleanup: {retention: 1h}", "tables[0].columns.created_at (line 8): is required with cleanup.retention 1h0m0s"},
-		{"cleanup: {retention: 0s, hold_table: nodot}", `cleanup.hold_table (line`},
-		{"cleanup: {retention: 0s, hold_table: shop.outbox_event}", "is an outbox table"},
 	} {
 		wantContains(t, mustFail(t, minimal+tc.block+"\n", noEnv), tc.want)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/outboxd/outboxd/cleanup"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/pipeline"
+	"github.com/outboxd/outboxd/reconcile"
 )
 
 // cleanupRequest is what check and run verify on the writer when cleanup is on; ok is false
@@ -27,9 +28,9 @@ func cleanupRequest(cfg *config.Config) (server.CleanupRequest, bool) {
 			continue
 		}
 		req.Tables = append(req.Tables, server.CleanupTable{Name: t.Table, CreatedAt: s.CreatedAt, TimeZone: s.TimeZone})
-		if s.Sweeps() {
-			req.HoldTable = s.HoldTable
-		}
+	}
+	if cfg.Cleanup != nil {
+		req.HoldTable = cfg.Cleanup.HoldTable // only warned about: no longer used
 	}
 	return req, len(req.Tables) > 0
 }
@@ -47,7 +48,7 @@ func inspectCleanup(ctx context.Context, db *sql.DB, addr string, cfg *config.Co
 	}
 	for _, p := range found {
 		line := cleanupLine(addr, p)
-		if p.Skipped {
+		if p.Skipped || p.Warning {
 			skipped = append(skipped, line)
 		} else {
 			problems = append(problems, line)
@@ -57,7 +58,7 @@ func inspectCleanup(ctx context.Context, db *sql.DB, addr string, cfg *config.Co
 }
 
 // checkCleanup is check's part for cleanup: on the writer, DELETE on each cleaned table, its
-// primary key and created_at column, and the hold table. A no-op when cleanup is off.
+// primary key and created_at column. A no-op when cleanup is off.
 func checkCleanup(ctx context.Context, cfg *config.Config, r *CheckReport) {
 	req, ok := cleanupRequest(cfg)
 	if !ok {
@@ -75,7 +76,7 @@ func checkCleanup(ctx context.Context, cfg *config.Config, r *CheckReport) {
 		if err == nil {
 			for _, p := range found {
 				it := CheckItem{Check: p.Check, Subject: p.Setting, Message: p.Found, Fix: p.Fix, Skipped: p.Skipped, line: cleanupLine(conn.Addr, p)}
-				if p.Skipped {
+				if p.Skipped || p.Warning {
 					r.Warnings = append(r.Warnings, it)
 				} else {
 					r.Problems = append(r.Problems, it)
@@ -95,11 +96,6 @@ func checkCleanup(ctx context.Context, cfg *config.Config, r *CheckReport) {
 					}
 				}
 			}
-			if req.HoldTable != "" && !flagged(server.CheckCleanupHold, req.HoldTable) {
-				v := CheckItem{Check: server.CheckCleanupHold, Subject: "table " + req.HoldTable, Message: "exists with SELECT and INSERT granted"}
-				v.line = fmt.Sprintf("%s: %s %s [check %s]", subject, v.Subject, v.Message, v.Check)
-				r.Verified = append(r.Verified, v)
-			}
 			return
 		}
 	}
@@ -113,7 +109,7 @@ func checkCleanup(ctx context.Context, cfg *config.Config, r *CheckReport) {
 
 // openCleaner connects to the writer and builds the Cleaner when cleanup is on (nil, nil
 // otherwise), refusing, with the lines check prints, a writer check finds a problem with.
-// The returned close releases the writer pool.
+// The returned close releases the writer pool and the broker readers of the created_at sweep.
 func openCleaner(ctx context.Context, cfg *config.Config, r *relay, log zerolog.Logger) (*cleanup.Cleaner, func(), error) {
 	if _, ok := cleanupRequest(cfg); !ok {
 		return nil, func() {}, nil
@@ -156,7 +152,7 @@ func openCleaner(ctx context.Context, cfg *config.Config, r *relay, log zerolog.
 			log.Warn().Str("table", t.Table).Msg("cleanup: the table has no primary key; nothing of it is deleted")
 			continue
 		}
-		tab := cleanup.Table{Schema: t.Schema(), Name: t.Name(), Settings: s, PK: pk, EventID: t.Columns.EventID}
+		tab := cleanup.Table{Index: i, Schema: t.Schema(), Name: t.Name(), Settings: s, PK: pk, EventID: t.Columns.EventID}
 		if s.Sweeps() {
 			if tab.CreatedAtDatetime, err = server.CreatedAtIsDatetime(ctx, db, t.Schema(), t.Name(), s.CreatedAt); err != nil {
 				return fail(err)
@@ -172,17 +168,32 @@ func openCleaner(ctx context.Context, cfg *config.Config, r *relay, log zerolog.
 			Int("max_rows_per_second", s.MaxRowsPerSecond).Bool("created_at_sweep", s.Sweeps()).Strs("primary_key", pk).
 			Msg("cleanup on: delivered rows are deleted once the saved checkpoint covers them")
 	}
+	var readers map[string]reconcile.Reader
+	closeAll := func() {
+		for _, rd := range readers {
+			rd.Close()
+		}
+		db.Close()
+	}
+	if slices.ContainsFunc(tables, func(t cleanup.Table) bool { return t.Settings.Sweeps() }) {
+		// The sweep's proof of delivery is the broker: it reads the candidate rows' events
+		// back from their topics, as reconcile does.
+		if readers, err = reconcile.OpenReaders(cfg); err != nil {
+			return fail(fmt.Errorf("cleanup: the created_at sweep reads the sinks back: %w", err))
+		}
+	}
 	cl, err := cleanup.New(cleanup.Config{
-		DB: db, Tables: tables, Metrics: r.m, Logger: log.With().Str("component", "cleanup").Logger(),
+		DB: db, Tables: tables, Outbox: cfg, Readers: readers, Metrics: r.m, Logger: log.With().Str("component", "cleanup").Logger(),
 		Checkpoint: func() (time.Time, bool) {
 			st := r.saver.state()
 			return st.last.CommitTime, st.ok && !st.last.CommitTime.IsZero()
 		},
 	})
 	if err != nil {
-		return fail(err)
+		closeAll()
+		return nil, nil, err
 	}
-	return cl, func() { db.Close() }, nil
+	return cl, closeAll, nil
 }
 
 // cleanupSession is the pipeline's cleanup hook for a new session (nil without cleanup).
@@ -232,7 +243,7 @@ func cleanupKeyWarnings(cfg *config.Config, found []server.Problem) []server.Pro
 		}
 		left := "so nothing of the table is ever deleted"
 		if s.Sweeps() {
-			left = "so only the created_at sweep deletes its rows (once older than the checkpoint's commit time minus commit_margin)"
+			left = "so only the created_at sweep deletes its rows (those it finds on the broker, once older than the checkpoint's commit time minus commit_margin)"
 		}
 		ws = append(ws, server.Problem{
 			Setting: "cleanup of " + t.Table + " (retention: 0)", Check: server.CheckBinlogRowMetadata, Table: t.Table, Warning: true,

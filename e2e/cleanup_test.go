@@ -13,7 +13,6 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
 
-	"github.com/outboxd/outboxd/binlog/server"
 	"github.com/outboxd/outboxd/daemon"
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/testenv/mariadb"
@@ -61,8 +60,7 @@ func newCleanupWorld(t *testing.T, block string) *cleanupWorld {
 	o.OnPoison, o.DeadLetter = "dead_letter", "{sink: main, topic: dlq}"
 	cw := &cleanupWorld{world: w, o: o, dead: map[string]bool{}}
 	cw.ckpt = useMySQLStore(w, &cw.o, "cl-"+w.schema)
-	w.exec(server.HoldTableSQL(w.schema + ".cleanup_hold"))
-	cw.o.Extra = strings.ReplaceAll(block, "HOLD", w.schema+".cleanup_hold") + "\n"
+	cw.o.Extra = block + "\n"
 	// The heartbeat row moves the checkpoint's commit time on once the load is over: the sweep's
 	// cutoff follows it (README: a quiet database).
 	w.exec("CREATE TABLE " + w.schema + ".heartbeat (id INT UNSIGNED PRIMARY KEY, ts DATETIME(6) NOT NULL)")
@@ -306,7 +304,7 @@ func (cw *cleanupWorld) underLoad(batch int, minAge time.Duration) {
 
 func TestCleanupUnderLoadRetentionZero(t *testing.T) {
 	const batch = 100
-	cw := newCleanupWorld(t, fmt.Sprintf("cleanup: {retention: 0s, batch: %d, max_rows_per_second: 50000, interval: 1s, commit_margin: 1s, hold_table: HOLD, time_zone: SYSTEM}", batch))
+	cw := newCleanupWorld(t, fmt.Sprintf("cleanup: {retention: 0s, batch: %d, max_rows_per_second: 50000, interval: 1s, commit_margin: 1s, time_zone: SYSTEM}", batch))
 	cw.r = startRelay(t, cw.o, daemon.Options{})
 	cw.underLoad(batch, 0)
 	if !strings.Contains(cw.r.logs.String(), "cleanup on") {
@@ -328,15 +326,12 @@ func TestCleanupUnderLoadRetentionZero(t *testing.T) {
 func TestCleanupUnderLoadRetentionSweep(t *testing.T) {
 	const batch = 250
 	const retention = 3 * time.Second
-	cw := newCleanupWorld(t, fmt.Sprintf("cleanup: {retention: %s, batch: %d, max_rows_per_second: 50000, interval: 1s, commit_margin: 1s, hold_table: HOLD, time_zone: SYSTEM}", retention, batch))
+	cw := newCleanupWorld(t, fmt.Sprintf("cleanup: {retention: %s, batch: %d, max_rows_per_second: 50000, interval: 1s, commit_margin: 1s, time_zone: SYSTEM}", retention, batch))
 	cw.r = startRelay(t, cw.o, daemon.Options{})
-	// The sweep takes rows inserted commit_margin after dead letters began to be recorded (at
-	// this first start): older rows may be dead letters of a run without cleanup.
-	time.Sleep(2 * time.Second)
 	cw.underLoad(batch, retention)
-	var held int
-	if err := cw.db.QueryRow("SELECT COUNT(*) FROM " + cw.schema + ".cleanup_hold WHERE event_id <> ''").Scan(&held); err != nil || held != len(cw.dead) {
-		t.Fatalf("%d rows in the hold table (%v), want %d", held, err, len(cw.dead))
+	// The dead-lettered rows stay, counted as unproven.
+	if !strings.Contains(cw.r.logs.String(), "rows kept without proof of delivery") {
+		t.Fatal("no warning about the dead-lettered rows kept")
 	}
 }
 
@@ -355,11 +350,10 @@ func text(v any) string {
 // covered; once it leads, the created_at sweep takes the rows delivered before it started
 // (their keys were never in its memory: the restart case).
 func TestCleanupLeaderOnly(t *testing.T) {
-	hold := "hold_table: HOLD, commit_margin: 1s, interval: 1s, batch: 100"
+	hold := "commit_margin: 1s, interval: 1s, batch: 100"
 	// A first run records dead letters but keeps every row (an hour's retention).
 	cw := newCleanupWorld(t, "ha: {enabled: true}\ncleanup: {retention: 1h, time_zone: SYSTEM, "+hold+"}")
 	r1 := startRelay(t, cw.o, daemon.Options{})
-	time.Sleep(2 * time.Second) // past since + commit_margin (see TestCleanupUnderLoadRetentionSweep)
 	cw.load(1000)
 	cw.writes.Wait()
 	cw.checkArrived(time.Minute)
@@ -381,7 +375,7 @@ func TestCleanupLeaderOnly(t *testing.T) {
 	if err := lock.QueryRowContext(context.Background(), "SELECT GET_LOCK(?, 0)", "outboxd.cl-"+cw.schema).Scan(&got); err != nil || got != 1 {
 		t.Fatalf("GET_LOCK = %d, %v", got, err)
 	}
-	cw.o.Extra = "ha: {enabled: true}\ncleanup: {retention: 1s, time_zone: SYSTEM, " + strings.ReplaceAll(hold, "HOLD", cw.schema+".cleanup_hold") + "}\n"
+	cw.o.Extra = "ha: {enabled: true}\ncleanup: {retention: 1s, time_zone: SYSTEM, " + hold + "}\n"
 	cw.r = startRelay(t, cw.o, daemon.Options{})
 	time.Sleep(5 * time.Second)
 	if left := cw.left(); len(left) != 1000 {
@@ -391,7 +385,7 @@ func TestCleanupLeaderOnly(t *testing.T) {
 		t.Fatal("outboxd leads although the test holds the lock")
 	}
 	// Leading, it sweeps the rows the first run delivered (their keys were never in its
-	// memory) and keeps the dead-lettered ones the first run recorded.
+	// memory), found on the broker, and keeps the dead-lettered ones.
 	if _, err := lock.ExecContext(context.Background(), "DO RELEASE_LOCK(?)", "outboxd.cl-"+cw.schema); err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +393,7 @@ func TestCleanupLeaderOnly(t *testing.T) {
 }
 
 // check says what cleanup needs on the writer and fails without it; run refuses with the same
-// lines: DELETE on the outbox table, and for the created_at sweep the hold table.
+// lines: DELETE on the outbox table. A cleanup.hold_table, no longer used, is a warning.
 func TestCleanupCheckNeedsDelete(t *testing.T) {
 	srv := sharedServer(t)
 	w := newWorld(t, srv)
@@ -422,8 +416,8 @@ func TestCleanupCheckNeedsDelete(t *testing.T) {
 		"DELETE ON " + w.schema + ".outbox_event is not granted to '" + user + "'@'%'",
 		"GRANT DELETE ON `" + w.schema + "`.`outbox_event` TO '" + user + "'@'%'",
 		"[check cleanup_grants]",
-		"cleanup writer " + o.Srv.Addr + ": SELECT, INSERT ON " + w.schema + ".cleanup_hold is not granted",
-		"[check cleanup_hold]",
+		"cleanup writer " + o.Srv.Addr + ": cleanup.hold_table " + w.schema + ".cleanup_hold is set, but no longer used",
+		"remove cleanup.hold_table from the configuration",
 	} {
 		if !strings.Contains(out, want) || !strings.Contains(cout, want) {
 			t.Errorf("want %q in both:\nrun:\n%s\ncheck:\n%s", want, out, cout)
@@ -432,13 +426,11 @@ func TestCleanupCheckNeedsDelete(t *testing.T) {
 	if strings.Contains(out, `"message":"starting"`) {
 		t.Fatalf("run got as far as starting:\n%s", out)
 	}
-	// With the grants and the table, check passes them.
+	// With the grant, check passes it, and still warns about the hold table.
 	w.exec("GRANT DELETE ON " + w.schema + ".outbox_event TO '" + user + "'@'%'")
-	w.exec(server.HoldTableSQL(w.schema + ".cleanup_hold"))
-	w.exec("GRANT SELECT, INSERT ON " + w.schema + ".cleanup_hold TO '" + user + "'@'%'")
 	ccode, cout = runBinary(t, "check", "--config", path)
 	if ccode != 0 || !strings.Contains(cout, "DELETE is granted (cleanup is on) [check cleanup_grants]") ||
-		!strings.Contains(cout, "exists with SELECT and INSERT granted [check cleanup_hold]") {
+		!strings.Contains(cout, "[check cleanup_hold]") {
 		t.Fatalf("check exited %d:\n%s", ccode, cout)
 	}
 }
@@ -450,14 +442,13 @@ func TestCleanupCheckDatetimeTimeZone(t *testing.T) {
 	srv := sharedServer(t)
 	w := newWorld(t, srv)
 	kc := kafkaCluster(t, "t")
-	w.exec(server.HoldTableSQL(w.schema + ".cleanup_hold"))
 	o := simpleCfg(t, w, kc, "")
 	o.Tables = []string{w.schema + ".outbox_event\n    columns: {created_at: created_at}"}
 	for _, tc := range []struct{ tz, want string }{
 		{"", "column " + w.schema + ".outbox_event.created_at is a DATETIME (wall-clock time in whatever time_zone the inserting session had) without cleanup.time_zone: set cleanup.time_zone"},
 		{"time_zone: Mars/Olympus, ", "cleanup.time_zone Mars/Olympus is unknown to the server"},
 	} {
-		o.Extra = "cleanup: {retention: 168h, " + tc.tz + "hold_table: " + w.schema + ".cleanup_hold}\n"
+		o.Extra = "cleanup: {retention: 168h, " + strings.TrimSuffix(tc.tz, ", ") + "}\n"
 		path := writeCfg(t, o)
 		code, out := runBinary(t, "run", "--config", path)
 		ccode, cout := runBinary(t, "check", "--config", path)
@@ -468,7 +459,7 @@ func TestCleanupCheckDatetimeTimeZone(t *testing.T) {
 			t.Fatalf("run got as far as starting:\n%s", out)
 		}
 	}
-	o.Extra = "cleanup: {retention: 168h, time_zone: \"+00:00\", hold_table: " + w.schema + ".cleanup_hold}\n"
+	o.Extra = "cleanup: {retention: 168h, time_zone: \"+00:00\"}\n"
 	if ccode, cout := runBinary(t, "check", "--config", writeCfg(t, o)); ccode != 0 || !strings.Contains(cout, "a DATETIME/TIMESTAMP created_at [check cleanup_table]") {
 		t.Fatalf("check exited %d:\n%s", ccode, cout)
 	}

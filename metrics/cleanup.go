@@ -9,7 +9,7 @@ import (
 // cleanupMetrics are the series of package cleanup, by outbox table.
 type cleanupMetrics struct {
 	deleted, batches, errors, dropped *prometheus.CounterVec
-	oldest                            *prometheus.GaugeVec
+	oldest, unproven                  *prometheus.GaugeVec
 }
 
 func newCleanupMetrics(reg *prometheus.Registry) *cleanupMetrics {
@@ -25,8 +25,12 @@ func newCleanupMetrics(reg *prometheus.Registry) *cleanupMetrics {
 			Name: "outboxd_cleanup_oldest_row_age_seconds",
 			Help: "Now minus the created_at of the row first in primary-key order left in the table (dead-lettered rows included), sampled every cleanup.interval; only for tables with columns.created_at, 0 when the table is empty.",
 		}, []string{"table"}),
+		unproven: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "outboxd_cleanup_unproven_rows",
+			Help: "Rows the created_at sweep looked at and kept because their event was not found at the topic their route gives (never relayed, dead-lettered, or no longer on the broker), by table; set by each full pass, raised by the rounds between. Run outboxd reconcile for their event ids.",
+		}, []string{"table"}),
 	}
-	reg.MustRegister(c.deleted, c.batches, c.errors, c.dropped, c.oldest)
+	reg.MustRegister(c.deleted, c.batches, c.errors, c.dropped, c.oldest, c.unproven)
 	return c
 }
 
@@ -74,4 +78,12 @@ func (m *Metrics) SetCleanupOldest(table string, age time.Duration) {
 		return
 	}
 	m.cleanup.oldest.WithLabelValues(table).Set(max(0, age).Seconds())
+}
+
+// SetCleanupUnproven records how many rows of table the sweep kept without proof of delivery.
+func (m *Metrics) SetCleanupUnproven(table string, rows int) {
+	if m == nil {
+		return
+	}
+	m.cleanup.unproven.WithLabelValues(table).Set(float64(rows))
 }

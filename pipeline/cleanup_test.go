@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -18,16 +17,14 @@ import (
 
 // recCleanup records what the pipeline hands to cleanup and checks, at every Saved, the rule
 // cleanup relies on: every row of a transaction the save covers was handed over before it
-// (delivered, or held when dead-lettered).
+// when delivered, and no dead-lettered row ever is.
 type recCleanup struct {
 	t         *testing.T
 	mu        sync.Mutex
 	delivered map[string]uint64 // event id -> seq
-	held      map[string]uint64
 	saved     []uint64
 	// wantBySeq are the event ids of each transaction (by seq) and whether each is dead.
 	wantBySeq map[uint64]map[string]bool
-	holdErr   error
 	// saver, when set, is checked at every Saved(n): the checkpoint just saved is exactly
 	// transactions 0-1-1 .. 0-1-n (seq 0 .. n-1), no more, so a key released by n is of a
 	// transaction in it.
@@ -46,20 +43,6 @@ func (r *recCleanup) Delivered(rows []Row) {
 	}
 }
 
-func (r *recCleanup) Hold(ctx context.Context, rows []Row) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.holdErr != nil {
-		return r.holdErr
-	}
-	for _, x := range rows {
-		r.held[string(x.Event.EventID.Bytes)] = x.Seq
-	}
-	return nil
-}
-
-func (r *recCleanup) Saving(time.Time) {}
-
 func (r *recCleanup) Saved(n uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -76,10 +59,10 @@ func (r *recCleanup) Saved(n uint64) {
 		for id, dead := range r.wantBySeq[seq] {
 			got, ok := r.delivered[id]
 			if dead {
-				got, ok = r.held[id]
-				if _, also := r.delivered[id]; also {
+				if ok {
 					r.t.Errorf("dead-lettered event %s handed over as delivered", id)
 				}
+				continue
 			}
 			if !ok || got != seq {
 				r.t.Errorf("save covering %d transactions: event %s of transaction %d not handed over (dead %v, got seq %d, %v)", n, id, seq, dead, got, ok)
@@ -89,7 +72,7 @@ func (r *recCleanup) Saved(n uint64) {
 }
 
 func newRecCleanup(t *testing.T) *recCleanup {
-	return &recCleanup{t: t, delivered: map[string]uint64{}, held: map[string]uint64{}, wantBySeq: map[uint64]map[string]bool{}}
+	return &recCleanup{t: t, delivered: map[string]uint64{}, wantBySeq: map[uint64]map[string]bool{}}
 }
 
 // A randomized run: transient failures, permanent rejections (dead-lettered) and unroutable
@@ -158,37 +141,15 @@ func runCleanupHandOver(t *testing.T, seed uint64) {
 	if len(cl.saved) == 0 || cl.saved[len(cl.saved)-1] != 300 {
 		t.Fatalf("saves %v, want the last to cover all 300 transactions", cl.saved)
 	}
-	if len(cl.delivered)+len(cl.held) != n {
-		t.Fatalf("handed over %d delivered and %d held of %d rows", len(cl.delivered), len(cl.held), n)
+	dead := 0
+	for _, want := range cl.wantBySeq {
+		for _, d := range want {
+			if d {
+				dead++
+			}
+		}
 	}
-}
-
-// A dead-lettered row whose hold fails is not acknowledged: no save covers its transaction.
-func TestCleanupHoldFailureHoldsTheCheckpoint(t *testing.T) {
-	cl := newRecCleanup(t)
-	cl.holdErr = context.Canceled
-	saver := &memSaver{}
-	p, err := New(Config{
-		Router: fakeRouter{}, Sinks: map[string]sink.Sink{"main": &memSink{}}, Saver: saver,
-		Start: gtid.Empty(gtid.MariaDB), OnPoison: PoisonDeadLetter, DrainTimeout: 100 * time.Millisecond,
-		CheckpointInterval: time.Millisecond, Logger: zerolog.Nop(), Cleanup: cl,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := make(chan *binlog.Txn, 3)
-	in <- txn(1, "a:1")
-	in <- txn(2, "b:2@nowhere")
-	in <- txn(3, "c:3")
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { time.Sleep(300 * time.Millisecond); cancel() }()
-	if err := p.Run(ctx, in); err != nil {
-		t.Fatal(err)
-	}
-	if got := saver.last(); got != "0-1-1" {
-		t.Fatalf("checkpoint %q, want 0-1-1: the dead-lettered row of 0-1-2 was never recorded", got)
-	}
-	if cl.saved[len(cl.saved)-1] != 1 {
-		t.Fatalf("saves %v", cl.saved)
+	if len(cl.delivered) != n-dead {
+		t.Fatalf("handed over %d delivered of %d rows (%d dead-lettered)", len(cl.delivered), n, dead)
 	}
 }

@@ -139,7 +139,7 @@ func (l *lane) deliver(ctx context.Context, batch []item) error {
 	p := l.p
 	ack := p.tracker.ack
 	if p.cfg.Cleanup != nil {
-		ack = func(items []item) { p.ackTracked(ctx, items, false) }
+		ack = func(items []item) { p.ackTracked(items, false) }
 	}
 	rejected, err := p.sendUntilAcked(ctx, l.name, l.s, batch, ack)
 	if err != nil {
@@ -155,11 +155,7 @@ func (l *lane) deliver(ctx context.Context, batch []item) error {
 	for i, r := range rejected {
 		done[i] = r.item
 	}
-	if p.cfg.Cleanup != nil {
-		p.ackTracked(ctx, done, true)
-		return nil
-	}
-	p.tracker.ack(done)
+	p.tracker.ack(done) // dead letters: never handed to Cleanup
 	return nil
 }
 

@@ -93,9 +93,6 @@ func (p *Pipeline) saveLoop(done <-chan struct{}, stop context.CancelCauseFunc) 
 		// transactions' events, were acknowledged: saving anything newer could lose
 		// messages on a crash.
 		c.SavedAt = p.cfg.Now().UTC()
-		if cl := p.cfg.Cleanup; cl != nil {
-			cl.Saving(c.CommitTime)
-		}
 		if err := p.cfg.Saver.Save(c); err != nil {
 			p.m.CheckpointSaveFailed()
 			return &saveError{set: c.GTIDSet, err: err}

@@ -47,6 +47,9 @@ type Options struct {
 	// MaxListed bounds each of the report's lists (DefaultMaxListed when 0 or less): the counts
 	// stay exact, the lists keep the earliest entries and Truncated says so.
 	MaxListed int
+
+	// proven, set by Prove, is given each slice's proven rows once the slice is evaluated.
+	proven func(ctx context.Context, rows []ProvenRow) error
 }
 
 // Event is one outbox row in a report's lists.
@@ -105,6 +108,10 @@ type dest struct{ sink, topic string }
 type expected struct {
 	ev    Event
 	found int
+	// keys are the primary keys of the rows with this event id (Prove only).
+	keys [][]any
+	// dead is set when the row's route is the dead letter (poison under on_poison: dead_letter).
+	dead bool
 }
 
 // Run checks the rows of opts.Window in every configured table against the brokers, slice by
@@ -148,7 +155,7 @@ func newSlice(rt *router.Router, dl *dest) *slice {
 func (s *slice) add(r row) {
 	s.checked++
 	ev := Event{EventID: string(r.ev.EventID.Bytes), Table: r.table, CreatedAt: r.createdAt, Rows: 1}
-	d, reason := destination(s.rt, s.dl, r)
+	d, dead, reason := destination(s.rt, s.dl, r)
 	if reason != "" {
 		ev.Reason = reason
 		s.unroutable = append(s.unroutable, &expected{ev: ev})
@@ -161,12 +168,37 @@ func (s *slice) add(r row) {
 		s.dests[d] = d
 	}
 	d = s.dests[d]
-	if e := m[ev.EventID]; e != nil {
+	e := m[ev.EventID]
+	if e != nil {
 		e.ev.Rows++
-		return
+	} else {
+		ev.Sink, ev.Topic = d.sink, d.topic
+		e = &expected{ev: ev, dead: dead}
+		m[ev.EventID] = e
 	}
-	ev.Sink, ev.Topic = d.sink, d.topic
-	m[ev.EventID] = &expected{ev: ev}
+	if r.pk != nil {
+		e.keys = append(e.keys, r.pk)
+	}
+}
+
+// provenRows returns the rows of an evaluated slice that have proof of delivery: their event
+// id was found at the topic their route gives at least as often as the slice has rows with
+// that id. Rows routed to the dead letter (poison), found only there (dead-lettered by the
+// broker's refusal, maybe without their payload), found fewer times than they have rows, or
+// not found, have none.
+func (s *slice) provenRows() []ProvenRow {
+	var out []ProvenRow
+	for _, m := range s.byDest {
+		for id, e := range m {
+			if e.dead || e.found < e.ev.Rows || e.found <= 0 {
+				continue
+			}
+			for _, k := range e.keys {
+				out = append(out, ProvenRow{EventID: []byte(id), PK: k})
+			}
+		}
+	}
+	return out
 }
 
 // evaluate looks the slice's event ids up at their destinations over the broker times
@@ -269,16 +301,17 @@ func (s *slice) evaluate(ctx context.Context, readers map[string]Reader, from, t
 
 // destination routes r with the real router, as the relay did: the row's commit time is not
 // known here, and nothing in the routing depends on it.
-func destination(rt *router.Router, dl *dest, r row) (dest, string) {
+// dead is set when the row goes to the dead letter as poison.
+func destination(rt *router.Router, dl *dest, r row) (d dest, dead bool, reason string) {
 	sinkName, msg, err := rt.Route(&binlog.Txn{CommitTime: r.createdAt}, &r.ev)
 	if err == nil {
-		return dest{sinkName, msg.Topic}, ""
+		return dest{sinkName, msg.Topic}, false, ""
 	}
 	var pe *router.PoisonError
 	if errors.As(err, &pe) && dl != nil {
-		return *dl, ""
+		return *dl, true, ""
 	}
-	return dest{}, "poison row (on_poison: stop halts the relay on it): " + err.Error()
+	return dest{}, false, "poison row (on_poison: stop halts the relay on it): " + err.Error()
 }
 
 // countAt reads each destination once and records what it found.

@@ -18,6 +18,8 @@ type row struct {
 	table     string
 	createdAt time.Time
 	ev        binlog.Event
+	// pk is the row's primary key, as the server's text (Prove only; nil otherwise).
+	pk []any
 }
 
 // tableSource is the rowSource of the configured tables: their queries are built once, after
@@ -31,6 +33,8 @@ type tableQ struct {
 	table   config.Table
 	query   string
 	missing map[string]bool
+	// nPK is the number of primary-key columns the query selects after created_at (Prove).
+	nPK int
 }
 
 // newTableSource checks every configured table's columns (see tableQuery) and builds its query.
@@ -38,7 +42,7 @@ type tableQ struct {
 func newTableSource(ctx context.Context, db *sql.DB, cfg *config.Config) (*tableSource, error) {
 	src := &tableSource{db: db}
 	for i, t := range cfg.Tables {
-		q, missing, err := tableQuery(ctx, db, i, t)
+		q, missing, err := tableQuery(ctx, db, i, t, "", nil)
 		if err != nil {
 			return nil, err
 		}
@@ -79,7 +83,15 @@ func (s *tableSource) read(ctx context.Context, since, until time.Time, limit in
 			var id, key, topic, etype, headers sql.Null[[]byte]
 			var payloadNull bool
 			var created string
-			if err := rs.Scan(&id, &key, &topic, &payloadNull, &etype, &headers, &created); err != nil {
+			dst := []any{&id, &key, &topic, &payloadNull, &etype, &headers, &created}
+			var pk []any
+			if tq.nPK > 0 {
+				pk = make([]any, tq.nPK)
+				for i := range pk {
+					dst = append(dst, &pk[i])
+				}
+			}
+			if err := rs.Scan(dst...); err != nil {
 				rs.Close()
 				return false, fmt.Errorf("reconcile: read %s: %w", t.Table, err)
 			}
@@ -92,7 +104,7 @@ func (s *tableSource) read(ctx context.Context, since, until time.Time, limit in
 				rs.Close()
 				return false, fmt.Errorf("reconcile: read %s: created_at %q: %w", t.Table, created, err)
 			}
-			fn(row{table: t.Table, createdAt: at, ev: binlog.Event{
+			fn(row{table: t.Table, createdAt: at, pk: pk, ev: binlog.Event{
 				Schema: t.Schema(), Table: t.Name(),
 				EventID: field(id, missing["event_id"]), Key: field(key, missing["key"]),
 				Topic: field(topic, missing["topic"]), EventType: field(etype, missing["event_type"]),
@@ -114,7 +126,9 @@ func (s *tableSource) read(ctx context.Context, since, until time.Time, limit in
 // and be a DATETIME or TIMESTAMP column (a ConfigError otherwise); a configured column the
 // table lacks is selected as NULL and marked missing, so the router calls the row poison as
 // the relay would.
-func tableQuery(ctx context.Context, db *sql.DB, i int, t config.Table) (string, map[string]bool, error) {
+//
+// zone and extra are selectQueryIn's (zone applies to a DATETIME column only).
+func tableQuery(ctx context.Context, db *sql.DB, i int, t config.Table, zone string, extra []string) (string, map[string]bool, error) {
 	field := fmt.Sprintf("tables[%d].columns.created_at", i)
 	if t.Columns.CreatedAt == "" {
 		return "", nil, &ConfigError{Err: fmt.Errorf("%s is not set: reconcile selects the window's rows by the table's insert time; name its DATETIME or TIMESTAMP column (%s)", field, t.Table)}
@@ -133,7 +147,10 @@ func tableQuery(ctx context.Context, db *sql.DB, i int, t config.Table) (string,
 	case typ != "datetime" && typ != "timestamp":
 		return "", nil, &ConfigError{Err: fmt.Errorf("%s: column %s.%s is %s; want DATETIME or TIMESTAMP", field, t.Table, t.Columns.CreatedAt, typ)}
 	}
-	q, missing := selectQuery(t, types)
+	if types[strings.ToLower(t.Columns.CreatedAt)] != "datetime" {
+		zone = ""
+	}
+	q, missing := selectQueryIn(t, types, zone, extra)
 	return q, missing, nil
 }
 
@@ -143,6 +160,12 @@ func tableQuery(ctx context.Context, db *sql.DB, i int, t config.Table) (string,
 // whether the table has it: routing never looks at its value). The headers column is read
 // because a malformed one makes the row poison; it is dropped once the row is routed. Pure.
 func selectQuery(t config.Table, types map[string]string) (string, map[string]bool) {
+	return selectQueryIn(t, types, "", nil)
+}
+
+// selectQueryIn is selectQuery for a DATETIME created_at written in zone (none: the session's),
+// selecting the columns extra after created_at. Pure.
+func selectQueryIn(t config.Table, types map[string]string, zone string, extra []string) (string, map[string]bool) {
 	c := t.Columns
 	missing := map[string]bool{}
 	sel := func(role, name, expr string) string {
@@ -156,12 +179,24 @@ func selectQuery(t config.Table, types map[string]string) (string, map[string]bo
 		return strings.ReplaceAll(expr, "?", quote(name))
 	}
 	created := quote(c.CreatedAt)
-	q := "SELECT " + strings.Join([]string{
+	read, bound := created, "FROM_UNIXTIME(?)"
+	if zone != "" {
+		// Wall-clock time of zone: the bounds go into its terms, so an index on the column
+		// still serves the range, and each value comes back as the instant it names.
+		z := "'" + strings.ReplaceAll(zone, "'", "''") + "'"
+		read = "CONVERT_TZ(" + created + ", " + z + ", @@session.time_zone)"
+		bound = "CONVERT_TZ(FROM_UNIXTIME(?), @@session.time_zone, " + z + ")"
+	}
+	cols := []string{
 		sel("event_id", c.EventID, "?"), sel("key", c.Key, "NULL"), sel("topic", c.Topic, "?"),
 		sel("payload", c.Payload, "? IS NULL"), sel("event_type", c.EventType, "?"), sel("headers", c.Headers, "?"),
-		"UNIX_TIMESTAMP(" + created + ")",
-	}, ", ") + " FROM " + quote(t.Schema()) + "." + quote(t.Name()) +
-		" WHERE " + created + " >= FROM_UNIXTIME(?) AND " + created + " < FROM_UNIXTIME(?)"
+		"UNIX_TIMESTAMP(" + read + ")",
+	}
+	for _, x := range extra {
+		cols = append(cols, quote(x))
+	}
+	q := "SELECT " + strings.Join(cols, ", ") + " FROM " + quote(t.Schema()) + "." + quote(t.Name()) +
+		" WHERE " + created + " >= " + bound + " AND " + created + " < " + bound
 	return q, missing
 }
 

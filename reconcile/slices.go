@@ -115,6 +115,11 @@ func check(ctx context.Context, cfg *config.Config, rt *router.Router, src rowSo
 		if err != nil {
 			return Report{}, err
 		}
+		if opts.proven != nil {
+			if err := opts.proven(ctx, s.provenRows()); err != nil {
+				return Report{}, err
+			}
+		}
 		rep.add(part, maxListed)
 		if s.checked < limit/4 && width < math.MaxInt64/2 {
 			width = min(2*width, total)

@@ -5,10 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
-
-	"github.com/go-sql-driver/mysql"
 
 	"github.com/outboxd/outboxd/gtid"
 )
@@ -20,20 +17,9 @@ const (
 	// CheckCleanupTable: each cleaned table has a primary key and, when configured, its
 	// created_at column is a DATETIME or TIMESTAMP.
 	CheckCleanupTable = "cleanup_table"
-	// CheckCleanupHold: the hold table exists with its columns, and the account may SELECT and
-	// INSERT there.
+	// CheckCleanupHold: cleanup.hold_table is set, which is no longer used (a warning).
 	CheckCleanupHold = "cleanup_hold"
 )
-
-// HoldTableColumns are the hold table's columns cleanup writes.
-var HoldTableColumns = []string{"tbl", "event_id", "row_id", "gtid", "held_at"}
-
-// HoldTableSQL is the DDL of the hold table.
-func HoldTableSQL(table string) string {
-	schema, name, _ := strings.Cut(table, ".")
-	return "CREATE TABLE " + quoteIdent(schema) + "." + quoteIdent(name) + " (tbl VARCHAR(129) NOT NULL, event_id VARBINARY(255) NOT NULL, " +
-		"row_id VARCHAR(255) NOT NULL DEFAULT '', gtid VARCHAR(255) NOT NULL DEFAULT '', held_at DATETIME(6) NOT NULL, PRIMARY KEY (tbl, event_id)) ENGINE=InnoDB"
-}
 
 // CleanupTable is one cleaned outbox table as InspectCleanup checks it.
 type CleanupTable struct {
@@ -47,7 +33,8 @@ type CleanupTable struct {
 type CleanupRequest struct {
 	Flavor gtid.Flavor
 	Tables []CleanupTable
-	// HoldTable is "" when no table runs the created_at sweep.
+	// HoldTable is cleanup.hold_table when the configuration sets it ("" otherwise): no longer
+	// used, so only warned about.
 	HoldTable string
 	Skip      []string
 }
@@ -85,8 +72,8 @@ func PrimaryKey(ctx context.Context, db *sql.DB, schema, table string) ([]string
 }
 
 // InspectCleanup verifies what cleanup needs on the writer: DELETE on every cleaned table, its
-// primary key, the created_at column's type, and the hold table with SELECT and INSERT. It
-// blocks on a few queries; an error means the server could not be inspected.
+// primary key and the created_at column's type; a cleanup.hold_table is a warning. It blocks on
+// a few queries; an error means the server could not be inspected.
 func InspectCleanup(ctx context.Context, db *sql.DB, req CleanupRequest) ([]Problem, error) {
 	user, err := currentUser(ctx, db)
 	if err != nil {
@@ -165,61 +152,12 @@ func InspectCleanup(ctx context.Context, db *sql.DB, req CleanupRequest) ([]Prob
 		}
 	}
 	if req.HoldTable != "" {
-		hp, err := inspectHold(ctx, db, gs, user, req.HoldTable)
-		if err != nil {
-			return nil, err
-		}
-		ps = append(ps, hp...)
+		ps = append(ps, Problem{
+			Setting: "cleanup.hold_table " + req.HoldTable, Check: CheckCleanupHold, Warning: true,
+			Found: "set, but no longer used (the created_at sweep deletes only rows whose events it reads back from the broker; dead-lettered rows stay)",
+			Fix:   "remove cleanup.hold_table from the configuration; the table may be dropped",
+		})
 	}
 	markSkipped(ps, req.Skip)
-	return ps, nil
-}
-
-func inspectHold(ctx context.Context, db *sql.DB, gs grants, user, table string) ([]Problem, error) {
-	schema, name, _ := strings.Cut(table, ".")
-	grant := "GRANT SELECT, INSERT ON " + quoteIdent(schema) + "." + quoteIdent(name) + " TO " + user
-	var ps []Problem
-	if !gs.can("SELECT", schema, name) || !gs.can("INSERT", schema, name) {
-		ps = append(ps, Problem{
-			Setting: "SELECT, INSERT ON " + table, Check: CheckCleanupHold, Table: table,
-			Found: "not granted to " + user + " (the created_at sweep records dead-lettered rows there and skips them)",
-			Fix:   grant + ";",
-		})
-	}
-	rows, err := db.QueryContext(ctx, "SELECT * FROM "+quoteIdent(schema)+"."+quoteIdent(name)+" LIMIT 0")
-	var me *mysql.MySQLError
-	switch {
-	case err == nil:
-		rows.Close()
-		have, err := (&ColumnReader{DB: db}).Columns(ctx, schema, name)
-		if err != nil {
-			return nil, fmt.Errorf("check hold table %s: %w", table, err)
-		}
-		var lack []string
-		for _, c := range HoldTableColumns {
-			if !slices.ContainsFunc(have, func(h string) bool { return strings.EqualFold(h, c) }) {
-				lack = append(lack, c)
-			}
-		}
-		if len(lack) > 0 {
-			ps = append(ps, Problem{
-				Setting: "table " + table, Check: CheckCleanupHold, Table: table,
-				Found: "without the columns " + strings.Join(lack, ", "),
-				Fix:   "create it as cleanup writes it (rename the old one first): " + HoldTableSQL(table) + ";",
-			})
-		}
-	case errors.As(err, &me) && (me.Number == erNoSuchTable || me.Number == erBadDB):
-		ps = append(ps, Problem{
-			Setting: "table " + table, Check: CheckCleanupHold, Table: table,
-			Found: "missing (cleanup.hold_table)",
-			Fix:   "create it (CREATE DATABASE IF NOT EXISTS " + quoteIdent(schema) + "; first if needed): " + HoldTableSQL(table) + "; then " + grant + ";",
-		})
-	case errors.As(err, &me) && (me.Number == erTableAccessDenied || me.Number == erColumnAccessDenied) && len(ps) > 0:
-		// The grant problem above says what to run; a table that does not exist makes that
-		// GRANT fail, so name the DDL too.
-		ps[len(ps)-1].Fix += " (if the table does not exist yet, a table GRANT fails: first " + HoldTableSQL(table) + ";)"
-	default:
-		return nil, fmt.Errorf("check hold table %s: %w", table, err)
-	}
 	return ps, nil
 }
