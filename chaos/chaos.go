@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -172,7 +173,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	defer func() { stopCons(); cwg.Wait() }()
 
 	gen := &generator{db: w.db, rate: o.Rate, workers: 4, keysPer: 3, seed: o.Seed,
-		rows: map[string]*genRow{}, txns: map[string]int{}}
+		rows: map[string]*genRow{}, txns: map[string]int{}, darkEvery: 40}
 	w.gen = gen
 	gctx, stopGen := context.WithCancel(ctx)
 	var gwg sync.WaitGroup
@@ -231,6 +232,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	splitDark(truth) // never in the binlog: judged apart (lifecycle.go)
 	catchStart := time.Now()
 	deadline := time.Now().Add(o.CatchUp)
 	var got deliveries
@@ -252,8 +254,24 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	// A short settle so late duplicates are counted too.
 	sleepCtx(ctx, 1500*time.Millisecond)
 	got = collect(cons, w.rmq)
+	// Cleanup goes on deleting during the catch-up: wait for it to take what was delivered,
+	// then count every row it deleted as committed (the trigger's log is the truth of those).
+	leftDelivered := w.drainCleanup(ctx, cons, time.Minute)
+	got = collect(cons, w.rmq)
+	deleted, err := w.deletedIDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for id := range deleted {
+		if !strings.HasPrefix(id, darkPrefix) {
+			truth[id] = true
+		}
+	}
 
 	rep := verify(gen, truth, w.discarded, got, w.runs.snapshot())
+	rep.LeftDelivered = leftDelivered
+	w.lifecycleVerdict(ctx, rep, deleted, got, began.Add(-time.Minute))
+	rep.PeriodicReconciles = w.periodicReconciles()
 	rep.Seed = o.Seed
 	rep.DurationS = faultPhase.Seconds()
 	rep.CatchUpS = time.Since(catchStart).Seconds()
@@ -312,11 +330,14 @@ func (w *world) setup(ctx context.Context) error {
 		`CREATE TABLE ` + schema + `.outbox_event (
   id BIGINT PRIMARY KEY AUTO_INCREMENT, event_id VARCHAR(64) NOT NULL UNIQUE, biz_key VARCHAR(64) NULL,
   topic VARCHAR(128) NULL, event_type VARCHAR(64) NULL, payload LONGBLOB NULL, headers JSON NULL,
-  created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))`,
+  created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), INDEX (created_at))`,
 	} {
 		if _, err := w.db.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("%s: %w", q, err)
 		}
+	}
+	if err := w.setupLifecycle(ctx); err != nil {
+		return err
 	}
 	ckTable := schema + ".outboxd_checkpoint"
 	if w.ha() {
@@ -373,7 +394,7 @@ func (w *world) setup(ctx context.Context) error {
   start: %q
 tables:
   - table: %s.outbox_event
-sinks:
+%ssinks:
   kafka: {type: kafka, brokers: [%q], timeout: 2s, client_id: %s}
   rmq: {type: rocketmq, nameservers: [%q], send_timeout: 1s}
 routes:
@@ -386,7 +407,7 @@ routes:
     tag: "{event_type}"
 retry: {initial: 50ms, max: 1s}
 %slog: {level: info, format: json}
-`, w.sourceYAML(ob), pos, schema, w.kafka.proxy.Addr(), ob.clientID, w.rmq.NameServer(), kafkaTopic, rmqTopic, ck)
+`, w.sourceYAML(ob), pos, schema, w.lifecycleYAML(), w.kafka.proxy.Addr(), ob.clientID, w.rmq.NameServer(), kafkaTopic, rmqTopic, ck)
 		ob.cfg = filepath.Join(w.dir, "outboxd-"+name+".yaml")
 		if err := os.WriteFile(ob.cfg, []byte(cfg), 0o600); err != nil {
 			return err

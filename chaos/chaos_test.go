@@ -135,6 +135,11 @@ func TestChaosShort(t *testing.T) {
 		t.Fatalf("lost %d, order violations %d, rolled-back delivered %d, phantoms %d, bad %d; examples %v; outboxd log kept in %s",
 			rep.Lost, rep.OrderViolations, rep.RolledBackDelivered, rep.Phantoms, rep.BadMessages, rep.Examples, rep.KeptDir)
 	}
+	// The life cycle ran: cleanup deleted, dark rows were written, the periodic reconcile ran.
+	if rep.CleanupDeleted == 0 || rep.DarkRows == 0 || rep.PeriodicReconciles == 0 {
+		t.Errorf("cleanup deleted %d rows, %d dark rows committed, %d periodic reconcile runs: the life cycle did not run",
+			rep.CleanupDeleted, rep.DarkRows, rep.PeriodicReconciles)
+	}
 	if rep.RowsCommitted < 1000 {
 		t.Fatalf("only %d rows committed: the generator barely ran", rep.RowsCommitted)
 	}

@@ -41,10 +41,15 @@ type generator struct {
 	keysPer int
 	seed    int64
 
-	mu      sync.Mutex
-	rows    map[string]*genRow // event_id -> row
-	txns    map[string]int     // by outcome
-	lastErr string
+	// darkEvery, when above 0, commits a dark row (sql_log_bin=0, lifecycle.go) before about
+	// one transaction in darkEvery.
+	darkEvery int
+
+	mu       sync.Mutex
+	darkRows int64              // dark rows written; their ids are negative, never the auto-increment's
+	rows     map[string]*genRow // event_id -> row
+	txns     map[string]int     // by outcome
+	lastErr  string
 }
 
 // topicOf routes even keys to Kafka and odd keys to RocketMQ.
@@ -72,6 +77,9 @@ func (g *generator) worker(ctx context.Context, w int, rng *rand.Rand) {
 	seq := make([]int, g.keysPer)
 	perSec := g.rate / float64(g.workers)
 	for tx := 0; ctx.Err() == nil; tx++ {
+		if g.darkEvery > 0 && rng.Intn(g.darkEvery) == 0 {
+			g.dark(fmt.Sprintf("%sw%d-t%d", darkPrefix, w, tx))
+		}
 		n := 1 + rng.Intn(20)
 		rollback := rng.Intn(10) == 0
 		txID := fmt.Sprintf("w%d-t%d", w, tx)
@@ -151,4 +159,26 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// dark commits one row with sql_log_bin=0: in the table, never in the binlog. Its primary key is
+// negative so that a switchover's new primary never assigns it (the row stays on the server it
+// was written to).
+func (g *generator) dark(id string) {
+	g.mu.Lock()
+	g.darkRows++
+	pk := -g.darkRows
+	g.rows[id] = &genRow{Key: "dark", State: stUnknown}
+	g.mu.Unlock()
+	g.gate.RLock()
+	tctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_, err := g.db.ExecContext(tctx, "SET STATEMENT sql_log_bin=0 FOR INSERT INTO "+schema+
+		".outbox_event (id, event_id, biz_key, topic, event_type, payload) VALUES (?, ?, 'dark', 'kafka.ev', 'Dark', '{}')", pk, id)
+	cancel()
+	g.gate.RUnlock()
+	g.mu.Lock()
+	if err == nil {
+		g.rows[id].State = stCommitted
+	}
+	g.mu.Unlock()
 }

@@ -149,15 +149,34 @@ type Report struct {
 	Leaderless       int        `json:"leader_faults_without_leader_or_standby"`
 	StaleProduces    int        `json:"stale_leader_produces"`
 	Terms            int        `json:"leadership_terms"`
-	Examples         []string   `json:"examples,omitempty"`
-	KeptDir          string     `json:"kept_dir,omitempty"`
+	// The outbox life cycle (lifecycle.go): rows cleanup deleted, those of them no consumer got
+	// (must be 0: the table was their last copy), delivered rows still in the table after the
+	// final wait for cleanup, and rows in the table delivered to nobody.
+	CleanupDeleted     int `json:"cleanup_deleted"`
+	DeletedUndelivered int `json:"cleanup_deleted_undelivered"`
+	LeftDelivered      int `json:"cleanup_left_delivered"`
+	LeftUndelivered    int `json:"left_undelivered"`
+	// Dark rows were committed with sql_log_bin=0: never delivered (a delivery is a phantom),
+	// never deleted (DarkDeleted must be 0), reported missing by reconcile.
+	DarkRows    int `json:"dark_rows_committed"`
+	DarkInTable int `json:"dark_rows_in_table"`
+	DarkDeleted int `json:"dark_rows_deleted"`
+	// The final `outboxd reconcile` over the whole run: how many it reported missing, and the
+	// event ids on which it and the verifier disagree (must be 0).
+	ReconcileMissing   int      `json:"reconcile_missing"`
+	ReconcileMismatch  int      `json:"reconcile_mismatch"`
+	ReconcileError     string   `json:"reconcile_error,omitempty"`
+	PeriodicReconciles int      `json:"periodic_reconcile_runs"`
+	Examples           []string `json:"examples,omitempty"`
+	KeptDir            string   `json:"kept_dir,omitempty"`
 }
 
 // OK reports whether nothing was lost, reordered, or wrongly delivered.
 func (r *Report) OK() bool {
 	return r.Lost == 0 && r.OrderViolations == 0 && r.RolledBackDelivered == 0 && r.Phantoms == 0 &&
 		r.BadMessages == 0 && r.DBLostCommits == 0 && r.DBHasRolledBack == 0 && r.StaleProduces == 0 &&
-		(r.MissingReports == 0 || r.CrashFailovers > 0) && r.ReplicaError == ""
+		(r.MissingReports == 0 || r.CrashFailovers > 0) && r.ReplicaError == "" &&
+		r.DeletedUndelivered == 0 && r.DarkDeleted == 0 && r.ReconcileMismatch == 0 && r.ReconcileError == ""
 }
 
 func (r *Report) example(format string, args ...any) {
@@ -183,6 +202,9 @@ func verify(g *generator, truth, discarded map[string]bool, got deliveries, epoc
 		r.Transactions[k] = v
 	}
 	for id, row := range g.rows {
+		if strings.HasPrefix(id, darkPrefix) {
+			continue // never in the binlog: lifecycleVerdict judges them
+		}
 		switch row.State {
 		case stCommitted:
 			if discarded[id] {
@@ -324,6 +346,15 @@ func (r *Report) Markdown() string {
 		}
 		fmt.Fprintf(&b, "| replica caught up with the primary at the end / source connections per server | %s / %v |\n", inSync, r.SourceConns)
 	}
+	fmt.Fprintf(&b, "| **rows cleanup deleted that no consumer got** | **%d** (of %d deleted; delivered rows still in the table after the final wait: %d) |\n",
+		r.DeletedUndelivered, r.CleanupDeleted, r.LeftDelivered)
+	fmt.Fprintf(&b, "| **dark rows (sql_log_bin=0) deleted** | **%d** (committed %d, in the table at the end %d) |\n", r.DarkDeleted, r.DarkRows, r.DarkInTable)
+	rc := fmt.Sprintf("%d", r.ReconcileMismatch)
+	if r.ReconcileError != "" {
+		rc = "**error**: " + r.ReconcileError
+	}
+	fmt.Fprintf(&b, "| **reconcile vs verifier disagreements** | **%s** (reconcile reported %d missing; rows in the table delivered to nobody: %d; periodic runs: %d) |\n",
+		rc, r.ReconcileMissing, r.LeftUndelivered, r.PeriodicReconciles)
 	fmt.Fprintf(&b, "| connections through the MariaDB / Kafka proxies | %d / %d |\n", r.MySQLProxyConns, r.KafkaProxyConns)
 	fmt.Fprintf(&b, "| outboxd instances / runs / unexpected exits | %d / %d / %d |\n", r.Instances, r.OutboxdRuns, r.OutboxdUnexpectedExits)
 	kinds := make([]string, 0, len(r.Faults))
