@@ -11,9 +11,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/outboxd/outboxd/binlog/server"
-	"github.com/outboxd/outboxd/config"
 )
 
 // The outbox life cycle under faults: cleanup (by key, and the created_at sweep for the keys a
@@ -39,8 +36,6 @@ const darkPrefix = "dark-"
 // and replicate (the trigger's inserts are logged as rows).
 func (w *world) setupLifecycle(ctx context.Context) error {
 	for _, q := range []string{
-		"CREATE DATABASE IF NOT EXISTS outboxd",
-		server.HoldTableSQL(config.DefaultCleanupHoldTable),
 		"CREATE TABLE " + deletedTable + " (event_id VARCHAR(64) NOT NULL PRIMARY KEY, deleted_at DATETIME(6) NOT NULL)",
 		"CREATE TRIGGER " + schema + ".outbox_event_deleted AFTER DELETE ON " + schema + ".outbox_event FOR EACH ROW " +
 			"INSERT INTO " + deletedTable + " (event_id, deleted_at) VALUES (OLD.event_id, NOW(6))",
