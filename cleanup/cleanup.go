@@ -71,6 +71,9 @@ type Config struct {
 	Logger    zerolog.Logger
 	// Now is the clock of the rate limit; nil means time.Now.
 	Now func() time.Time
+	// Writer verifies, before each round that writes, that DB is still a writable primary
+	// (writer.go): a *NotPrimary stops cleanup, another error skips the round. nil: no check.
+	Writer func(ctx context.Context) error
 }
 
 // Cleaner deletes delivered rows. Create with New; Session gives each pipeline its hook; Run
@@ -85,6 +88,7 @@ type Cleaner struct {
 	// ensureBegun). beginMu orders a session's start against a loop storing since.
 	gen     atomic.Uint64
 	beginMu sync.Mutex
+	stopped atomic.Pointer[NotPrimary] // set once the writer is no primary (writer.go)
 }
 
 type tableRef struct{ schema, name string }
@@ -194,7 +198,7 @@ func (s *session) Delivered(rows []pipeline.Row) {
 
 // Saving certifies in the hold table that the dead letters up to commit are held (since.go).
 func (s *session) Saving(commit time.Time) {
-	if !s.ended.Load() {
+	if !s.ended.Load() && s.c.stopped.Load() == nil {
 		s.c.certify(commit)
 	}
 }
@@ -249,6 +253,9 @@ func (c *Cleaner) hold(ctx context.Context, rows []pipeline.Row) error {
 	}
 	if n == 0 {
 		return nil
+	}
+	if err := c.holdable(ctx); err != nil {
+		return err
 	}
 	q := "INSERT IGNORE INTO " + quoteTable(ht) + " (tbl, event_id, row_id, gtid, held_at) VALUES " +
 		strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, NOW(6)), ", n), ", ")
@@ -330,7 +337,7 @@ func (c *Cleaner) loop(ctx context.Context, t *table, wake <-chan struct{}) {
 		if t.Settings.Retention == 0 {
 			report(c.deleteKeys(ctx, t, lim))
 		}
-		if t.Settings.Sweeps() && time.Since(lastSweep) >= t.Settings.Interval {
+		if t.Settings.Sweeps() && time.Since(lastSweep) >= t.Settings.Interval && c.roundWrites(ctx, report) {
 			lastSweep = time.Now()
 			c.ensureBegun(ctx, t, true)
 			report(c.sweep(ctx, t, lim))
@@ -347,10 +354,20 @@ func (c *Cleaner) loop(ctx context.Context, t *table, wake <-chan struct{}) {
 // deleteKeys deletes every queued key a saved checkpoint covers, batch by batch.
 func (c *Cleaner) deleteKeys(ctx context.Context, t *table, lim *limiter) error {
 	cur := c.cur.Load()
+	first := true // the writer is checked once a round, before its first DELETE
 	for ctx.Err() == nil {
 		ks := t.q.take(t.Settings.Batch, cur)
 		if len(ks) == 0 {
 			return nil
+		}
+		if first {
+			first = false
+			if ok, err := c.writable(ctx); !ok {
+				if err != nil {
+					t.q.push(ks) // tried again next round
+				}
+				return err
+			}
 		}
 		if !lim.wait(ctx, len(ks)) {
 			return nil

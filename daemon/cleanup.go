@@ -56,7 +56,7 @@ func inspectCleanup(ctx context.Context, db *sql.DB, addr string, cfg *config.Co
 	return found, problems, skipped, nil
 }
 
-// checkCleanup is check's part for cleanup: on the writer, DELETE on each cleaned table, its
+// checkCleanup is check's part for cleanup: on the writer, that it is a writable primary, DELETE on each cleaned table, its
 // primary key and created_at column, and the hold table. A no-op when cleanup is off.
 func checkCleanup(ctx context.Context, cfg *config.Config, r *CheckReport) {
 	req, ok := cleanupRequest(cfg)
@@ -94,6 +94,11 @@ func checkCleanup(ctx context.Context, cfg *config.Config, r *CheckReport) {
 						r.Verified = append(r.Verified, v)
 					}
 				}
+			}
+			if !flagged(server.CheckCleanupWriter, "") {
+				v := CheckItem{Check: server.CheckCleanupWriter, Subject: "server", Message: "is a writable primary (read_only OFF, no replication configured)"}
+				v.line = fmt.Sprintf("%s: %s %s [check %s]", subject, v.Subject, v.Message, v.Check)
+				r.Verified = append(r.Verified, v)
 			}
 			if req.HoldTable != "" && !flagged(server.CheckCleanupHold, req.HoldTable) {
 				v := CheckItem{Check: server.CheckCleanupHold, Subject: "table " + req.HoldTable, Message: "exists with SELECT and INSERT granted"}
@@ -174,6 +179,7 @@ func openCleaner(ctx context.Context, cfg *config.Config, r *relay, log zerolog.
 	}
 	cl, err := cleanup.New(cleanup.Config{
 		DB: db, Tables: tables, Metrics: r.m, Logger: log.With().Str("component", "cleanup").Logger(),
+		Writer: writerGuard(db, conn.Addr, cfg),
 		Checkpoint: func() (time.Time, bool) {
 			st := r.saver.state()
 			return st.last.CommitTime, st.ok && !st.last.CommitTime.IsZero()
@@ -183,6 +189,27 @@ func openCleaner(ctx context.Context, cfg *config.Config, r *relay, log zerolog.
 		return fail(err)
 	}
 	return cl, func() { db.Close() }, nil
+}
+
+// writerGuard is cleanup.Config.Writer: the check's InspectCleanupWriter again before each
+// round, as a failover may turn the writer into a replica while outboxd runs (nil when
+// source.skip_checks names cleanup_writer).
+func writerGuard(db *sql.DB, addr string, cfg *config.Config) func(context.Context) error {
+	if slices.Contains(cfg.Source.SkipChecks, server.CheckCleanupWriter) {
+		return nil
+	}
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		p, reason, err := server.InspectCleanupWriter(ctx, db, cfg.Source.Flavor)
+		switch {
+		case err != nil:
+			return err
+		case p != nil:
+			return &cleanup.NotPrimary{Reason: reason, Problem: cleanupLine(addr, *p)}
+		}
+		return nil
+	}
 }
 
 // cleanupSession is the pipeline's cleanup hook for a new session (nil without cleanup).

@@ -399,7 +399,8 @@ func TestCleanupLeaderOnly(t *testing.T) {
 }
 
 // check says what cleanup needs on the writer and fails without it; run refuses with the same
-// lines: DELETE on the outbox table, and for the created_at sweep the hold table.
+// lines: DELETE on the outbox table, for the created_at sweep the hold table, and SLAVE MONITOR
+// to see that the writer is no replica.
 func TestCleanupCheckNeedsDelete(t *testing.T) {
 	srv := sharedServer(t)
 	w := newWorld(t, srv)
@@ -424,6 +425,8 @@ func TestCleanupCheckNeedsDelete(t *testing.T) {
 		"[check cleanup_grants]",
 		"cleanup writer " + o.Srv.Addr + ": SELECT, INSERT ON " + w.schema + ".cleanup_hold is not granted",
 		"[check cleanup_hold]",
+		"SLAVE MONITOR is not granted to '" + user + "'@'%' (cleanup must see that the writer is no replica",
+		"[check cleanup_writer]",
 	} {
 		if !strings.Contains(out, want) || !strings.Contains(cout, want) {
 			t.Errorf("want %q in both:\nrun:\n%s\ncheck:\n%s", want, out, cout)
@@ -436,9 +439,11 @@ func TestCleanupCheckNeedsDelete(t *testing.T) {
 	w.exec("GRANT DELETE ON " + w.schema + ".outbox_event TO '" + user + "'@'%'")
 	w.exec(server.HoldTableSQL(w.schema + ".cleanup_hold"))
 	w.exec("GRANT SELECT, INSERT ON " + w.schema + ".cleanup_hold TO '" + user + "'@'%'")
+	w.exec("GRANT SLAVE MONITOR ON *.* TO '" + user + "'@'%'")
 	ccode, cout = runBinary(t, "check", "--config", path)
 	if ccode != 0 || !strings.Contains(cout, "DELETE is granted (cleanup is on) [check cleanup_grants]") ||
-		!strings.Contains(cout, "exists with SELECT and INSERT granted [check cleanup_hold]") {
+		!strings.Contains(cout, "exists with SELECT and INSERT granted [check cleanup_hold]") ||
+		!strings.Contains(cout, "is a writable primary (read_only OFF, no replication configured) [check cleanup_writer]") {
 		t.Fatalf("check exited %d:\n%s", ccode, cout)
 	}
 }

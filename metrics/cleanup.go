@@ -10,6 +10,7 @@ import (
 type cleanupMetrics struct {
 	deleted, batches, errors, dropped *prometheus.CounterVec
 	oldest                            *prometheus.GaugeVec
+	stopped                           *prometheus.GaugeVec
 }
 
 func newCleanupMetrics(reg *prometheus.Registry) *cleanupMetrics {
@@ -25,8 +26,12 @@ func newCleanupMetrics(reg *prometheus.Registry) *cleanupMetrics {
 			Name: "outboxd_cleanup_oldest_row_age_seconds",
 			Help: "Now minus the created_at of the row first in primary-key order left in the table (dead-lettered rows included), sampled every cleanup.interval; only for tables with columns.created_at, 0 when the table is empty.",
 		}, []string{"table"}),
+		stopped: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "outboxd_cleanup_stopped",
+			Help: "1 once cleanup stopped because its writer (checkpoint.writer_addr) is no writable primary any more, by reason (read_only, replica, unverified); it stays stopped until outboxd restarts. The relay goes on.",
+		}, []string{"reason"}),
 	}
-	reg.MustRegister(c.deleted, c.batches, c.errors, c.dropped, c.oldest)
+	reg.MustRegister(c.deleted, c.batches, c.errors, c.dropped, c.oldest, c.stopped)
 	return c
 }
 
@@ -74,4 +79,12 @@ func (m *Metrics) SetCleanupOldest(table string, age time.Duration) {
 		return
 	}
 	m.cleanup.oldest.WithLabelValues(table).Set(max(0, age).Seconds())
+}
+
+// SetCleanupStopped records that cleanup stopped for reason (the writer is no primary).
+func (m *Metrics) SetCleanupStopped(reason string) {
+	if m == nil {
+		return
+	}
+	m.cleanup.stopped.WithLabelValues(reason).Set(1)
 }
