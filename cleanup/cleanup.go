@@ -91,16 +91,20 @@ type Config struct {
 	Logger    zerolog.Logger
 	// Now is the clock of the rate limit; nil means time.Now.
 	Now func() time.Time
+	// Writer verifies, before each round that writes, that DB is still a writable primary
+	// (writer.go): a *NotPrimary stops cleanup, another error skips the round. nil: no check.
+	Writer func(ctx context.Context) error
 }
 
 // Cleaner deletes delivered rows. Create with New; Session gives each pipeline its hook; Run
 // does the deleting while the process leads. Safe for concurrent use.
 type Cleaner struct {
-	cfg    Config
-	tables []*table
-	byName map[tableRef]*table
-	cur    atomic.Pointer[session]
-	wake   chan struct{}
+	cfg     Config
+	tables  []*table
+	byName  map[tableRef]*table
+	cur     atomic.Pointer[session]
+	wake    chan struct{}
+	stopped atomic.Pointer[NotPrimary] // set once the writer is no primary (writer.go)
 }
 
 type tableRef struct{ schema, name string }
@@ -270,7 +274,7 @@ func (c *Cleaner) loop(ctx context.Context, t *table, wake <-chan struct{}) {
 		if t.Settings.Retention == 0 {
 			report(c.deleteKeys(ctx, t, lim))
 		}
-		if t.Settings.Sweeps() && time.Since(lastSweep) >= t.Settings.Interval {
+		if t.Settings.Sweeps() && time.Since(lastSweep) >= t.Settings.Interval && c.roundWrites(ctx, report) {
 			lastSweep = time.Now()
 			report(c.sweep(ctx, t, lim, log))
 			report(c.sampleOldest(ctx, t))
@@ -286,10 +290,20 @@ func (c *Cleaner) loop(ctx context.Context, t *table, wake <-chan struct{}) {
 // deleteKeys deletes every queued key a saved checkpoint covers, batch by batch.
 func (c *Cleaner) deleteKeys(ctx context.Context, t *table, lim *limiter) error {
 	cur := c.cur.Load()
+	first := true // the writer is checked once a round, before its first DELETE
 	for ctx.Err() == nil {
 		ks := t.q.take(t.Settings.Batch, cur)
 		if len(ks) == 0 {
 			return nil
+		}
+		if first {
+			first = false
+			if ok, err := c.writable(ctx); !ok {
+				if err != nil {
+					t.q.push(ks) // tried again next round
+				}
+				return err
+			}
 		}
 		if !lim.wait(ctx, len(ks)) {
 			return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/outboxd/outboxd/consumer"
+	"github.com/outboxd/outboxd/consumer/internal/kittest"
 	"github.com/outboxd/outboxd/testenv/faultproxy"
 )
 
@@ -44,7 +45,7 @@ func TestCommitOutcomeUnknownRedeliveryIsDuplicate(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	kit, err := consumer.New(db, consumer.Options{})
+	kit, err := consumer.New(db, consumer.Options{Handler: kittest.Handler})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,9 +5,9 @@
 // outboxd may deliver an event more than once (a resend after a crash, a broker retry, a replay).
 // Handle turns that into exactly one effect by doing, for each message, in this order:
 //
-//  1. check: insert the event_id into a dedup table, in a new transaction; a row that is already
-//     there means the event was handled (or rejected) before, and the message is acked without
-//     running the work;
+//  1. check: insert the handler's name and the event_id into a dedup table, in a new
+//     transaction; a row that is already there means this handler handled (or rejected) the
+//     event before, and the message is acked without running the work;
 //  2. the work and the mark in one transaction: the caller's function runs in that same
 //     transaction, and the transaction commits the business writes and the dedup row together;
 //  3. only then ack: Handle returns nil, and the caller commits the offset (Kafka) or returns
@@ -145,8 +145,13 @@ var (
 // MaxEventIDBytes is the longest event_id the dedup table holds (VARBINARY(255)).
 const MaxEventIDBytes = 255
 
-// Options are the optional settings of a Kit.
+// Options are the settings of a Kit.
 type Options struct {
+	// Handler names the work this Kit does ("benefits", "audit"): required. It is part of the
+	// dedup key, so that handlers sharing a dedup table each handle every event once (without
+	// it one would take the other's marks for duplicates, and skip the event). Keep it stable:
+	// a new name handles every redelivered event again. 1 to 64 of letters, digits, _ . : -.
+	Handler string
 	// DedupTable and QuarantineTable name the tables, optionally "schema.table"; the defaults
 	// are DefaultDedupTable and DefaultQuarantineTable.
 	DedupTable, QuarantineTable string
@@ -167,8 +172,12 @@ const (
 type Kit struct {
 	db                *sql.DB
 	dedup, quarantine string // quoted identifiers
+	dedupName         string // as configured, "table" or "schema.table"
+	handler           string
 	iso               sql.IsolationLevel
 }
+
+var handlerRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
 
 var identRE = regexp.MustCompile(`^[A-Za-z0-9_$]{1,64}(\.[A-Za-z0-9_$]{1,64})?$`)
 
@@ -178,6 +187,10 @@ var identRE = regexp.MustCompile(`^[A-Za-z0-9_$]{1,64}(\.[A-Za-z0-9_$]{1,64})?$`
 func New(db *sql.DB, o Options) (*Kit, error) {
 	if db == nil {
 		return nil, errors.New("consumer: nil *sql.DB")
+	}
+	if !handlerRE.MatchString(o.Handler) {
+		return nil, fmt.Errorf("consumer: Options.Handler %q: name the handler (1 to 64 of letters, digits, _ . : -), such as \"benefits\": "+
+			"it is part of the dedup key, so that handlers sharing a dedup table do not skip each other's events as duplicates", o.Handler)
 	}
 	if o.DedupTable == "" {
 		o.DedupTable = DefaultDedupTable
@@ -198,7 +211,7 @@ func New(db *sql.DB, o Options) (*Kit, error) {
 	if o.DedupTable == o.QuarantineTable {
 		return nil, fmt.Errorf("consumer: Options.DedupTable and QuarantineTable are both %q", o.DedupTable)
 	}
-	return &Kit{db: db, dedup: quote(o.DedupTable), quarantine: quote(o.QuarantineTable), iso: o.Isolation}, nil
+	return &Kit{db: db, dedup: quote(o.DedupTable), quarantine: quote(o.QuarantineTable), dedupName: o.DedupTable, handler: o.Handler, iso: o.Isolation}, nil
 }
 
 func quote(name string) string {
@@ -209,7 +222,7 @@ func quote(name string) string {
 	return strings.Join(parts, ".")
 }
 
-// Handle runs fn for msg at most once per event_id, in one transaction with the mark, and
+// Handle runs fn for msg at most once per event_id and handler, in one transaction with the mark, and
 // tells the caller whether to ack. It blocks until the transaction ended.
 //
 // nil error: ack the message (commit its offset). The outcome says why: Processed (fn's writes
@@ -251,10 +264,13 @@ func (k *Kit) Handle(ctx context.Context, msg Message, fn Func) (Outcome, error)
 
 	// 1. Check: the mark's insert is the check, so that no other delivery can slip in between
 	// a SELECT and the INSERT.
-	if _, err := tx.ExecContext(ctx, "INSERT INTO "+k.dedup+" (event_id, status, msg_id, handled_at) VALUES (?, ?, ?, NOW(6))",
-		msg.EventID, StatusProcessed, storable(msg.MsgID, maxMsgIDBytes)); err != nil {
+	if _, err := tx.ExecContext(ctx, "INSERT INTO "+k.dedup+" (handler, event_id, status, msg_id, handled_at) VALUES (?, ?, ?, ?, NOW(6))",
+		k.handler, msg.EventID, StatusProcessed, storable(msg.MsgID, maxMsgIDBytes)); err != nil {
 		if isDuplicateKey(err) {
 			return Duplicate, nil
+		}
+		if mysqlErrno(err) == erBadField {
+			return 0, fmt.Errorf("event %s: insert into %s: %w", msg.EventID, k.dedup, k.oldTable(err))
 		}
 		return 0, fmt.Errorf("event %s: insert into %s: %w", msg.EventID, k.dedup, err)
 	}
@@ -292,7 +308,7 @@ func (k *Kit) reject(ctx context.Context, tx *sql.Tx, msg Message, why error) er
 	if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT outbox_consumer_work"); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, "UPDATE "+k.dedup+" SET status = ? WHERE event_id = ?", StatusRejected, msg.EventID); err != nil {
+	if _, err := tx.ExecContext(ctx, "UPDATE "+k.dedup+" SET status = ? WHERE handler = ? AND event_id = ?", StatusRejected, k.handler, msg.EventID); err != nil {
 		return err
 	}
 	return k.insertQuarantine(ctx, tx, msg, why)
@@ -368,6 +384,7 @@ const base64Prefix = "base64:"
 
 // MySQL error numbers Handle tells apart.
 const (
+	erBadField    = 1054 // unknown column: the dedup table predates handler
 	erDupEntry    = 1062
 	erLockTimeout = 1205
 	erDeadlock    = 1213
@@ -398,11 +415,11 @@ type Mark struct {
 	HandledAt time.Time
 }
 
-// Marks returns every row of the dedup table ordered by event_id, for reconciliation against
+// Marks returns the handler's rows of the dedup table ordered by event_id, for reconciliation against
 // the business tables (the check that each PROCESSED mark has its result). It blocks on the
 // query and is safe for concurrent use.
 func (k *Kit) Marks(ctx context.Context) ([]Mark, error) {
-	rows, err := k.db.QueryContext(ctx, "SELECT event_id, status, msg_id, CAST(UNIX_TIMESTAMP(handled_at) * 1000000 AS SIGNED) FROM "+k.dedup+" ORDER BY event_id")
+	rows, err := k.db.QueryContext(ctx, "SELECT event_id, status, msg_id, CAST(UNIX_TIMESTAMP(handled_at) * 1000000 AS SIGNED) FROM "+k.dedup+" WHERE handler = ? ORDER BY event_id", k.handler)
 	if err != nil {
 		return nil, err
 	}

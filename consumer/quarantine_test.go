@@ -27,7 +27,7 @@ func TestQuarantineTakesAnyMessage(t *testing.T) {
 	if _, err := f.DB.ExecContext(ctx, "CREATE DATABASE "+name+" CHARACTER SET latin1"); err != nil {
 		t.Fatal(err)
 	}
-	latin, err := consumer.New(f.DB, consumer.Options{DedupTable: name + ".consumed_event", QuarantineTable: name + ".quarantined_event"})
+	latin, err := consumer.New(f.DB, consumer.Options{Handler: "benefits", DedupTable: name + ".consumed_event", QuarantineTable: name + ".quarantined_event"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,14 +5,20 @@
 -- Both tables are utf8mb4 whatever the database's default (latin1 on MySQL 5.7 and on MariaDB
 -- before 11.6), so that no text a message or an error holds can make an insert fail.
 
--- One row per event handled: the primary key is what makes a redelivery a duplicate.
--- event_id is VARBINARY so that ids compare byte for byte: under a case-insensitive collation
--- "A1" and "a1" would be one event.
+-- One row per event handled by a handler: the primary key is what makes a redelivery a
+-- duplicate. handler (Options.Handler) is part of it, so that handlers sharing the table each
+-- handle every event once instead of taking each other's marks for duplicates. handler and
+-- event_id are VARBINARY so that they compare byte for byte: under a case-insensitive
+-- collation "A1" and "a1" would be one event.
+-- A table of the kit before handler was part of the key (PRIMARY KEY (event_id)) is refused with
+-- the ALTER TABLE that migrates it (Kit.MigrationSQL, README "The tables").
 CREATE TABLE IF NOT EXISTS `consumed_event` (
-  event_id   VARBINARY(255) NOT NULL PRIMARY KEY,
+  handler    VARBINARY(64)  NOT NULL,
+  event_id   VARBINARY(255) NOT NULL,
   status     ENUM('PROCESSED', 'REJECTED') NOT NULL,
   msg_id     VARCHAR(512) NULL,
-  handled_at DATETIME(6)  NOT NULL
+  handled_at DATETIME(6)  NOT NULL,
+  PRIMARY KEY (handler, event_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
 -- Events the work rejected with a permanent error (their mark says REJECTED), and messages

@@ -10,7 +10,7 @@ import (
 )
 
 func TestDDLUsesTheConfiguredNames(t *testing.T) {
-	kit, err := consumer.New(&sql.DB{}, consumer.Options{DedupTable: "app.seen", QuarantineTable: "bad"})
+	kit, err := consumer.New(&sql.DB{}, consumer.Options{Handler: "h", DedupTable: "app.seen", QuarantineTable: "bad"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -19,7 +19,8 @@ func TestDDLUsesTheConfiguredNames(t *testing.T) {
 		!strings.HasPrefix(ddl[1], "CREATE TABLE IF NOT EXISTS `bad` (") || strings.Contains(strings.Join(ddl, ""), "--") {
 		t.Fatalf("DDL:\n%s", strings.Join(ddl, "\n;\n"))
 	}
-	for _, o := range []consumer.Options{{DedupTable: "x; DROP TABLE y"}, {QuarantineTable: "a.b.c"}, {DedupTable: "t", QuarantineTable: "t"}} {
+	for _, o := range []consumer.Options{{Handler: "h", DedupTable: "x; DROP TABLE y"}, {Handler: "h", QuarantineTable: "a.b.c"}, {Handler: "h", DedupTable: "t", QuarantineTable: "t"},
+		{}, {Handler: "a b"}, {Handler: "it's"}, {Handler: strings.Repeat("h", 65)}} {
 		if _, err := consumer.New(&sql.DB{}, o); err == nil {
 			t.Errorf("New(%+v): no error", o)
 		}
@@ -59,12 +60,12 @@ func TestDaemonDoesNotImportTheKit(t *testing.T) {
 // Kafka partition forever, one failing message after the other).
 func TestNewRejectsIsolationTheDriverCannotSet(t *testing.T) {
 	for _, l := range []sql.IsolationLevel{sql.LevelWriteCommitted, sql.LevelSnapshot, sql.LevelLinearizable, 99} {
-		if _, err := consumer.New(&sql.DB{}, consumer.Options{Isolation: l}); err == nil {
+		if _, err := consumer.New(&sql.DB{}, consumer.Options{Handler: "h", Isolation: l}); err == nil {
 			t.Errorf("Isolation %v: no error", l)
 		}
 	}
 	for _, l := range []sql.IsolationLevel{sql.LevelDefault, sql.LevelReadUncommitted, sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable} {
-		if _, err := consumer.New(&sql.DB{}, consumer.Options{Isolation: l}); err != nil {
+		if _, err := consumer.New(&sql.DB{}, consumer.Options{Handler: "h", Isolation: l}); err != nil {
 			t.Errorf("Isolation %v: %v", l, err)
 		}
 	}

@@ -57,8 +57,9 @@ func inspectCleanup(ctx context.Context, db *sql.DB, addr string, cfg *config.Co
 	return found, problems, skipped, nil
 }
 
-// checkCleanup is check's part for cleanup: on the writer, DELETE on each cleaned table, its
-// primary key and created_at column. A no-op when cleanup is off.
+// checkCleanup is check's part for cleanup: on the writer, that it is a writable primary,
+// DELETE on each cleaned table, its primary key and created_at column. A no-op when cleanup
+// is off.
 func checkCleanup(ctx context.Context, cfg *config.Config, r *CheckReport) {
 	req, ok := cleanupRequest(cfg)
 	if !ok {
@@ -95,6 +96,11 @@ func checkCleanup(ctx context.Context, cfg *config.Config, r *CheckReport) {
 						r.Verified = append(r.Verified, v)
 					}
 				}
+			}
+			if !flagged(server.CheckCleanupWriter, "") {
+				v := CheckItem{Check: server.CheckCleanupWriter, Subject: "server", Message: "is a writable primary (read_only OFF, no replication configured)"}
+				v.line = fmt.Sprintf("%s: %s %s [check %s]", subject, v.Subject, v.Message, v.Check)
+				r.Verified = append(r.Verified, v)
 			}
 			return
 		}
@@ -184,6 +190,7 @@ func openCleaner(ctx context.Context, cfg *config.Config, r *relay, log zerolog.
 	}
 	cl, err := cleanup.New(cleanup.Config{
 		DB: db, Tables: tables, Outbox: cfg, Readers: readers, Metrics: r.m, Logger: log.With().Str("component", "cleanup").Logger(),
+		Writer: writerGuard(db, conn.Addr, cfg),
 		Checkpoint: func() (time.Time, bool) {
 			st := r.saver.state()
 			return st.last.CommitTime, st.ok && !st.last.CommitTime.IsZero()
@@ -194,6 +201,27 @@ func openCleaner(ctx context.Context, cfg *config.Config, r *relay, log zerolog.
 		return nil, nil, err
 	}
 	return cl, closeAll, nil
+}
+
+// writerGuard is cleanup.Config.Writer: the check's InspectCleanupWriter again before each
+// round, as a failover may turn the writer into a replica while outboxd runs (nil when
+// source.skip_checks names cleanup_writer).
+func writerGuard(db *sql.DB, addr string, cfg *config.Config) func(context.Context) error {
+	if slices.Contains(cfg.Source.SkipChecks, server.CheckCleanupWriter) {
+		return nil
+	}
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		p, reason, err := server.InspectCleanupWriter(ctx, db, cfg.Source.Flavor)
+		switch {
+		case err != nil:
+			return err
+		case p != nil:
+			return &cleanup.NotPrimary{Reason: reason, Problem: cleanupLine(addr, *p)}
+		}
+		return nil
+	}
 }
 
 // cleanupSession is the pipeline's cleanup hook for a new session (nil without cleanup).

@@ -393,7 +393,8 @@ func TestCleanupLeaderOnly(t *testing.T) {
 }
 
 // check says what cleanup needs on the writer and fails without it; run refuses with the same
-// lines: DELETE on the outbox table. A cleanup.hold_table, no longer used, is a warning.
+// lines: DELETE on the outbox table, and SLAVE MONITOR to see that the writer is no replica. A
+// cleanup.hold_table, no longer used, is a warning.
 func TestCleanupCheckNeedsDelete(t *testing.T) {
 	srv := sharedServer(t)
 	w := newWorld(t, srv)
@@ -418,6 +419,8 @@ func TestCleanupCheckNeedsDelete(t *testing.T) {
 		"[check cleanup_grants]",
 		"cleanup writer " + o.Srv.Addr + ": cleanup.hold_table " + w.schema + ".cleanup_hold is set, but no longer used",
 		"remove cleanup.hold_table from the configuration",
+		"SLAVE MONITOR is not granted to '" + user + "'@'%' (cleanup must see that the writer is no replica",
+		"[check cleanup_writer]",
 	} {
 		if !strings.Contains(out, want) || !strings.Contains(cout, want) {
 			t.Errorf("want %q in both:\nrun:\n%s\ncheck:\n%s", want, out, cout)
@@ -428,9 +431,11 @@ func TestCleanupCheckNeedsDelete(t *testing.T) {
 	}
 	// With the grant, check passes it, and still warns about the hold table.
 	w.exec("GRANT DELETE ON " + w.schema + ".outbox_event TO '" + user + "'@'%'")
+	w.exec("GRANT SLAVE MONITOR ON *.* TO '" + user + "'@'%'")
 	ccode, cout = runBinary(t, "check", "--config", path)
 	if ccode != 0 || !strings.Contains(cout, "DELETE is granted (cleanup is on) [check cleanup_grants]") ||
-		!strings.Contains(cout, "[check cleanup_hold]") {
+		!strings.Contains(cout, "[check cleanup_hold]") ||
+		!strings.Contains(cout, "is a writable primary (read_only OFF, no replication configured) [check cleanup_writer]") {
 		t.Fatalf("check exited %d:\n%s", ccode, cout)
 	}
 }

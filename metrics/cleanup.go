@@ -9,7 +9,7 @@ import (
 // cleanupMetrics are the series of package cleanup, by outbox table.
 type cleanupMetrics struct {
 	deleted, batches, errors, dropped *prometheus.CounterVec
-	oldest, unproven                  *prometheus.GaugeVec
+	oldest, unproven, stopped         *prometheus.GaugeVec
 }
 
 func newCleanupMetrics(reg *prometheus.Registry) *cleanupMetrics {
@@ -29,8 +29,12 @@ func newCleanupMetrics(reg *prometheus.Registry) *cleanupMetrics {
 			Name: "outboxd_cleanup_unproven_rows",
 			Help: "Rows the created_at sweep looked at and kept because their event was not found at the topic their route gives (never relayed, dead-lettered, or no longer on the broker), by table; set by each full pass, raised by the rounds between. Run outboxd reconcile for their event ids.",
 		}, []string{"table"}),
+		stopped: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "outboxd_cleanup_stopped",
+			Help: "1 once cleanup stopped because its writer (checkpoint.writer_addr) is no writable primary any more, by reason (read_only, replica, unverified); it stays stopped until outboxd restarts. The relay goes on.",
+		}, []string{"reason"}),
 	}
-	reg.MustRegister(c.deleted, c.batches, c.errors, c.dropped, c.oldest, c.unproven)
+	reg.MustRegister(c.deleted, c.batches, c.errors, c.dropped, c.oldest, c.unproven, c.stopped)
 	return c
 }
 
@@ -86,4 +90,12 @@ func (m *Metrics) SetCleanupUnproven(table string, rows int) {
 		return
 	}
 	m.cleanup.unproven.WithLabelValues(table).Set(float64(rows))
+}
+
+// SetCleanupStopped records that cleanup stopped for reason (the writer is no primary).
+func (m *Metrics) SetCleanupStopped(reason string) {
+	if m == nil {
+		return
+	}
+	m.cleanup.stopped.WithLabelValues(reason).Set(1)
 }

@@ -71,9 +71,10 @@ func PrimaryKey(ctx context.Context, db *sql.DB, schema, table string) ([]string
 	return cols, rows.Err()
 }
 
-// InspectCleanup verifies what cleanup needs on the writer: DELETE on every cleaned table, its
-// primary key and the created_at column's type; a cleanup.hold_table is a warning. It blocks on
-// a few queries; an error means the server could not be inspected.
+// InspectCleanup verifies what cleanup needs on the writer: a writable primary
+// (InspectCleanupWriter), DELETE on every cleaned table, its primary key and the created_at
+// column's type; a cleanup.hold_table is a warning. It blocks on a few queries; an error means
+// the server could not be inspected.
 func InspectCleanup(ctx context.Context, db *sql.DB, req CleanupRequest) ([]Problem, error) {
 	user, err := currentUser(ctx, db)
 	if err != nil {
@@ -84,6 +85,11 @@ func InspectCleanup(ctx context.Context, db *sql.DB, req CleanupRequest) ([]Prob
 		return nil, err
 	}
 	var ps []Problem
+	if wp, _, err := InspectCleanupWriter(ctx, db, req.Flavor); err != nil {
+		return nil, err
+	} else if wp != nil {
+		ps = append(ps, *wp)
+	}
 	for _, t := range req.Tables {
 		schema, name, _ := strings.Cut(t.Name, ".")
 		if !gs.can("DELETE", schema, name) {

@@ -40,7 +40,7 @@ func CheckNames() []string {
 		CheckServerID, CheckGTIDMode, CheckEnforceGTID, CheckGTIDStrictMode, CheckBinlogRetention, CheckReplicationSlave,
 		CheckReplicationClient, CheckTableSelect, CheckTableExists, CheckTableColumns,
 		CheckCheckpointTable, CheckCheckpointGrants, CheckCheckpointWriter,
-		CheckCleanupGrants, CheckCleanupTable, CheckCleanupHold,
+		CheckCleanupWriter, CheckCleanupGrants, CheckCleanupTable, CheckCleanupHold,
 	}
 }
 

@@ -71,7 +71,7 @@ type Config struct {
 
 // Setup creates the kit's tables and the benefit table if they do not exist. It blocks.
 func Setup(ctx context.Context, db *sql.DB) (*consumer.Kit, error) {
-	kit, err := consumer.New(db, consumer.Options{})
+	kit, err := consumer.New(db, consumer.Options{Handler: "benefits"})
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,9 @@ import (
 	"github.com/outboxd/outboxd/testenv/mariadb"
 )
 
+// Handler is the name of the tests' kit (Options.Handler).
+const Handler = "benefits"
+
 // DB is one test's database.
 type DB struct {
 	*sql.DB
@@ -51,7 +54,7 @@ func New(t *testing.T) *DB {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	kit, err := consumer.New(db, consumer.Options{})
+	kit, err := consumer.New(db, consumer.Options{Handler: Handler})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,5 +91,5 @@ func OpenKit(dsn string) (*consumer.Kit, error) {
 	if err != nil {
 		return nil, err
 	}
-	return consumer.New(db, consumer.Options{})
+	return consumer.New(db, consumer.Options{Handler: Handler})
 }
