@@ -134,6 +134,20 @@ func (c *Config) CleanupFor(i int) (CleanupSettings, bool) {
 	return s, true
 }
 
+// CreatedAtTimeZone is the time_zone tables[i]'s DATETIME created_at is written in: its own
+// cleanup.time_zone, else the global one, whether cleanup is enabled or not ("" when neither
+// is set). The created_at sweep and reconcile share it, so one setting says how the column is
+// read. Pure.
+func (c *Config) CreatedAtTimeZone(i int) string {
+	if own := c.Tables[i].Cleanup; own != nil && own.TimeZone != "" {
+		return own.TimeZone
+	}
+	if c.Cleanup != nil {
+		return c.Cleanup.TimeZone
+	}
+	return ""
+}
+
 // CleanupAny reports whether any table is cleaned, and whether any runs the created_at sweep
 // (which needs the hold table). Pure.
 func (c *Config) CleanupAny() (on, sweeps bool) {
