@@ -33,9 +33,11 @@ type Cleanup struct {
 	CommitMargin time.Duration `yaml:"commit_margin"`
 	// TimeZone is the time_zone the application's sessions write a DATETIME created_at in
 	// ("SYSTEM", "+00:00", or a zone name the server knows): DATETIME holds wall-clock time
-	// without a zone, so the sweep must compare it in that zone, or rows written by sessions
+	// without a zone (DEFAULT CURRENT_TIMESTAMP writes the inserting session's zone, not the
+	// server's), so the sweep must compare it in that zone, or rows written by sessions
 	// behind the server's zone look hours older than they are and go before the checkpoint
-	// covers them. Required for a DATETIME created_at (check and run say so); ignored for a
+	// covers them. Reconcile reads created_at in it too (CreatedAtTimeZone), also with cleanup
+	// disabled. Required for a DATETIME created_at (check and run say so); ignored for a
 	// TIMESTAMP, which the server stores as an instant.
 	TimeZone string `yaml:"time_zone"`
 	// HoldTable (global block only) is where dead-lettered rows are recorded before the

@@ -20,16 +20,22 @@ func FirstMark(serverNow time.Time, delay, width time.Duration) time.Time {
 	return serverNow.Add(-delay - width)
 }
 
-// Windows is what a periodic run checks: [mark, serverNow-delay) cut into back-to-back windows
-// of at most width, oldest first; none when the mark is there already. Each window starts
-// where the previous ends, so a mark saved after each one leaves no gap and no overlap. Pure.
+// Windows is what a periodic run checks: the last width before serverNow-delay, as the runs
+// before the mark did (a window longer than the interval checks each row again at later
+// runs), and from the mark when it is earlier (after a restart, a failed run, a takeover),
+// cut into back-to-back windows of at most width, oldest first. Each window starts where the
+// previous ends, so a mark saved after each one leaves no gap. Pure.
 func Windows(mark, serverNow time.Time, delay, width time.Duration) []Window {
 	end := serverNow.Add(-delay)
 	if width <= 0 {
-		width = end.Sub(mark)
+		return nil
+	}
+	start := end.Add(-width)
+	if mark.Before(start) {
+		start = mark
 	}
 	var ws []Window
-	for t := mark; t.Before(end); {
+	for t := start; t.Before(end); {
 		u := end
 		if end.Sub(t) > width {
 			u = t.Add(width)

@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// Windows cover [mark, now-delay) exactly: back to back, none wider than width, none when the
-// mark is at or past the end, and a mark saved after each window resumes where it stopped.
+// Windows cover [min(mark, now-delay-width), now-delay) exactly: back to back, none wider than
+// width, and a mark saved after each window resumes where it stopped.
 func TestReconcileWindowsFromMark(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	cases := []struct {
@@ -18,9 +18,9 @@ func TestReconcileWindowsFromMark(t *testing.T) {
 	}{
 		{"one window", t0, t0.Add(65 * time.Minute), 5 * time.Minute, time.Hour, 1, t0, t0.Add(time.Hour)},
 		{"behind: split", t0, t0.Add(3*time.Hour + 5*time.Minute + time.Second), 5 * time.Minute, time.Hour, 4, t0, t0.Add(3*time.Hour + time.Second)},
-		{"short tail", t0, t0.Add(10 * time.Minute), 5 * time.Minute, time.Hour, 1, t0, t0.Add(5 * time.Minute)},
-		{"caught up", t0, t0.Add(5 * time.Minute), 5 * time.Minute, time.Hour, 0, time.Time{}, time.Time{}},
-		{"mark ahead (server clock behind)", t0, t0.Add(-time.Hour), 5 * time.Minute, time.Hour, 0, time.Time{}, time.Time{}},
+		{"mark inside the last width: that width again", t0, t0.Add(10 * time.Minute), 5 * time.Minute, time.Hour, 1, t0.Add(-55 * time.Minute), t0.Add(5 * time.Minute)},
+		{"caught up: the last width again", t0, t0.Add(5 * time.Minute), 5 * time.Minute, time.Hour, 1, t0.Add(-time.Hour), t0},
+		{"mark ahead (server clock behind)", t0, t0.Add(-time.Hour), 5 * time.Minute, time.Hour, 1, t0.Add(-2*time.Hour - 5*time.Minute), t0.Add(-time.Hour - 5*time.Minute)},
 	}
 	for _, c := range cases {
 		ws := Windows(c.mark, c.now, c.delay, c.width)
