@@ -90,6 +90,7 @@ func Open(path string) (*Store, error) {
 	}
 	// Only the lock holder writes temp files, so any left now belong to a Save that crashed.
 	removeTemps(path)
+	removeTemps(MarkPath(path))
 	return &Store{path: path, lock: lock}, nil
 }
 

@@ -67,7 +67,7 @@ func OpenMySQL(cfg MySQLConfig) (*MySQLStore, error) {
 func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
 
 // MySQLColumns are the table's columns, in DDL order; `outboxd check` verifies them.
-var MySQLColumns = []string{"name", "flavor", "gtid_set", "binlog_file", "binlog_pos", "commit_time", "saved_at", "epoch", "holder"}
+var MySQLColumns = []string{"name", "flavor", "gtid_set", "binlog_file", "binlog_pos", "commit_time", "saved_at", "epoch", "holder", MarkColumn}
 
 // CreateTableSQL is the DDL of the checkpoint table. Pure.
 func CreateTableSQL(table string) string {
@@ -81,7 +81,8 @@ func CreateTableSQL(table string) string {
   commit_time DATETIME(6)     NULL,
   saved_at    DATETIME(6)     NOT NULL,
   epoch       BIGINT UNSIGNED NOT NULL DEFAULT 0,
-  holder      VARCHAR(128)    NOT NULL DEFAULT ''
+  holder      VARCHAR(128)    NOT NULL DEFAULT '',
+  reconciled_through DATETIME(6) NULL
 ) ENGINE=InnoDB`
 }
 
@@ -174,11 +175,16 @@ func (s *MySQLStore) Save(c Checkpoint) error {
 	if n, err := res.RowsAffected(); err == nil && n > 0 {
 		return nil
 	}
-	// No row changed: another holder's row, no row at all (never claimed, or deleted), or
-	// (without CLIENT_FOUND_ROWS) a row that already held exactly these values.
+	return s.unchanged(ctx, "save", epoch, holder)
+}
+
+// unchanged explains a fenced UPDATE that changed no row: another holder's row, no row at all
+// (never claimed, or deleted), or (without CLIENT_FOUND_ROWS) a row that already held exactly
+// these values, which is success.
+func (s *MySQLStore) unchanged(ctx context.Context, op string, epoch uint64, holder string) error {
 	rowEpoch, rowHolder, found, err := s.readToken(ctx)
 	if err != nil {
-		return s.wrap("save", err)
+		return s.wrap(op, err)
 	}
 	switch {
 	case found && rowEpoch == epoch && rowHolder == holder:

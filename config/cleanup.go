@@ -32,9 +32,11 @@ type Cleanup struct {
 	CommitMargin time.Duration `yaml:"commit_margin"`
 	// TimeZone is the time_zone the application's sessions write a DATETIME created_at in
 	// ("SYSTEM", "+00:00", or a zone name the server knows): DATETIME holds wall-clock time
-	// without a zone, so the sweep must compare it in that zone, or rows written by sessions
+	// without a zone (DEFAULT CURRENT_TIMESTAMP writes the inserting session's zone, not the
+	// server's), so the sweep must compare it in that zone, or rows written by sessions
 	// behind the server's zone look hours older than they are and go before the checkpoint
-	// covers them. Required for a DATETIME created_at (check and run say so); ignored for a
+	// covers them. Reconcile reads created_at in it too (CreatedAtTimeZone), also with cleanup
+	// disabled. Required for a DATETIME created_at (check and run say so); ignored for a
 	// TIMESTAMP, which the server stores as an instant.
 	TimeZone string `yaml:"time_zone"`
 	// HoldTable is no longer used (the created_at sweep deletes only rows it finds on the
@@ -126,6 +128,20 @@ func (c *Config) CleanupFor(i int) (CleanupSettings, bool) {
 	setDefaultDur(&s.Interval, DefaultCleanupInterval)
 	setDefaultDur(&s.CommitMargin, DefaultCleanupCommitMargin)
 	return s, true
+}
+
+// CreatedAtTimeZone is the time_zone tables[i]'s DATETIME created_at is written in: its own
+// cleanup.time_zone, else the global one, whether cleanup is enabled or not ("" when neither
+// is set). The created_at sweep and reconcile share it, so one setting says how the column is
+// read. Pure.
+func (c *Config) CreatedAtTimeZone(i int) string {
+	if own := c.Tables[i].Cleanup; own != nil && own.TimeZone != "" {
+		return own.TimeZone
+	}
+	if c.Cleanup != nil {
+		return c.Cleanup.TimeZone
+	}
+	return ""
 }
 
 // CleanupAny reports whether any table is cleaned, and whether any runs the created_at sweep.

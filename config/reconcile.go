@@ -6,14 +6,16 @@ import (
 )
 
 // Reconcile is the optional periodic reconciliation inside the daemon (outboxd reconcile on a
-// timer, by the leader): every Interval it checks the rows created in the window
-// [now-Delay-Window, now-Delay) against the brokers and sets outboxd_reconcile_missing_events.
-// Nil (the default) turns it off.
+// timer, by the leader): every Interval it checks the rows created in the last Window before
+// the database's NOW()-Delay, and from the durable mark kept with the checkpoint when that is
+// earlier, against the brokers and sets outboxd_reconcile_missing_events. Nil (the default)
+// turns it off.
 type Reconcile struct {
 	// Interval is the time between two runs; default DefaultReconcileInterval.
 	Interval time.Duration `yaml:"interval"`
-	// Window is how much created_at time each run checks; default Interval (back to back
-	// windows). It must not be shorter than Interval, or rows between windows go unchecked.
+	// Window is how much created_at time each run checks, and the widest window a run behind
+	// its mark checks at once; default Interval (back to back windows). It must not be shorter
+	// than Interval.
 	Window time.Duration `yaml:"window"`
 	// Delay keeps the window this far behind now, so rows still in flight (the relay's lag)
 	// are not reported missing; default DefaultReconcileDelay (0 takes the default).

@@ -46,6 +46,10 @@ type Options struct {
 	Logger           zerolog.Logger
 	// Version is reported by /status and outboxd_build_info.
 	Version string
+	// Now is this process's clock (time.Now when nil); a test injects one that runs ahead of
+	// the database's. The periodic reconcile takes its windows from the database's clock and
+	// only compares the two, to warn of a skew.
+	Now func() time.Time
 }
 
 // Reconnect backoff after a lost source connection.
@@ -94,6 +98,9 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 		return err
 	}
 	defer store.Close()
+	if err := checkMarkColumn(ctx, store); err != nil {
+		return err
+	}
 
 	addr, db, err := openSource(ctx, cfg, log)
 	if err != nil {
@@ -158,7 +165,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 		}
 		r.role.set(roleState{Role: election.RoleLeader, Epoch: epoch, Since: time.Now(), Reason: "ha disabled"}, r.m)
 	}
-	r.ops = &ops{cfg: cfg, m: r.m, sinks: sinks, src: r.src, saved: r.saver, started: started, version: o.Version, log: log, role: &r.role}
+	r.ops = &ops{cfg: cfg, m: r.m, sinks: sinks, src: r.src, saved: r.saver, started: started, version: o.Version, log: log, role: &r.role, now: o.Now}
 	// The operator side (admin server, position sampler, heartbeat row) lives as long as Run
 	// and never decides its outcome.
 	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))

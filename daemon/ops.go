@@ -42,7 +42,8 @@ type ops struct {
 	started time.Time
 	version string
 	log     zerolog.Logger
-	role    *roleHolder // leader or standby: the duties with side effects run only on the leader
+	role    *roleHolder      // leader or standby: the duties with side effects run only on the leader
+	now     func() time.Time // the process's clock (Options.Now); nil is time.Now
 
 	mu sync.Mutex
 	pl *pipeline.Pipeline // the current session's pipeline

@@ -11,7 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/logging"
 	"github.com/outboxd/outboxd/reconcile"
@@ -25,9 +28,11 @@ const CheckReconcile = "reconcile"
 const maxLoggedEvents = 20
 
 // reconcileLoop runs reconcile every reconcile.interval while this process leads (a standby's
-// run would repeat the leader's reads and double the alert), over the window that ends
-// reconcile.delay ago. A run only reads; a failed run is counted and logged and the next one
-// comes at the next interval. It returns when ctx ends.
+// run would repeat the leader's reads and double the alert). Each run checks the rows created
+// from the durable mark kept with the checkpoint up to the database's NOW() - reconcile.delay
+// (see reconcileRun), so a restart, a failed run or a takeover leaves no window unchecked. A
+// run only reads the outbox and the brokers; a failed run is counted and logged, leaves the
+// mark where it was, and the next one comes at the next interval. It returns when ctx ends.
 func (o *ops) reconcileLoop(ctx context.Context) {
 	rc := o.cfg.Reconcile
 	log := o.log.With().Str("component", "reconcile").Logger()
@@ -52,8 +57,6 @@ func (o *ops) reconcileLoop(ctx context.Context) {
 		if !o.role.leading() {
 			continue
 		}
-		now := time.Now()
-		w := reconcile.Window{Since: now.Add(-rc.Delay - rc.Window), Until: now.Add(-rc.Delay)}
 		addr, db := o.src.current()
 		if db == nil {
 			o.m.ReconcileFailedRun()
@@ -61,34 +64,126 @@ func (o *ops) reconcileLoop(ctx context.Context) {
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, rc.Interval)
-		rep, err := reconcile.Run(rctx, db, o.cfg, reconcile.Options{Window: w, Before: rc.Slack, After: rc.Slack, Readers: readers})
+		err := o.reconcileRun(rctx, db, readers, log)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			o.m.ReconcileFailedRun()
-			log.Error().Err(err).Str("since", logging.Time(w.Since)).Str("until", logging.Time(w.Until)).Msg("periodic reconcile could not complete; the next run is at the next interval")
-			continue
+			log.Error().Err(err).Msg("periodic reconcile could not complete; the mark stays, the next run at the next interval checks from it")
 		}
-		o.m.ReconcileRun(rep.Checked, rep.Missing, rep.Duplicated)
-		if rc.Out != "" {
-			if err := writeReport(rc.Out, rep); err != nil {
-				log.Error().Err(err).Str("path", rc.Out).Msg("reconcile.out not written")
-			}
-		}
-		ev := log.Info()
-		if !rep.OK() {
-			ev = log.Error()
-		}
-		ids := make([]string, 0, min(len(rep.MissingEvents), maxLoggedEvents))
-		for _, e := range rep.MissingEvents[:min(len(rep.MissingEvents), maxLoggedEvents)] {
-			ids = append(ids, e.EventID)
-		}
-		ev.Str("since", logging.Time(w.Since)).Str("until", logging.Time(w.Until)).Int("checked", rep.Checked).Int("found", rep.Found).
-			Int("dead_lettered", rep.DeadLettered).Int("missing", rep.Missing).Int("duplicated", rep.Duplicated).
-			Strs("missing_event_ids", ids).Msg("periodic reconcile")
 	}
+}
+
+// reconcileRun checks [mark, NOW() - delay) on db in windows of at most reconcile.window, and
+// moves the mark to each window's end once that window was checked completely: a window left
+// incomplete (rows committed into it while it was read), a failed read or a failed save ends
+// the run with the mark where it was, and the next run starts there. The clock is the
+// database's (the one created_at is written by), read on db. The report of the windows behind
+// the mark is published (metrics, log line, reconcile.out) even when a later one fails, so
+// what they found missing is not lost with the mark moved past them. It blocks on the
+// database, the brokers and the checkpoint store.
+func (o *ops) reconcileRun(ctx context.Context, db *sql.DB, readers map[string]reconcile.Reader, log zerolog.Logger) error {
+	rc := o.cfg.Reconcile
+	serverNow, err := reconcile.ServerNow(ctx, db)
+	if err != nil {
+		return err
+	}
+	if now := o.clock()(); now.Sub(serverNow).Abs() > rc.Delay {
+		log.Warn().Str("server_now", logging.Time(serverNow)).Str("local_now", logging.Time(now)).
+			Msg("this host's clock and the database's differ by more than reconcile.delay; reconcile follows the database's (synchronise the clocks: other time-based settings use this host's)")
+	}
+	mark, ok, err := o.saved.loadMark(ctx)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		mark = reconcile.FirstMark(serverNow, rc.Delay, rc.Window)
+		log.Warn().Str("since", logging.Time(mark)).
+			Msgf("no reconcile mark yet (first run with this checkpoint): starting at %s; rows created before it are not checked periodically: check them with outboxd reconcile --until %s",
+				mark.UTC().Format(time.RFC3339Nano), mark.UTC().Format(time.RFC3339Nano))
+	}
+	var total reconcile.Report
+	defer func() {
+		if !total.Since.IsZero() {
+			o.publishReconcile(total, log)
+		}
+	}()
+	for _, w := range reconcile.Windows(mark, serverNow, rc.Delay, rc.Window) {
+		rep, err := reconcile.Run(ctx, db, o.cfg, reconcile.Options{Window: w, Before: rc.Slack, After: rc.Slack, Readers: readers})
+		if err != nil {
+			return fmt.Errorf("window %s .. %s: %w", logging.Time(w.Since), logging.Time(w.Until), err)
+		}
+		if !rep.Complete() {
+			return fmt.Errorf("window %s .. %s: %s", logging.Time(w.Since), logging.Time(w.Until), strings.Join(rep.Problems(), "; "))
+		}
+		if err := o.saved.saveMark(ctx, w.Until); err != nil {
+			return fmt.Errorf("window %s .. %s checked, mark not saved: %w", logging.Time(w.Since), logging.Time(w.Until), err)
+		}
+		// Only what is behind the mark is published: a window the next run checks again is
+		// reported by that run.
+		total.Merge(rep)
+	}
+	return nil
+}
+
+// publishReconcile sets the metrics, writes reconcile.out and logs the run's report.
+func (o *ops) publishReconcile(rep reconcile.Report, log zerolog.Logger) {
+	o.m.ReconcileRun(rep.Checked, rep.Missing, rep.Duplicated)
+	o.m.ReconcileNullCreatedAt(rep.NullCreatedAt)
+	if out := o.cfg.Reconcile.Out; out != "" {
+		if err := writeReport(out, rep); err != nil {
+			log.Error().Err(err).Str("path", out).Msg("reconcile.out not written")
+		}
+	}
+	ev := log.Info()
+	if !rep.OK() {
+		ev = log.Error().Strs("problems", rep.Problems())
+	}
+	ids := make([]string, 0, min(len(rep.MissingEvents), maxLoggedEvents))
+	for _, e := range rep.MissingEvents[:min(len(rep.MissingEvents), maxLoggedEvents)] {
+		ids = append(ids, e.EventID)
+	}
+	ev.Str("since", logging.Time(rep.Since)).Str("until", logging.Time(rep.Until)).Int("checked", rep.Checked).Int("found", rep.Found).
+		Int("dead_lettered", rep.DeadLettered).Int("missing", rep.Missing).Int("duplicated", rep.Duplicated).
+		Int("null_created_at", rep.NullCreatedAt).Int("unchecked", rep.Unchecked).
+		Strs("missing_event_ids", ids).Msg("periodic reconcile")
+}
+
+func (o *ops) clock() func() time.Time {
+	if o.now != nil {
+		return o.now
+	}
+	return time.Now
+}
+
+// loadMark reads the reconcile mark from the checkpoint store.
+func (s *savedStore) loadMark(ctx context.Context) (time.Time, bool, error) {
+	m, ok := s.store.(checkpoint.ReconcileMark)
+	if !ok {
+		return time.Time{}, false, fmt.Errorf("the checkpoint store %T keeps no reconcile mark", s.store)
+	}
+	return m.LoadMark(ctx)
+}
+
+// saveMark moves the reconcile mark, only while this process may save the checkpoint (the
+// leader's guard, as for Save): a fenced leader must not move it past rows its successor has
+// not checked. The mysql store fences the write itself too.
+func (s *savedStore) saveMark(ctx context.Context, t time.Time) error {
+	s.mu.Lock()
+	guard := s.guard
+	s.mu.Unlock()
+	if guard != nil {
+		if err := guard(); err != nil {
+			return fmt.Errorf("reconcile mark not saved: %w", err)
+		}
+	}
+	m, ok := s.store.(checkpoint.ReconcileMark)
+	if !ok {
+		return fmt.Errorf("the checkpoint store %T keeps no reconcile mark", s.store)
+	}
+	return m.SaveMark(ctx, t)
 }
 
 // writeReport replaces path with rep as JSON (a temporary file renamed over it, so a reader
@@ -133,16 +228,30 @@ func createdAtProblems(ctx context.Context, db *sql.DB, cfg *config.Config) ([]s
 			if !strings.EqualFold(d.Name, col) {
 				continue
 			}
-			if typ := strings.ToLower(d.DataType); typ != "datetime" && typ != "timestamp" {
+			switch typ := strings.ToLower(d.DataType); {
+			case typ != "datetime" && typ != "timestamp":
 				ps = append(ps, server.Problem{
 					Setting: "column " + t.Table + "." + d.Name, Check: server.CheckTableColumns, Table: t.Table,
 					Found: d.ColumnType + " (configured as " + fmt.Sprintf("tables[%d].columns.created_at", i) + ")",
 					Fix:   "set tables[" + strconv.Itoa(i) + "].columns.created_at to the table's DATETIME or TIMESTAMP insert-time column (reconcile selects rows by it)",
 				})
+			case typ == "datetime" && cfg.Reconcile != nil && cfg.CreatedAtTimeZone(i) == "" && !sweeps(cfg, i):
+				// The sweep's own check (cleanup_table) says the same for a swept table.
+				ps = append(ps, server.Problem{
+					Setting: "column " + t.Table + "." + d.Name, Check: server.CheckTableColumns, Table: t.Table,
+					Found: "a DATETIME (wall-clock time in whatever time_zone the inserting session had) without cleanup.time_zone, which reconcile reads it in",
+					Fix:   reconcile.ZoneFix(i),
+				})
 			}
 		}
 	}
 	return ps, nil
+}
+
+// sweeps reports whether tables[i] is cleaned by the created_at sweep. Pure.
+func sweeps(cfg *config.Config, i int) bool {
+	s, ok := cfg.CleanupFor(i)
+	return ok && s.Sweeps()
 }
 
 // reconcileItem is check's line for the periodic reconcile: what it reads, with which
@@ -152,7 +261,7 @@ func reconcileItem(cfg *config.Config) (CheckItem, bool) {
 	if cfg.Reconcile == nil {
 		return CheckItem{}, false
 	}
-	msg := fmt.Sprintf("every %s on the leader, the window [now-%s-%s, now-%s); read-only: SELECT on the outbox tables, Kafka Describe and Read on the route topics, RocketMQ SUB on them and on group %s (no offset committed)",
-		cfg.Reconcile.Interval, cfg.Reconcile.Delay, cfg.Reconcile.Window, cfg.Reconcile.Delay, reconcile.ReconcileGroup)
+	msg := fmt.Sprintf("every %s on the leader, from the mark kept with the checkpoint to the database's NOW()-%s, in windows of at most %s (the first run starts at NOW()-%s-%s); read-only: SELECT on the outbox tables, Kafka Describe and Read on the route topics, RocketMQ SUB on them and on group %s (no offset committed)",
+		cfg.Reconcile.Interval, cfg.Reconcile.Delay, cfg.Reconcile.Window, cfg.Reconcile.Delay, cfg.Reconcile.Window, reconcile.ReconcileGroup)
 	return CheckItem{Check: CheckReconcile, Subject: "reconcile", Message: msg, line: "reconcile: " + msg}, true
 }

@@ -39,6 +39,20 @@ func OpenStore(ctx context.Context, cfg *config.Config, log zerolog.Logger) (che
 	return st, nil
 }
 
+// checkMarkColumn refuses, as check does, a mysql store table made before the reconcile mark's
+// column, with the ALTER that adds it: the leader's first reconcile run would fail on it. A
+// writer that does not answer is left to the session's reconnects. It blocks on one query.
+func checkMarkColumn(ctx context.Context, store checkpoint.Storage) error {
+	ms, ok := store.(*checkpoint.MySQLStore)
+	if !ok {
+		return nil
+	}
+	if _, _, err := ms.LoadMark(ctx); errors.Is(err, checkpoint.ErrStoreMisconfigured) {
+		return err
+	}
+	return nil
+}
+
 // WriterConn is how the mysql store reaches the writable primary: source's credentials and TLS
 // at checkpoint.writer_addr. Pure.
 func WriterConn(cfg *config.Config) server.Conn {

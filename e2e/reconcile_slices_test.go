@@ -92,6 +92,8 @@ func TestReconcileSlicesMariaDB(t *testing.T) {
 		},
 		Sinks:  map[string]config.Sink{"main": {Type: config.SinkKafka, Brokers: []string{"127.0.0.1:1"}}},
 		Routes: []config.Route{{Sink: "main", Topic: "{topic}"}},
+		// The rows' DATETIME created_at is written in the server's zone (FROM_UNIXTIME).
+		Cleanup: &config.Cleanup{Enabled: new(false), TimeZone: "SYSTEM"},
 	}
 	cfg.ApplyDefaults()
 	rep, err := reconcile.Run(context.Background(), w.db, cfg, reconcile.Options{
@@ -166,6 +168,8 @@ func TestReconcileSlicesKafka(t *testing.T) {
 		Tables: []config.Table{{Table: w.schema + ".outbox_event", Columns: config.Columns{CreatedAt: "created_at"}}},
 		Sinks:  map[string]config.Sink{"main": {Type: config.SinkKafka, Brokers: kc.ListenAddrs()}},
 		Routes: []config.Route{{Sink: "main", Topic: "{topic}"}},
+		// The rows' DATETIME created_at is written in the server's zone (FROM_UNIXTIME).
+		Cleanup: &config.Cleanup{Enabled: new(false), TimeZone: "SYSTEM"},
 	}
 	cfg.ApplyDefaults()
 	readers, err := reconcile.OpenReaders(cfg)

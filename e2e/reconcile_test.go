@@ -29,6 +29,10 @@ func reconcileCfg(t *testing.T, o cfgOpts, name string) string {
 	for _, tb := range o.Tables {
 		y = strings.Replace(y, "  - table: "+tb+"\n", "  - table: "+tb+"\n    columns: {created_at: created_at}\n", 1)
 	}
+	if !strings.Contains(y, "\ncleanup:") {
+		// The harness writes created_at (a DATETIME) in the server's own zone.
+		y += "cleanup: {enabled: false, time_zone: SYSTEM}\n"
+	}
 	path := filepath.Join(o.Dir, name)
 	if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
 		t.Fatal(err)

@@ -153,6 +153,7 @@ func TestEveryContractMetricIsRegistered(t *testing.T) {
 		"outboxd_reconcile_checked_events_total":      dto.MetricType_COUNTER,
 		"outboxd_reconcile_runs_total":                dto.MetricType_COUNTER,
 		"outboxd_reconcile_consecutive_failed_runs":   dto.MetricType_GAUGE,
+		"outboxd_reconcile_null_created_at_rows":      dto.MetricType_GAUGE,
 		"outboxd_cleanup_rows_deleted_total":          dto.MetricType_COUNTER,
 		"outboxd_cleanup_batches_total":               dto.MetricType_COUNTER,
 		"outboxd_cleanup_errors_total":                dto.MetricType_COUNTER,

@@ -18,6 +18,8 @@ type reconcileMetrics struct {
 	// failedInARow is the failed runs since the last completed one: the alert's signal, which
 	// the runs counter gives only with the interval known.
 	failedInARow prometheus.Gauge
+	// nullCreatedAt is the rows no window holds, so no run checks.
+	nullCreatedAt prometheus.Gauge
 }
 
 func newReconcileMetrics() reconcileMetrics {
@@ -32,6 +34,8 @@ func newReconcileMetrics() reconcileMetrics {
 			Help: "Periodic reconcile runs, by result: ok, missing, failed."}, []string{"result"}),
 		failedInARow: prometheus.NewGauge(prometheus.GaugeOpts{Name: "outboxd_reconcile_consecutive_failed_runs",
 			Help: "Periodic reconcile runs that could not complete since the last one that did (0 after a completed run)."}),
+		nullCreatedAt: prometheus.NewGauge(prometheus.GaugeOpts{Name: "outboxd_reconcile_null_created_at_rows",
+			Help: "Outbox rows with a NULL created_at at the last periodic reconcile run: no window holds them, so they are never checked."}),
 	}
 	for _, res := range []string{ReconcileOK, ReconcileMissing, ReconcileFailed} {
 		r.runs.WithLabelValues(res)
@@ -40,7 +44,7 @@ func newReconcileMetrics() reconcileMetrics {
 }
 
 func (r reconcileMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{r.missing, r.duplicated, r.checked, r.runs, r.failedInARow}
+	return []prometheus.Collector{r.missing, r.duplicated, r.checked, r.runs, r.failedInARow, r.nullCreatedAt}
 }
 
 // ReconcileRun records a completed periodic reconcile run: how many rows it checked, how many
@@ -68,4 +72,13 @@ func (m *Metrics) ReconcileFailedRun() {
 	}
 	m.rec.runs.WithLabelValues(ReconcileFailed).Inc()
 	m.rec.failedInARow.Inc()
+}
+
+// ReconcileNullCreatedAt records the rows with a NULL created_at a periodic run counted.
+// Nil-safe.
+func (m *Metrics) ReconcileNullCreatedAt(n int) {
+	if m == nil {
+		return
+	}
+	m.rec.nullCreatedAt.Set(float64(n))
 }

@@ -57,11 +57,11 @@ func Prove(ctx context.Context, db *sql.DB, cfg *config.Config, opts ProveOption
 		return Report{}, &ConfigError{Err: err}
 	}
 	t := cfg.Tables[opts.Table]
-	q, missing, err := tableQuery(ctx, db, opts.Table, t, opts.Zone, opts.PK)
+	tq, err := tableQuery(ctx, db, opts.Table, t, opts.Zone, opts.PK)
 	if err != nil {
 		return Report{}, err
 	}
-	src := &tableSource{db: db, tables: []tableQ{{table: t, query: q, missing: missing, nPK: len(opts.PK)}}}
+	src := &tableSource{db: db, tables: []tableQ{tq}}
 	return check(ctx, cfg, rt, src, Options{
 		Window: opts.Window, Before: opts.Before, After: opts.After, Readers: opts.Readers,
 		SliceRows: opts.SliceRows, MaxListed: opts.MaxListed, proven: opts.Proven,

@@ -89,10 +89,40 @@ type Report struct {
 	// Truncated says a list stopped at Options.MaxListed entries (the earliest by created_at);
 	// Missing and Duplicated still count them all.
 	Truncated bool `json:"lists_truncated"`
+	// NullCreatedAt counts the rows of the tables whose created_at is NULL, whatever the
+	// window: no window holds them, so no run checks them.
+	NullCreatedAt int `json:"null_created_at"`
+	// InWindow counts the rows of the window once every slice was read, and Unchecked how many
+	// more than Checked that is: rows committed into the window while it was read (a
+	// transaction open longer than Until is old), which this run did not check.
+	InWindow  int `json:"in_window"`
+	Unchecked int `json:"unchecked"`
 }
 
-// OK reports whether nothing is missing (duplicates are allowed: at-least-once resends them).
-func (r Report) OK() bool { return r.Missing == 0 }
+// OK reports whether nothing is missing (duplicates are allowed: at-least-once resends them)
+// and every row was checked: none with a NULL created_at, none committed into the window
+// while it was read.
+func (r Report) OK() bool { return r.Missing == 0 && r.NullCreatedAt == 0 && r.Unchecked == 0 }
+
+// Complete reports whether every row of the window was checked, so that a periodic run may
+// move its mark past the window (NULL created_at rows are in no window and do not hold it).
+func (r Report) Complete() bool { return r.Unchecked == 0 }
+
+// Problems says, one sentence each, why r is not OK; empty when it is.
+func (r Report) Problems() []string {
+	var out []string
+	if r.Missing > 0 {
+		out = append(out, fmt.Sprintf("%d of %d event(s) missing", r.Missing, r.Checked))
+	}
+	if r.Unchecked > 0 {
+		out = append(out, fmt.Sprintf("checked %d of %d row(s) in the window: %d were committed into it while it was read (a transaction open longer than the window's end is old); check it again, or end it earlier",
+			r.Checked, r.InWindow, r.Unchecked))
+	}
+	if r.NullCreatedAt > 0 {
+		out = append(out, fmt.Sprintf("%d row(s) have a NULL created_at, which no window holds: they are never checked; give them a created_at (and make the column NOT NULL)", r.NullCreatedAt))
+	}
+	return out
+}
 
 // ConfigError is a problem of the configuration that only shows against the server (such as a
 // created_at column of the wrong type): fix the config, not the data.
@@ -131,7 +161,18 @@ func Run(ctx context.Context, db *sql.DB, cfg *config.Config, opts Options) (Rep
 	if err != nil {
 		return Report{}, err
 	}
-	return check(ctx, cfg, rt, src, opts)
+	rep, err := check(ctx, cfg, rt, src, opts)
+	if err != nil {
+		return Report{}, err
+	}
+	// Counted after the slices: a row that entered the window behind a slice already read is
+	// in the count and not in Checked, so the run does not call a window it did not wholly see
+	// checked. Rows deleted meanwhile (cleanup) make the count smaller and can hide as many.
+	if rep.InWindow, rep.NullCreatedAt, err = src.tally(ctx, opts.Window.Since, opts.Window.Until); err != nil {
+		return Report{}, err
+	}
+	rep.Unchecked = max(rep.InWindow-rep.Checked, 0)
+	return rep, nil
 }
 
 // slice is the rows of one time slice, routed and grouped by destination as they are read:

@@ -33,6 +33,9 @@ type tableQ struct {
 	table   config.Table
 	query   string
 	missing map[string]bool
+	// count counts the rows of a range under query's predicate; nulls the rows with a NULL
+	// created_at, which no window holds.
+	count, nulls string
 	// nPK is the number of primary-key columns the query selects after created_at (Prove).
 	nPK int
 }
@@ -42,11 +45,11 @@ type tableQ struct {
 func newTableSource(ctx context.Context, db *sql.DB, cfg *config.Config) (*tableSource, error) {
 	src := &tableSource{db: db}
 	for i, t := range cfg.Tables {
-		q, missing, err := tableQuery(ctx, db, i, t, "", nil)
+		tq, err := tableQuery(ctx, db, i, t, cfg.CreatedAtTimeZone(i), nil)
 		if err != nil {
 			return nil, err
 		}
-		src.tables = append(src.tables, tableQ{table: t, query: q, missing: missing})
+		src.tables = append(src.tables, tq)
 	}
 	return src, nil
 }
@@ -56,11 +59,11 @@ func newTableSource(ctx context.Context, db *sql.DB, cfg *config.Config) (*table
 // not read whole. The payload itself is not read, only whether it is NULL (which makes the row
 // poison): reconcile matches by event_id.
 //
-// The bounds are compared as FROM_UNIXTIME(bound), a DATETIME in the connection's time zone
-// (the server's default), and created_at is read back as UNIX_TIMESTAMP(created_at): a
-// TIMESTAMP column is exact in any zone, and a DATETIME column is taken to hold the server's
-// time zone, which is what DEFAULT CURRENT_TIMESTAMP writes. A range query on created_at: an
-// index on it makes each slice a range read instead of a table scan.
+// The bounds are instants (FROM_UNIXTIME(bound)), and created_at is read back as an instant
+// (see createdAtTerms): a TIMESTAMP column is exact in any zone, and a DATETIME column holds
+// the wall-clock time of the inserting session's time_zone (DEFAULT CURRENT_TIMESTAMP writes
+// that session's zone, not the server's), so it is compared in the configured zone. A range
+// query on created_at: an index on it makes each slice a range read instead of a table scan.
 func (s *tableSource) read(ctx context.Context, since, until time.Time, limit int, fn func(row)) (bool, error) {
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead})
 	if err != nil {
@@ -122,20 +125,19 @@ func (s *tableSource) read(ctx context.Context, since, until time.Time, limit in
 	return false, nil
 }
 
-// tableQuery builds table i's SELECT after checking its columns: created_at must be configured
-// and be a DATETIME or TIMESTAMP column (a ConfigError otherwise); a configured column the
+// tableQuery builds table i's queries after checking its columns: created_at must be
+// configured and be a DATETIME or TIMESTAMP column, and a DATETIME needs zone (the table's
+// cleanup.time_zone), one the server knows (a ConfigError otherwise); a configured column the
 // table lacks is selected as NULL and marked missing, so the router calls the row poison as
-// the relay would.
-//
-// zone and extra are selectQueryIn's (zone applies to a DATETIME column only).
-func tableQuery(ctx context.Context, db *sql.DB, i int, t config.Table, zone string, extra []string) (string, map[string]bool, error) {
+// the relay would. The columns extra are selected after created_at (Prove: the primary key).
+func tableQuery(ctx context.Context, db *sql.DB, i int, t config.Table, zone string, extra []string) (tableQ, error) {
 	field := fmt.Sprintf("tables[%d].columns.created_at", i)
 	if t.Columns.CreatedAt == "" {
-		return "", nil, &ConfigError{Err: fmt.Errorf("%s is not set: reconcile selects the window's rows by the table's insert time; name its DATETIME or TIMESTAMP column (%s)", field, t.Table)}
+		return tableQ{}, &ConfigError{Err: fmt.Errorf("%s is not set: reconcile selects the window's rows by the table's insert time; name its DATETIME or TIMESTAMP column (%s)", field, t.Table)}
 	}
 	defs, err := (&server.ColumnReader{DB: db}).Definitions(ctx, t.Schema(), t.Name())
 	if err != nil {
-		return "", nil, fmt.Errorf("reconcile: %w", err)
+		return tableQ{}, fmt.Errorf("reconcile: %w", err)
 	}
 	types := map[string]string{}
 	for _, d := range defs {
@@ -143,15 +145,73 @@ func tableQuery(ctx context.Context, db *sql.DB, i int, t config.Table, zone str
 	}
 	switch typ, ok := types[strings.ToLower(t.Columns.CreatedAt)]; {
 	case !ok:
-		return "", nil, &ConfigError{Err: fmt.Errorf("%s: %s has no column %q", field, t.Table, t.Columns.CreatedAt)}
+		return tableQ{}, &ConfigError{Err: fmt.Errorf("%s: %s has no column %q", field, t.Table, t.Columns.CreatedAt)}
 	case typ != "datetime" && typ != "timestamp":
-		return "", nil, &ConfigError{Err: fmt.Errorf("%s: column %s.%s is %s; want DATETIME or TIMESTAMP", field, t.Table, t.Columns.CreatedAt, typ)}
+		return tableQ{}, &ConfigError{Err: fmt.Errorf("%s: column %s.%s is %s; want DATETIME or TIMESTAMP", field, t.Table, t.Columns.CreatedAt, typ)}
+	case typ == "timestamp":
+		zone = "" // an instant: no zone to convert from
+	case zone == "":
+		return tableQ{}, &ConfigError{Err: fmt.Errorf("%s: %s.%s is a DATETIME, the wall-clock time of whatever time_zone the inserting session had: %s",
+			field, t.Table, t.Columns.CreatedAt, ZoneFix(i))}
+	default:
+		var unknown bool
+		if err := db.QueryRowContext(ctx, "SELECT CONVERT_TZ('2000-01-01 00:00:00', @@session.time_zone, ?) IS NULL", zone).Scan(&unknown); err != nil {
+			return tableQ{}, fmt.Errorf("reconcile: check time_zone %q: %w", zone, err)
+		}
+		if unknown {
+			return tableQ{}, &ConfigError{Err: fmt.Errorf("cleanup.time_zone %q (%s) is unknown to the server: use an offset such as +00:00, or load the server's time zone tables (mariadb-tzinfo-to-sql /usr/share/zoneinfo | mariadb mysql)", zone, t.Table)}
+		}
 	}
-	if types[strings.ToLower(t.Columns.CreatedAt)] != "datetime" {
-		zone = ""
+	q, missing := selectQuery(t, types, zone, extra)
+	where, _ := createdAtTerms(t.Columns.CreatedAt, zone)
+	from := " FROM " + quote(t.Schema()) + "." + quote(t.Name())
+	return tableQ{table: t, query: q, missing: missing, nPK: len(extra),
+		count: "SELECT COUNT(*)" + from + " WHERE " + where,
+		nulls: "SELECT COUNT(*)" + from + " WHERE " + quote(t.Columns.CreatedAt) + " IS NULL"}, nil
+}
+
+// ZoneFix is what to set for tables[i]'s DATETIME created_at without a time zone. Pure.
+func ZoneFix(i int) string {
+	return fmt.Sprintf("set cleanup.time_zone (or tables[%d].cleanup.time_zone; with cleanup off too, as cleanup: {enabled: false, time_zone: ...}) "+
+		"to the time_zone your application's sessions write it in (SYSTEM, an offset such as +00:00, or a zone name), or make the column a TIMESTAMP", i)
+}
+
+// createdAtTerms is the range predicate of created_at column col over two FROM_UNIXTIME
+// arguments, and col as Unix seconds. With zone (a DATETIME), the bounds, instants in the
+// session's zone, are converted to that zone's wall clock, as cleanup's sweep does, and the
+// value back from it; without (a TIMESTAMP), none is needed. Pure.
+func createdAtTerms(col, zone string) (where, unix string) {
+	c := quote(col)
+	wall := func(x string) string { return x }
+	instant := c
+	if zone != "" {
+		tz := "'" + strings.ReplaceAll(zone, "'", "''") + "'"
+		wall = func(x string) string { return "CONVERT_TZ(" + x + ", @@session.time_zone, " + tz + ")" }
+		instant = "CONVERT_TZ(" + c + ", " + tz + ", @@session.time_zone)"
 	}
-	q, missing := selectQueryIn(t, types, zone, extra)
-	return q, missing, nil
+	return c + " >= " + wall("FROM_UNIXTIME(?)") + " AND " + c + " < " + wall("FROM_UNIXTIME(?)"), "UNIX_TIMESTAMP(" + instant + ")"
+}
+
+// tally counts, per table in one read-only transaction, the rows under read's predicate for
+// [since, until) and the rows with a NULL created_at. It blocks on two queries per table.
+func (s *tableSource) tally(ctx context.Context, since, until time.Time) (inWindow, nulls int, err error) {
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return 0, 0, fmt.Errorf("reconcile: begin read-only transaction: %w", err)
+	}
+	defer tx.Rollback()
+	lo, hi := sqlBounds(Window{Since: since, Until: until})
+	for _, tq := range s.tables {
+		var n, z int
+		if err := tx.QueryRowContext(ctx, tq.count, lo, hi).Scan(&n); err != nil {
+			return 0, 0, fmt.Errorf("reconcile: count %s: %w", tq.table.Table, err)
+		}
+		if err := tx.QueryRowContext(ctx, tq.nulls).Scan(&z); err != nil {
+			return 0, 0, fmt.Errorf("reconcile: count %s: %w", tq.table.Table, err)
+		}
+		inWindow, nulls = inWindow+n, nulls+z
+	}
+	return inWindow, nulls, nil
 }
 
 // selectQuery is table t's SELECT of a created_at range, given its columns' types by lower-case
@@ -159,13 +219,7 @@ func tableQuery(ctx context.Context, db *sql.DB, i int, t config.Table, zone str
 // may name it) are read; the payload only as whether it is NULL, and the key not at all (only
 // whether the table has it: routing never looks at its value). The headers column is read
 // because a malformed one makes the row poison; it is dropped once the row is routed. Pure.
-func selectQuery(t config.Table, types map[string]string) (string, map[string]bool) {
-	return selectQueryIn(t, types, "", nil)
-}
-
-// selectQueryIn is selectQuery for a DATETIME created_at written in zone (none: the session's),
-// selecting the columns extra after created_at. Pure.
-func selectQueryIn(t config.Table, types map[string]string, zone string, extra []string) (string, map[string]bool) {
+func selectQuery(t config.Table, types map[string]string, zone string, extra []string) (string, map[string]bool) {
 	c := t.Columns
 	missing := map[string]bool{}
 	sel := func(role, name, expr string) string {
@@ -178,25 +232,16 @@ func selectQueryIn(t config.Table, types map[string]string, zone string, extra [
 		}
 		return strings.ReplaceAll(expr, "?", quote(name))
 	}
-	created := quote(c.CreatedAt)
-	read, bound := created, "FROM_UNIXTIME(?)"
-	if zone != "" {
-		// Wall-clock time of zone: the bounds go into its terms, so an index on the column
-		// still serves the range, and each value comes back as the instant it names.
-		z := "'" + strings.ReplaceAll(zone, "'", "''") + "'"
-		read = "CONVERT_TZ(" + created + ", " + z + ", @@session.time_zone)"
-		bound = "CONVERT_TZ(FROM_UNIXTIME(?), @@session.time_zone, " + z + ")"
-	}
+	where, unix := createdAtTerms(c.CreatedAt, zone)
 	cols := []string{
 		sel("event_id", c.EventID, "?"), sel("key", c.Key, "NULL"), sel("topic", c.Topic, "?"),
 		sel("payload", c.Payload, "? IS NULL"), sel("event_type", c.EventType, "?"), sel("headers", c.Headers, "?"),
-		"UNIX_TIMESTAMP(" + read + ")",
+		unix,
 	}
 	for _, x := range extra {
 		cols = append(cols, quote(x))
 	}
-	q := "SELECT " + strings.Join(cols, ", ") + " FROM " + quote(t.Schema()) + "." + quote(t.Name()) +
-		" WHERE " + created + " >= " + bound + " AND " + created + " < " + bound
+	q := "SELECT " + strings.Join(cols, ", ") + " FROM " + quote(t.Schema()) + "." + quote(t.Name()) + " WHERE " + where
 	return q, missing
 }
 

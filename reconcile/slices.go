@@ -147,3 +147,19 @@ func (r *Report) add(p Report, maxListed int) {
 	r.MissingEvents = appendUpTo(r.MissingEvents, p.MissingEvents)
 	r.DuplicatedEvents = appendUpTo(r.DuplicatedEvents, p.DuplicatedEvents)
 }
+
+// Merge adds the report of the next window (later than r's, back to back) to r, as one report
+// of both: the counts add up, the lists keep DefaultMaxListed entries each, and NullCreatedAt,
+// a count of the whole tables, is the later one's. A zero r takes p's window.
+func (r *Report) Merge(p Report) {
+	if r.Since.IsZero() {
+		r.Since, r.From = p.Since, p.From
+		r.MissingEvents, r.DuplicatedEvents = []Event{}, []Event{}
+	}
+	r.Until, r.To = p.Until, p.To
+	r.add(p, DefaultMaxListed)
+	r.Truncated = r.Truncated || p.Truncated
+	r.InWindow += p.InWindow
+	r.Unchecked += p.Unchecked
+	r.NullCreatedAt = p.NullCreatedAt
+}

@@ -76,7 +76,7 @@ func TestSelectQueryColumns(t *testing.T) {
 		Payload: "payload", EventType: "event_type", Headers: "headers", CreatedAt: "created_at"}}
 	types := map[string]string{"event_id": "varchar", "biz_key": "varchar", "topic": "varchar", "payload": "longblob",
 		"headers": "longtext", "created_at": "datetime"}
-	q, missing := selectQuery(tb, types)
+	q, missing := selectQuery(tb, types, "", nil)
 	sel, _, _ := strings.Cut(q, " FROM ")
 	for _, col := range []string{"`event_id`", "`topic`", "`payload` IS NULL", "`headers`", "UNIX_TIMESTAMP(`created_at`)"} {
 		if !strings.Contains(sel, col) {

@@ -57,6 +57,9 @@ type CheckpointTable struct {
 	// missing privilege for an account ('user'@'host').
 	CreateTable string
 	Grant       func(account string) string
+	// AddColumn is, for a column added to the store after its first release, the ALTER that
+	// adds it to an existing table: a table lacking only such columns is fixed with them.
+	AddColumn map[string]string
 	// Skip names checks whose problems are reported with Skipped set (source.skip_checks).
 	Skip []string
 }
@@ -109,10 +112,19 @@ func InspectCheckpoint(ctx context.Context, db *sql.DB, t CheckpointTable) ([]Pr
 			}
 		}
 		if len(lack) > 0 {
+			fix := "create the table as outboxd writes it (rename the old one first): " + t.CreateTable + ";"
+			var alters []string
+			for _, c := range lack {
+				if a := t.AddColumn[c]; a != "" {
+					alters = append(alters, a+";")
+				}
+			}
+			if len(alters) == len(lack) {
+				fix = "add the columns this release writes: " + strings.Join(alters, " ")
+			}
 			ps = append(ps, Problem{
 				Setting: "table " + t.Name, Check: CheckCheckpointTable, Table: t.Name,
-				Found: "lacks the columns " + strings.Join(lack, ", "),
-				Fix:   "create the table as outboxd writes it (rename the old one first): " + t.CreateTable + ";",
+				Found: "lacks the columns " + strings.Join(lack, ", "), Fix: fix,
 			})
 		}
 	} else {

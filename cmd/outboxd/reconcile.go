@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/outboxd/outboxd/binlog/server"
 	"github.com/outboxd/outboxd/daemon"
@@ -78,7 +79,7 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		printReconcile(stdout, rep)
 	}
 	if !rep.OK() {
-		return &exitError{code: 1, err: fmt.Errorf("%d of %d event(s) missing", rep.Missing, rep.Checked)}
+		return &exitError{code: 1, err: errors.New(strings.Join(rep.Problems(), "; "))}
 	}
 	return nil
 }
@@ -96,6 +97,9 @@ func printReconcile(w io.Writer, r reconcile.Report) {
 	fmt.Fprintf(w, "window %s .. %s (brokers read %s .. %s)\n", r.Since.Format("2006-01-02T15:04:05.999999Z07:00"), r.Until.Format("2006-01-02T15:04:05.999999Z07:00"),
 		r.From.Format("2006-01-02T15:04:05Z07:00"), r.To.Format("2006-01-02T15:04:05Z07:00"))
 	fmt.Fprintf(w, "checked %d  found %d  dead_lettered %d  missing %d  duplicated %d\n", r.Checked, r.Found, r.DeadLettered, r.Missing, r.Duplicated)
+	if r.Unchecked > 0 || r.NullCreatedAt > 0 {
+		fmt.Fprintf(w, "UNCHECKED  %d of %d row(s) in the window (committed into it while it was read)  null_created_at %d (in no window)\n", r.Unchecked, r.InWindow, r.NullCreatedAt)
+	}
 	for _, e := range r.MissingEvents {
 		fmt.Fprintf(w, "MISSING    %s  %s  created %s  -> %s/%s", e.EventID, e.Table, e.CreatedAt.Format("2006-01-02T15:04:05.999999Z07:00"), e.Sink, e.Topic)
 		if e.Reason != "" {
