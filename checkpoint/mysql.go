@@ -67,7 +67,7 @@ func OpenMySQL(cfg MySQLConfig) (*MySQLStore, error) {
 func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
 
 // MySQLColumns are the table's columns, in DDL order; `outboxd check` verifies them.
-var MySQLColumns = []string{"name", "flavor", "gtid_set", "binlog_file", "binlog_pos", "commit_time", "saved_at", "epoch", "holder"}
+var MySQLColumns = []string{"name", "flavor", "gtid_set", "binlog_file", "binlog_pos", "commit_time", "saved_at", "epoch", "holder", "layouts"}
 
 // CreateTableSQL is the DDL of the checkpoint table. Pure.
 func CreateTableSQL(table string) string {
@@ -81,7 +81,8 @@ func CreateTableSQL(table string) string {
   commit_time DATETIME(6)     NULL,
   saved_at    DATETIME(6)     NOT NULL,
   epoch       BIGINT UNSIGNED NOT NULL DEFAULT 0,
-  holder      VARCHAR(128)    NOT NULL DEFAULT ''
+  holder      VARCHAR(128)    NOT NULL DEFAULT '',
+  layouts     TEXT            NULL
 ) ENGINE=InnoDB`
 }
 
@@ -107,8 +108,9 @@ func (s *MySQLStore) Load() (*Checkpoint, error) {
 	var flavor string
 	var commit sql.NullString
 	var saved string
-	err := s.cfg.DB.QueryRowContext(ctx, "SELECT flavor, gtid_set, binlog_file, binlog_pos, commit_time, saved_at FROM "+s.quote+" WHERE name = ?", s.cfg.Name).
-		Scan(&flavor, &c.GTIDSet, &c.File, &c.Pos, &commit, &saved)
+	var layouts sql.NullString
+	err := s.cfg.DB.QueryRowContext(ctx, "SELECT flavor, gtid_set, binlog_file, binlog_pos, commit_time, saved_at, layouts FROM "+s.quote+" WHERE name = ?", s.cfg.Name).
+		Scan(&flavor, &c.GTIDSet, &c.File, &c.Pos, &commit, &saved, &layouts)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -126,6 +128,9 @@ func (s *MySQLStore) Load() (*Checkpoint, error) {
 	}
 	if c.SavedAt, err = time.Parse(timeLayout, saved); err != nil {
 		return nil, fmt.Errorf("%s: corrupt row: saved_at %q: %w", s.where(), saved, err)
+	}
+	if c.Layouts, err = decodeLayouts(layouts); err != nil {
+		return nil, fmt.Errorf("%s: corrupt row: %w; write a position with `outboxd checkpoint set`", s.where(), err)
 	}
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("%s: corrupt row: %w; write a position with `outboxd checkpoint set`", s.where(), err)
@@ -165,9 +170,9 @@ func (s *MySQLStore) Save(c Checkpoint) error {
 	// `outboxd checkpoint set`), changes nothing, however late it wakes up.
 	epoch, holder := s.token()
 	res, err := s.cfg.DB.ExecContext(ctx, "UPDATE "+s.quote+
-		" SET flavor = ?, gtid_set = ?, binlog_file = ?, binlog_pos = ?, commit_time = ?, saved_at = ?"+
+		" SET flavor = ?, gtid_set = ?, binlog_file = ?, binlog_pos = ?, commit_time = ?, saved_at = ?, layouts = ?"+
 		" WHERE name = ? AND epoch = ? AND holder = ?",
-		string(c.Flavor), c.GTIDSet, c.File, c.Pos, commit, saved, s.cfg.Name, epoch, holder)
+		string(c.Flavor), c.GTIDSet, c.File, c.Pos, commit, saved, encodeLayouts(c.Layouts), s.cfg.Name, epoch, holder)
 	if err != nil {
 		return s.wrap("save", err)
 	}
@@ -249,10 +254,11 @@ func (s *MySQLStore) Overwrite(c Checkpoint, holder string) error {
 		saved = time.Now()
 	}
 	_, err := s.cfg.DB.ExecContext(ctx, "INSERT INTO "+s.quote+
-		" (name, flavor, gtid_set, binlog_file, binlog_pos, commit_time, saved_at, epoch, holder) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?)"+
+		" (name, flavor, gtid_set, binlog_file, binlog_pos, commit_time, saved_at, epoch, holder, layouts) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?)"+
 		" ON DUPLICATE KEY UPDATE flavor = VALUES(flavor), gtid_set = VALUES(gtid_set), binlog_file = VALUES(binlog_file),"+
-		" binlog_pos = VALUES(binlog_pos), commit_time = VALUES(commit_time), saved_at = VALUES(saved_at), epoch = epoch + 1, holder = VALUES(holder)",
-		s.cfg.Name, string(c.Flavor), c.GTIDSet, c.File, c.Pos, commit, saved.UTC().Format(timeLayout), holder)
+		" binlog_pos = VALUES(binlog_pos), commit_time = VALUES(commit_time), saved_at = VALUES(saved_at), epoch = epoch + 1, holder = VALUES(holder),"+
+		" layouts = VALUES(layouts)",
+		s.cfg.Name, string(c.Flavor), c.GTIDSet, c.File, c.Pos, commit, saved.UTC().Format(timeLayout), holder, encodeLayouts(c.Layouts))
 	if err != nil {
 		return s.wrap("overwrite", err)
 	}
@@ -380,6 +386,9 @@ func (s *MySQLStore) wrap(op string, err error) error {
 	switch me.Number {
 	case erNoSuchTable, erBadDB, erBadField:
 		fix = "create the table: " + oneLine(CreateTableSQL(s.cfg.Table))
+		if add := AddColumnSQL(s.cfg.Table, "layouts"); me.Number == erBadField && strings.Contains(me.Message, "'layouts'") {
+			fix = "add the column this outboxd writes: " + add
+		}
 	case erTableAccessDenied, erColumnAccess, erDBAccessDenied:
 		fix = "grant the store's privileges: " + GrantSQL(s.cfg.Table, "<source.user>") + " (your source.user account)"
 	case erReadOnly, erReadOnlyTxn:

@@ -57,6 +57,9 @@ type CheckpointTable struct {
 	// missing privilege for an account ('user'@'host').
 	CreateTable string
 	Grant       func(account string) string
+	// AddColumn returns the ALTER TABLE that adds a column added to the store after its
+	// first release to an existing table ("" for the others: the table is created anew).
+	AddColumn func(column string) string
 	// Skip names checks whose problems are reported with Skipped set (source.skip_checks).
 	Skip []string
 }
@@ -108,7 +111,20 @@ func InspectCheckpoint(ctx context.Context, db *sql.DB, t CheckpointTable) ([]Pr
 				lack = append(lack, c)
 			}
 		}
-		if len(lack) > 0 {
+		var alters []string
+		for _, c := range lack {
+			if t.AddColumn != nil && t.AddColumn(c) != "" {
+				alters = append(alters, t.AddColumn(c)+";")
+			}
+		}
+		if len(lack) > 0 && len(alters) == len(lack) {
+			// A table of an older outboxd: only the columns added since are missing.
+			ps = append(ps, Problem{
+				Setting: "table " + t.Name, Check: CheckCheckpointTable, Table: t.Name,
+				Found: "lacks the columns " + strings.Join(lack, ", ") + " (created by an older outboxd)",
+				Fix:   "add them: " + strings.Join(alters, " "),
+			})
+		} else if len(lack) > 0 {
 			ps = append(ps, Problem{
 				Setting: "table " + t.Name, Check: CheckCheckpointTable, Table: t.Name,
 				Found: "lacks the columns " + strings.Join(lack, ", "),
