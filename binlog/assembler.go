@@ -108,6 +108,10 @@ type AssemblerConfig struct {
 	// are marked Txn.OnlyCheckpoint; zero when the checkpoint is a file.
 	CheckpointTable TableRef
 	Logger          zerolog.Logger
+	// RecordLayouts makes a transaction with a DDL statement that names outbox tables read
+	// their columns at once and carry them (Txn.Layouts); without it they are read at the
+	// next row only.
+	RecordLayouts bool
 }
 
 // TableRef names one table.
@@ -158,6 +162,10 @@ type Assembler struct {
 	// ckTable and ownRows mark outboxd's own checkpoint writes (own.go).
 	ckTable tableKey
 	ownRows ownRows
+	// ddlTables are the outbox tables a DDL statement of the open transaction names: their
+	// layouts are read when it completes (Txn.Layouts).
+	ddlTables     []tableKey
+	recordLayouts bool
 }
 
 // NewAssembler returns an Assembler for the configured outbox tables. It does not block.
@@ -170,6 +178,8 @@ func NewAssembler(cfg AssemblerConfig) *Assembler {
 		log:      cfg.Logger,
 		piece:    cfg.PieceEvents,
 		ckTable:  tableKey{cfg.CheckpointTable.Schema, cfg.CheckpointTable.Table},
+
+		recordLayouts: cfg.RecordLayouts,
 	}
 	if a.piece == 0 {
 		a.piece = DefaultPieceEvents
@@ -244,7 +254,11 @@ func (a *Assembler) Handle(ctx context.Context, ev *replication.BinlogEvent) (*T
 		if t, ok, err := a.xaQuery(ev, e); ok {
 			return t, err
 		}
-		return a.handleQuery(ev, e), nil
+		t := a.handleQuery(ev, e)
+		if t != nil && len(a.ddlTables) > 0 {
+			a.readLayouts(ctx, t)
+		}
+		return t, nil
 	case *replication.GenericEvent:
 		if ev.Header.EventType == replication.XA_PREPARE_LOG_EVENT {
 			return a.xaPrepare(ev, e)
@@ -379,16 +393,47 @@ func isBegin(q string) bool {
 	return strings.EqualFold(q, "BEGIN") || hasPrefixFold(q, "XA START")
 }
 
-// ddl drops cached column names of outbox tables that the statement may have changed.
+// ddl drops cached column names of outbox tables that the statement may have changed, and
+// notes the tables for readLayouts.
 func (a *Assembler) ddl(q string) {
+	a.ddlTables = a.ddlTables[:0]
 	for k, st := range a.tables {
-		if st.names == nil {
+		if !ddlMentionsTable(q, k.schema, k.table) {
 			continue
 		}
-		if ddlMentionsTable(q, k.schema, k.table) {
+		a.ddlTables = append(a.ddlTables, k)
+		if st.names != nil {
 			a.log.Info().Str("table", k.schema+"."+k.table).Msg("DDL on outbox table: column names will be re-read")
 			st.cols, st.names = nil, nil
 		}
+	}
+}
+
+// readLayouts sets t.Layouts to the columns, as the resolver has them now, of the outbox tables
+// that t's DDL statement names: the layout rows after t are read with, which the checkpoint
+// records once it covers t. A table that cannot be read (dropped, the connection failed) gets
+// nil columns, an unknown layout, rather than stopping the stream: a restart from a checkpoint
+// that recorded it stops and asks (checkpoint.Layouts).
+func (a *Assembler) readLayouts(ctx context.Context, t *Txn) {
+	tables := a.ddlTables
+	a.ddlTables = a.ddlTables[:0]
+	if a.resolver == nil || !a.recordLayouts {
+		return
+	}
+	t.Layouts = make(map[TableRef][]Column, len(tables))
+	for _, k := range tables {
+		cols, err := a.resolver.Definitions(ctx, k.schema, k.table)
+		if err != nil {
+			a.log.Warn().Err(err).Str("table", k.schema+"."+k.table).Str("gtid", t.GTID).
+				Msg("DDL on outbox table: its columns could not be read, so its layout is recorded as unknown")
+			cols = nil
+		} else {
+			// The names for the rows after the DDL, as columnNames would read them at the next
+			// row (and checks against each TABLE_MAP as it does).
+			st := a.tables[k]
+			st.cols, st.names = cols, columnNamesOf(cols)
+		}
+		t.Layouts[TableRef{k.schema, k.table}] = cols
 	}
 }
 
@@ -490,12 +535,17 @@ func (a *Assembler) columnNames(ctx context.Context, st *tableState, tm *replica
 	if err := a.checkColumnTypes(st.spec, tm, cols); err != nil {
 		return nil, err
 	}
+	names := columnNamesOf(cols)
+	st.cols, st.names = cols, names
+	return names, nil
+}
+
+func columnNamesOf(cols []Column) []string {
 	names := make([]string, len(cols))
 	for i, c := range cols {
 		names[i] = c.Name
 	}
-	st.cols, st.names = cols, names
-	return names, nil
+	return names
 }
 
 // projection maps one TABLE_MAP's column positions onto the outbox roles.

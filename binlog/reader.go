@@ -43,6 +43,9 @@ type Config struct {
 	// ReadTimeout bounds the wait for any packet (events or heartbeats) so a dead connection is
 	// noticed. Default 3×HeartbeatPeriod; it must exceed HeartbeatPeriod.
 	ReadTimeout time.Duration
+	// Layouts, when set, is told of every transaction with Txn.Layouts before the transaction
+	// is sent on.
+	Layouts LayoutRecorder
 	// Metrics receives events and bytes read, heartbeats, the connection state and the commit
 	// time of each transaction read; nil records nothing.
 	Metrics *metrics.Metrics
@@ -91,6 +94,14 @@ func connErr(err error) error {
 		return err
 	}
 	return disconnected{err}
+}
+
+// LayoutRecorder learns the outbox tables' column layouts after a DDL statement in the binlog
+// (Txn.Layouts, with the transaction's end position File and Pos), in binlog order, so that a
+// checkpoint covering the statement records them. LayoutChanged must not block for long: the
+// stream waits for it; it must not modify t.
+type LayoutRecorder interface {
+	LayoutChanged(t *Txn)
 }
 
 // Reader streams committed transactions from a server's binlog.
@@ -172,7 +183,7 @@ func (r *Reader) run(ctx context.Context, start, dump gtid.Set, out chan<- *Txn)
 	}
 	asm := NewAssembler(AssemblerConfig{
 		Flavor: r.cfg.Flavor, Tables: r.cfg.Tables, Columns: r.cfg.Columns, Logger: r.cfg.Logger,
-		CheckpointTable: r.cfg.CheckpointTable,
+		CheckpointTable: r.cfg.CheckpointTable, RecordLayouts: r.cfg.Layouts != nil,
 	})
 	syncer := replication.NewBinlogSyncer(r.syncerConfig(asm.Filter()))
 	defer syncer.Close()
@@ -245,6 +256,9 @@ func (r *Reader) run(ctx context.Context, start, dump gtid.Set, out chan<- *Txn)
 			if err := r.updates(txn); err != nil {
 				return err
 			}
+		}
+		if txn.Layouts != nil && r.cfg.Layouts != nil {
+			r.cfg.Layouts.LayoutChanged(txn)
 		}
 		if !txn.Partial && !txn.OnlyCheckpoint { // outboxd's own save: not a source transaction to lag behind
 			m.TxnRead(txn.CommitTime)

@@ -34,6 +34,11 @@ type Txn struct {
 	// table (AssemblerConfig.CheckpointTable): a save of the mysql store read back. It is no
 	// outbox progress (own.go).
 	OnlyCheckpoint bool
+	// Layouts is set on a transaction holding a DDL statement that names outbox tables, when a
+	// ColumnResolver is configured and AssemblerConfig.RecordLayouts is set: each such table's
+	// columns as the resolver read them right after the statement (nil columns when they could
+	// not be read). Rows after this transaction are read with them.
+	Layouts map[TableRef][]Column
 	// Events are the INSERTs into configured outbox tables, in binlog order. Empty for
 	// transactions that touch no outbox table: those still move the position.
 	Events []Event

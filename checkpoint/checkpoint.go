@@ -37,6 +37,9 @@ type Checkpoint struct {
 	// CommitTime is the commit time of the newest checkpointed transaction.
 	CommitTime time.Time `json:"commit_time,omitzero"`
 	SavedAt    time.Time `json:"saved_at"`
+	// Layouts are the outbox tables' column layouts at this position (see Layouts); nil when
+	// not recorded.
+	Layouts Layouts `json:"layouts,omitempty"`
 }
 
 // Set parses the checkpoint's GTID set. It does not block; on error the Set is the zero Set.

@@ -69,10 +69,10 @@ func TestReconcileMarkMySQLFenced(t *testing.T) {
 	}
 	exec("ALTER TABLE outboxd.checkpoint DROP COLUMN " + MarkColumn)
 	_, _, err = b.LoadMark(ctx)
-	if !errors.Is(err, ErrStoreMisconfigured) || !strings.Contains(err.Error(), AddMarkColumnSQL("outboxd.checkpoint")) {
+	if !errors.Is(err, ErrStoreMisconfigured) || !strings.Contains(err.Error(), AddColumnSQL("outboxd.checkpoint", MarkColumn)) {
 		t.Fatalf("without the column: %v", err)
 	}
-	exec(AddMarkColumnSQL("outboxd.checkpoint"))
+	exec(AddColumnSQL("outboxd.checkpoint", MarkColumn))
 	if _, ok, err := b.LoadMark(ctx); ok || err != nil {
 		t.Fatalf("after the ALTER: %v, %v", ok, err)
 	}

@@ -67,7 +67,7 @@ func OpenMySQL(cfg MySQLConfig) (*MySQLStore, error) {
 func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
 
 // MySQLColumns are the table's columns, in DDL order; `outboxd check` verifies them.
-var MySQLColumns = []string{"name", "flavor", "gtid_set", "binlog_file", "binlog_pos", "commit_time", "saved_at", "epoch", "holder", MarkColumn}
+var MySQLColumns = []string{"name", "flavor", "gtid_set", "binlog_file", "binlog_pos", "commit_time", "saved_at", "epoch", "holder", MarkColumn, "layouts"}
 
 // CreateTableSQL is the DDL of the checkpoint table. Pure.
 func CreateTableSQL(table string) string {
@@ -82,7 +82,8 @@ func CreateTableSQL(table string) string {
   saved_at    DATETIME(6)     NOT NULL,
   epoch       BIGINT UNSIGNED NOT NULL DEFAULT 0,
   holder      VARCHAR(128)    NOT NULL DEFAULT '',
-  reconciled_through DATETIME(6) NULL
+  reconciled_through DATETIME(6) NULL,
+  layouts     TEXT            NULL
 ) ENGINE=InnoDB`
 }
 
@@ -108,8 +109,9 @@ func (s *MySQLStore) Load() (*Checkpoint, error) {
 	var flavor string
 	var commit sql.NullString
 	var saved string
-	err := s.cfg.DB.QueryRowContext(ctx, "SELECT flavor, gtid_set, binlog_file, binlog_pos, commit_time, saved_at FROM "+s.quote+" WHERE name = ?", s.cfg.Name).
-		Scan(&flavor, &c.GTIDSet, &c.File, &c.Pos, &commit, &saved)
+	var layouts sql.NullString
+	err := s.cfg.DB.QueryRowContext(ctx, "SELECT flavor, gtid_set, binlog_file, binlog_pos, commit_time, saved_at, layouts FROM "+s.quote+" WHERE name = ?", s.cfg.Name).
+		Scan(&flavor, &c.GTIDSet, &c.File, &c.Pos, &commit, &saved, &layouts)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -127,6 +129,9 @@ func (s *MySQLStore) Load() (*Checkpoint, error) {
 	}
 	if c.SavedAt, err = time.Parse(timeLayout, saved); err != nil {
 		return nil, fmt.Errorf("%s: corrupt row: saved_at %q: %w", s.where(), saved, err)
+	}
+	if c.Layouts, err = decodeLayouts(layouts); err != nil {
+		return nil, fmt.Errorf("%s: corrupt row: %w; write a position with `outboxd checkpoint set`", s.where(), err)
 	}
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("%s: corrupt row: %w; write a position with `outboxd checkpoint set`", s.where(), err)
@@ -166,9 +171,9 @@ func (s *MySQLStore) Save(c Checkpoint) error {
 	// `outboxd checkpoint set`), changes nothing, however late it wakes up.
 	epoch, holder := s.token()
 	res, err := s.cfg.DB.ExecContext(ctx, "UPDATE "+s.quote+
-		" SET flavor = ?, gtid_set = ?, binlog_file = ?, binlog_pos = ?, commit_time = ?, saved_at = ?"+
+		" SET flavor = ?, gtid_set = ?, binlog_file = ?, binlog_pos = ?, commit_time = ?, saved_at = ?, layouts = ?"+
 		" WHERE name = ? AND epoch = ? AND holder = ?",
-		string(c.Flavor), c.GTIDSet, c.File, c.Pos, commit, saved, s.cfg.Name, epoch, holder)
+		string(c.Flavor), c.GTIDSet, c.File, c.Pos, commit, saved, encodeLayouts(c.Layouts), s.cfg.Name, epoch, holder)
 	if err != nil {
 		return s.wrap("save", err)
 	}
@@ -255,10 +260,11 @@ func (s *MySQLStore) Overwrite(c Checkpoint, holder string) error {
 		saved = time.Now()
 	}
 	_, err := s.cfg.DB.ExecContext(ctx, "INSERT INTO "+s.quote+
-		" (name, flavor, gtid_set, binlog_file, binlog_pos, commit_time, saved_at, epoch, holder) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?)"+
+		" (name, flavor, gtid_set, binlog_file, binlog_pos, commit_time, saved_at, epoch, holder, layouts) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?)"+
 		" ON DUPLICATE KEY UPDATE flavor = VALUES(flavor), gtid_set = VALUES(gtid_set), binlog_file = VALUES(binlog_file),"+
-		" binlog_pos = VALUES(binlog_pos), commit_time = VALUES(commit_time), saved_at = VALUES(saved_at), epoch = epoch + 1, holder = VALUES(holder)",
-		s.cfg.Name, string(c.Flavor), c.GTIDSet, c.File, c.Pos, commit, saved.UTC().Format(timeLayout), holder)
+		" binlog_pos = VALUES(binlog_pos), commit_time = VALUES(commit_time), saved_at = VALUES(saved_at), epoch = epoch + 1, holder = VALUES(holder),"+
+		" layouts = VALUES(layouts)",
+		s.cfg.Name, string(c.Flavor), c.GTIDSet, c.File, c.Pos, commit, saved.UTC().Format(timeLayout), holder, encodeLayouts(c.Layouts))
 	if err != nil {
 		return s.wrap("overwrite", err)
 	}
@@ -386,6 +392,11 @@ func (s *MySQLStore) wrap(op string, err error) error {
 	switch me.Number {
 	case erNoSuchTable, erBadDB, erBadField:
 		fix = "create the table: " + oneLine(CreateTableSQL(s.cfg.Table))
+		for column := range addedColumns {
+			if me.Number == erBadField && strings.Contains(me.Message, "'"+column+"'") {
+				fix = "add the column this outboxd writes: " + AddColumnSQL(s.cfg.Table, column)
+			}
+		}
 	case erTableAccessDenied, erColumnAccess, erDBAccessDenied:
 		fix = "grant the store's privileges: " + GrantSQL(s.cfg.Table, "<source.user>") + " (your source.user account)"
 	case erReadOnly, erReadOnlyTxn:

@@ -177,3 +177,32 @@ func TestMySQLOverwriteSupersedesTheHolder(t *testing.T) {
 		t.Fatalf("a claim changed the position to %s", got)
 	}
 }
+
+// The layouts round-trip through the row (JSON in a TEXT column), and NULL reads as none.
+func TestMySQLStoreLayouts(t *testing.T) {
+	stores, _ := fenceStores(t, 1)
+	s := stores[0]
+	if _, err := s.Claim("a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Save(Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-5"}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := s.Load(); err != nil || c.Layouts != nil {
+		t.Fatalf("Load = %+v, %v; want no layouts", c, err)
+	}
+	l := Layouts{"app.outbox": {{Name: "id", Type: "bigint(20)"}, {Name: "event_id", Type: "varchar(64)"}}}
+	if err := s.Save(Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-6", Layouts: l}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Load()
+	if err != nil || LayoutDiff(c.Layouts["app.outbox"], l["app.outbox"]) != "" || len(c.Layouts) != 1 {
+		t.Fatalf("Load = %+v, %v; want layouts %v", c, err, l)
+	}
+	if err := s.Overwrite(Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-7"}, "op"); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := s.Load(); err != nil || c.Layouts != nil {
+		t.Fatalf("after Overwrite without layouts: %+v, %v; want none", c, err)
+	}
+}

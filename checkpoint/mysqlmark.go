@@ -5,21 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-
-	mysqldriver "github.com/go-sql-driver/mysql"
 )
 
 // MarkColumn is the checkpoint table's column for the periodic reconcile's mark.
 const MarkColumn = "reconciled_through"
-
-// AddMarkColumnSQL is the ALTER that gives a checkpoint table made before the reconcile mark
-// its column. Pure.
-func AddMarkColumnSQL(table string) string {
-	schema, name, _ := strings.Cut(table, ".")
-	return "ALTER TABLE " + quoteIdent(schema) + "." + quoteIdent(name) + " ADD COLUMN " + MarkColumn + " DATETIME(6) NULL"
-}
 
 // LoadMark reads the row's reconcile mark; false when the row or the mark is not there yet. It
 // blocks on one query (bounded by ctx and MySQLTimeout).
@@ -35,7 +25,7 @@ func (s *MySQLStore) LoadMark(ctx context.Context) (time.Time, bool, error) {
 		return time.Time{}, false, nil
 	}
 	if err != nil {
-		return time.Time{}, false, s.wrapMark("load the reconcile mark", err)
+		return time.Time{}, false, s.wrap("load the reconcile mark", err)
 	}
 	t, err := time.Parse(timeLayout, v.String)
 	if err != nil {
@@ -58,19 +48,10 @@ func (s *MySQLStore) SaveMark(ctx context.Context, t time.Time) error {
 	res, err := s.cfg.DB.ExecContext(ctx, "UPDATE "+s.quote+" SET "+MarkColumn+" = ? WHERE name = ? AND epoch = ? AND holder = ?",
 		t.UTC().Format(timeLayout), s.cfg.Name, epoch, holder)
 	if err != nil {
-		return s.wrapMark("save the reconcile mark", err)
+		return s.wrap("save the reconcile mark", err)
 	}
 	if n, err := res.RowsAffected(); err == nil && n > 0 {
 		return nil
 	}
 	return s.unchanged(ctx, "save the reconcile mark", epoch, holder)
-}
-
-// wrapMark is wrap, with the ALTER for a table made before the mark's column.
-func (s *MySQLStore) wrapMark(op string, err error) error {
-	var me *mysqldriver.MySQLError
-	if errors.As(err, &me) && me.Number == erBadField {
-		return fmt.Errorf("%s: %s: %w: %w; add the column: %s", s.where(), op, ErrStoreMisconfigured, err, AddMarkColumnSQL(s.cfg.Table))
-	}
-	return s.wrap(op, err)
 }

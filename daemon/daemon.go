@@ -142,6 +142,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 	r.saver = newSavedStore(store, r.m)
 	declareSinks(r.m, cfg)
 	r.src.m = r.m
+	r.src.layouts = r.saver.layouts
 	if _, err := r.src.reader(ctx, addr); err != nil {
 		return err
 	}
@@ -185,7 +186,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 }
 
 // newReader is the binlog reader of the source, with db for the table columns.
-func newReader(ctx context.Context, cfg *config.Config, db *sql.DB, m *metrics.Metrics, log zerolog.Logger) (*binlog.Reader, error) {
+func newReader(ctx context.Context, cfg *config.Config, db *sql.DB, m *metrics.Metrics, layouts binlog.LayoutRecorder, log zerolog.Logger) (*binlog.Reader, error) {
 	dumpTLS, err := binlogTLS(ctx, cfg, db)
 	if err != nil {
 		return nil, err
@@ -204,6 +205,7 @@ func newReader(ctx context.Context, cfg *config.Config, db *sql.DB, m *metrics.M
 		ReadTimeout:     cfg.Source.ReadTimeout,
 		Metrics:         m,
 		CheckpointTable: checkpointTable(cfg),
+		Layouts:         layouts,
 	})
 }
 

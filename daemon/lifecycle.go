@@ -25,6 +25,9 @@ type savedStore struct {
 	m     *metrics.Metrics
 	// fault ends the session on a mysql store failure that pausing cannot fix (store.go).
 	fault storeFault
+	// layouts gives every save the outbox tables' layouts at its position (nil until the
+	// first term checked them).
+	layouts *layoutLog
 
 	mu sync.Mutex
 	// guard, when set, must pass before every save: the leader's proof that it holds the lock
@@ -41,6 +44,9 @@ func (s *savedStore) Save(c checkpoint.Checkpoint) error {
 	s.mu.Lock()
 	guard := s.guard
 	s.mu.Unlock()
+	if c.Layouts == nil {
+		c.Layouts = s.layouts.at(c)
+	}
 	if guard != nil {
 		if err := guard(); err != nil {
 			return fmt.Errorf("not saved: %w", err)
@@ -139,7 +145,7 @@ func startupStopped(ctx context.Context, err error, log zerolog.Logger) error {
 // recorded for /status and the metrics (a standby reports the leader's last saved checkpoint
 // as it stood when it started).
 func newSavedStore(store checkpoint.Storage, m *metrics.Metrics) *savedStore {
-	saver := &savedStore{store: store, m: m}
+	saver := &savedStore{store: store, m: m, layouts: &layoutLog{}}
 	if cp, err := store.Load(); err == nil && cp != nil {
 		m.CheckpointLoaded(cp.SavedAt, cp.CommitTime)
 		saver.loaded(cp)

@@ -76,6 +76,9 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 	if err != nil {
 		return startupStopped(ctx, err, log)
 	}
+	if err := r.startLayouts(ctx, start, origin); err != nil {
+		return startupStopped(ctx, err, log)
+	}
 	log.Info().Str("flavor", string(cfg.Source.Flavor)).Str("gtid_set", start.String()).
 		Str("from", origin).Msg("starting")
 	// A writer that is away (mysql store) is waited for: nothing streams before the start is
@@ -182,6 +185,10 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 			return err
 		}
 		start = next
+		if err := r.resumeLayouts(ctx, start); err != nil {
+			r.saver.logStopped(log, start)
+			return err
+		}
 		if err := resumeSaved(ctx, r.saver, start, log); err != nil || ctx.Err() != nil {
 			r.saver.logStopped(log, start)
 			return err

@@ -37,6 +37,9 @@ type sources struct {
 	cur     string
 	// verified is the candidate whose checks Run's start-up preflight passed ("" when none).
 	verified string
+	// layouts learns the layouts after DDL statements the readers pass; set before the first
+	// reader is made.
+	layouts binlog.LayoutRecorder
 }
 
 func newSources(cfg *config.Config, m *metrics.Metrics, log zerolog.Logger) *sources {
@@ -104,7 +107,7 @@ func (s *sources) reader(ctx context.Context, addr string) (*binlog.Reader, erro
 	if db == nil {
 		return nil, fmt.Errorf("source %s: not opened", addr)
 	}
-	r, err := newReader(ctx, s.at(addr), db, s.m, s.log)
+	r, err := newReader(ctx, s.at(addr), db, s.m, s.layouts, s.log)
 	if err != nil {
 		return nil, err
 	}

@@ -17,7 +17,7 @@ func checkpointTableRequest(cfg *config.Config) server.CheckpointTable {
 		Flavor: cfg.Source.Flavor, Name: table, Columns: checkpoint.MySQLColumns,
 		CreateTable: checkpoint.CreateTableSQL(table),
 		Grant:       func(account string) string { return checkpoint.GrantSQL(table, account) },
-		AddColumn:   map[string]string{checkpoint.MarkColumn: checkpoint.AddMarkColumnSQL(table)},
+		AddColumn:   func(column string) string { return checkpoint.AddColumnSQL(table, column) },
 		Skip:        cfg.Source.SkipChecks,
 	}
 }

@@ -36,12 +36,17 @@ func TestMinimalMetadataAlteredTableStops(t *testing.T) {
 	w.exec("ALTER TABLE " + w.schema + ".outbox_event MODIFY payload LONGBLOB NULL AFTER event_id")
 	w.commit(row{EventID: "new", Key: "k3", Topic: "t", Payload: []byte("p3")})
 
+	// A checkpoint without recorded layouts (as an older outboxd wrote it) skips the start-up
+	// layout check (layout_test.go) once: the row's types are what stops outboxd then.
+	if code, out := runBinary(t, "checkpoint", "set", "--config", cfgPath, "--gtid", first); code != 0 {
+		t.Fatalf("checkpoint set exited %d:\n%s", code, out)
+	}
 	code, out := runBinary(t, "run", "--config", cfgPath)
 	if code != 1 {
 		t.Fatalf("outboxd exited %d reading a row from before the ALTER, want 1:\n%s", code, out)
 	}
 	for _, want := range []string{"outbox table " + w.schema + ".outbox_event", "transaction " + old,
-		"column 3 is VARCHAR/VARBINARY of 256 bytes in the binlog", "`payload` longblob", "binlog_row_metadata=FULL"} {
+		"column 3 is VARCHAR/VARBINARY of 256 bytes in the binlog", "`payload` longblob", "binlog_row_metadata=FULL", "records no column layout"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

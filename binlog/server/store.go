@@ -57,9 +57,10 @@ type CheckpointTable struct {
 	// missing privilege for an account ('user'@'host').
 	CreateTable string
 	Grant       func(account string) string
-	// AddColumn is, for a column added to the store after its first release, the ALTER that
-	// adds it to an existing table: a table lacking only such columns is fixed with them.
-	AddColumn map[string]string
+	// AddColumn returns the ALTER TABLE that adds a column added to the store after its
+	// first release to an existing table ("" for the others: the table is created anew). A
+	// table lacking only such columns is fixed with them.
+	AddColumn func(column string) string
 	// Skip names checks whose problems are reported with Skipped set (source.skip_checks).
 	Skip []string
 }
@@ -115,8 +116,8 @@ func InspectCheckpoint(ctx context.Context, db *sql.DB, t CheckpointTable) ([]Pr
 			fix := "create the table as outboxd writes it (rename the old one first): " + t.CreateTable + ";"
 			var alters []string
 			for _, c := range lack {
-				if a := t.AddColumn[c]; a != "" {
-					alters = append(alters, a+";")
+				if t.AddColumn != nil && t.AddColumn(c) != "" {
+					alters = append(alters, t.AddColumn(c)+";")
 				}
 			}
 			if len(alters) == len(lack) {

@@ -167,3 +167,14 @@ func validateAgainstSource(ctx context.Context, cfg *config.Config, set gtid.Set
 	defer db.Close()
 	return daemon.ValidateStart(ctx, db, cfg, set, daemon.OriginCheckpointSet, false)
 }
+
+// currentLayouts reads the outbox tables' layouts on the source for checkpoint set
+// --accept-layout.
+func currentLayouts(ctx context.Context, cfg *config.Config) (checkpoint.Layouts, error) {
+	db, err := server.Open(ctx, daemon.SourceConn(cfg))
+	if err != nil {
+		return nil, fmt.Errorf("connect to source to read the outbox tables' layouts: %w", err)
+	}
+	defer db.Close()
+	return daemon.CurrentLayouts(ctx, db, cfg)
+}

@@ -190,25 +190,45 @@ func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writ
 	set := fs.String("gtid", "", "the executed GTID set to resume after (required)")
 	force := fs.Bool("force", false, "accept a set that lacks a source the server has")
 	ignoreLeader := fs.Bool("ignore-leader", false, "write the row although a leader holds the lock (it is superseded and exits)")
+	acceptLayout := fs.Bool("accept-layout", false, "record the outbox tables' current column layouts with the checkpoint (without --gtid: keep its position); "+
+		"only when no rows were written between the checkpoint and the ALTER TABLE, or after relaying them with the old layout")
 	cfg, err := fs.load(args)
 	if err != nil {
 		return err
 	}
-	if *set == "" {
-		return &exitError{code: 2, err: errors.New("--gtid is required")}
+	if *set == "" && !*acceptLayout {
+		return &exitError{code: 2, err: errors.New("--gtid is required (or --accept-layout alone, to keep the position)")}
 	}
-	parsed, err := gtid.Parse(cfg.Source.Flavor, *set)
-	if err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("--gtid: %w", err)}
+	var parsed gtid.Set
+	if *set != "" {
+		if parsed, err = gtid.Parse(cfg.Source.Flavor, *set); err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("--gtid: %w", err)}
+		}
 	}
 	// The file's lock makes this fail while outboxd runs on the same checkpoint; the mysql
-	// store's guard is the leader lock, and the row's epoch stops an outboxd without ha.
-	store, old, err := openStoreToReplace(ctx, cfg, parsed, *force, *ignoreLeader)
+	// store's guard is the leader lock, and the row's epoch stops an outboxd without ha. A
+	// position kept as it is needs no check against the source.
+	store, old, err := openStoreToReplace(ctx, cfg, parsed, *force || *set == "", *ignoreLeader)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 	cp := checkpoint.Checkpoint{Flavor: cfg.Source.Flavor, GTIDSet: parsed.String(), SavedAt: timeNow()}
+	if *set == "" {
+		if old == nil {
+			return &exitError{code: 1, err: fmt.Errorf("no checkpoint at %s to record the layouts with: give the position with --gtid", cfg.Checkpoint.Where())}
+		}
+		cp = *old
+		cp.SavedAt = timeNow()
+	}
+	// Without --accept-layout the layouts at the new position are unknown: none are written,
+	// and the next start records the current ones with a warning.
+	cp.Layouts = nil
+	if *acceptLayout {
+		if cp.Layouts, err = currentLayouts(ctx, cfg); err != nil {
+			return err
+		}
+	}
 	if err := replaceCheckpoint(store, cp, "checkpoint set"); err != nil {
 		return err
 	}
