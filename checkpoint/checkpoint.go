@@ -37,6 +37,8 @@ type Checkpoint struct {
 	// CommitTime is the commit time of the newest checkpointed transaction.
 	CommitTime time.Time `json:"commit_time,omitzero"`
 	SavedAt    time.Time `json:"saved_at"`
+	// Scope is what the checkpoint covers; nil in one written before outboxd recorded it.
+	Scope *Scope `json:"scope,omitempty"`
 }
 
 // Set parses the checkpoint's GTID set. It does not block; on error the Set is the zero Set.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/checkpoint"
+	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/daemon"
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/testenv/faultproxy"
@@ -25,6 +26,9 @@ func useMySQLStore(w *world, o *cfgOpts, name string) string {
 	o.Checkpoint = fmt.Sprintf("store: mysql, table: %s, name: %s", table, name)
 	return table
 }
+
+// lockNameOf is the default leader lock name of o with checkpoint.name name.
+func lockNameOf(o cfgOpts, name string) string { return config.DefaultLockName(name, o.Tables) }
 
 // storeRow reads the checkpoint row: its gtid_set and saved_at ("" when there is none).
 func storeRow(t *testing.T, db *sql.DB, table, name string) (set, savedAt string) {

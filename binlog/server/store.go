@@ -57,6 +57,9 @@ type CheckpointTable struct {
 	// missing privilege for an account ('user'@'host').
 	CreateTable string
 	Grant       func(account string) string
+	// Upgrades maps a column that a table created by an older outboxd lacks to the ALTER that
+	// adds it; when every lacking column has one, those are the fix.
+	Upgrades map[string]string
 	// Skip names checks whose problems are reported with Skipped set (source.skip_checks).
 	Skip []string
 }
@@ -109,10 +112,20 @@ func InspectCheckpoint(ctx context.Context, db *sql.DB, t CheckpointTable) ([]Pr
 			}
 		}
 		if len(lack) > 0 {
+			fix := "create the table as outboxd writes it (rename the old one first): " + t.CreateTable + ";"
+			var alters []string
+			for _, c := range lack {
+				if a, ok := t.Upgrades[c]; ok {
+					alters = append(alters, a+";")
+				}
+			}
+			if len(alters) == len(lack) {
+				fix = "add what this outboxd version writes (the table was created by an older one): " + strings.Join(alters, " ")
+			}
 			ps = append(ps, Problem{
 				Setting: "table " + t.Name, Check: CheckCheckpointTable, Table: t.Name,
 				Found: "lacks the columns " + strings.Join(lack, ", "),
-				Fix:   "create the table as outboxd writes it (rename the old one first): " + t.CreateTable + ";",
+				Fix:   fix,
 			})
 		}
 	} else {

@@ -187,15 +187,21 @@ func cmdCheckpointShow(ctx context.Context, args []string, stdout, stderr io.Wri
 
 func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newConfigFlags("checkpoint set", stdout, stderr)
-	set := fs.String("gtid", "", "the executed GTID set to resume after (required)")
+	set := fs.String("gtid", "", "the executed GTID set to resume after (this or --from-checkpoint is required)")
+	fromCP := fs.Bool("from-checkpoint", false, "keep the checkpoint's position (also a lost one's last known position) and record this config's tables as what it covers")
 	force := fs.Bool("force", false, "accept a set that lacks a source the server has")
 	ignoreLeader := fs.Bool("ignore-leader", false, "write the row although a leader holds the lock (it is superseded and exits)")
 	cfg, err := fs.load(args)
 	if err != nil {
 		return err
 	}
-	if *set == "" {
-		return &exitError{code: 2, err: errors.New("--gtid is required")}
+	if (*set == "") == !*fromCP {
+		return &exitError{code: 2, err: errors.New("give exactly one of --gtid SET and --from-checkpoint")}
+	}
+	if *fromCP {
+		if *set, err = currentPosition(ctx, cfg); err != nil {
+			return err
+		}
 	}
 	parsed, err := gtid.Parse(cfg.Source.Flavor, *set)
 	if err != nil {
@@ -209,7 +215,7 @@ func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	defer store.Close()
 	cp := checkpoint.Checkpoint{Flavor: cfg.Source.Flavor, GTIDSet: parsed.String(), SavedAt: timeNow()}
-	if err := replaceCheckpoint(store, cp, "checkpoint set"); err != nil {
+	if err := replaceCheckpoint(cfg, store, cp, "checkpoint set"); err != nil {
 		return err
 	}
 	prev := "(none)"
@@ -218,6 +224,28 @@ func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	fmt.Fprintf(stdout, "checkpoint %s: %s -> %s\n", cfg.Checkpoint.Where(), prev, cp.GTIDSet)
 	return nil
+}
+
+// currentPosition is the position the configured checkpoint holds, whatever tables it was
+// written for and also when it is a tombstone, for checkpoint set --from-checkpoint.
+func currentPosition(ctx context.Context, cfg *config.Config) (string, error) {
+	var cp *checkpoint.Checkpoint
+	var err error
+	if cfg.Checkpoint.MySQL() {
+		cp, err = readStore(ctx, cfg)
+	} else {
+		cp, err = checkpoint.Read(cfg.Checkpoint.Path)
+	}
+	if err != nil {
+		return "", err
+	}
+	if cp == nil {
+		return "", &exitError{code: 1, err: fmt.Errorf("--from-checkpoint: no checkpoint at %s: give the position with --gtid", cfg.Checkpoint.Where())}
+	}
+	if cp.Flavor != cfg.Source.Flavor {
+		return "", fmt.Errorf("--from-checkpoint: checkpoint %s is for flavor %s but source.flavor is %s", cfg.Checkpoint.Where(), cp.Flavor, cfg.Source.Flavor)
+	}
+	return cp.GTIDSet, nil
 }
 
 // cmdStatus prints the running daemon's /status, read from admin.listen, for a person (or as
