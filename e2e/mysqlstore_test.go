@@ -28,7 +28,14 @@ func useMySQLStore(w *world, o *cfgOpts, name string) string {
 }
 
 // lockNameOf is the default leader lock name of o with checkpoint.name name.
-func lockNameOf(o cfgOpts, name string) string { return config.DefaultLockName(name, o.Tables) }
+func lockNameOf(o cfgOpts, name string) string {
+	tables := make([]string, 0, len(o.Tables))
+	for _, t := range o.Tables {
+		name, _, _ := strings.Cut(t, "\n") // an entry may carry more YAML lines
+		tables = append(tables, name)
+	}
+	return config.DefaultLockName(name, tables)
+}
 
 // storeRow reads the checkpoint row: its gtid_set and saved_at ("" when there is none).
 func storeRow(t *testing.T, db *sql.DB, table, name string) (set, savedAt string) {
