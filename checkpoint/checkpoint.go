@@ -40,6 +40,8 @@ type Checkpoint struct {
 	// Layouts are the outbox tables' column layouts at this position (see Layouts); nil when
 	// not recorded.
 	Layouts Layouts `json:"layouts,omitempty"`
+	// Scope is what the checkpoint covers; nil in one written before outboxd recorded it.
+	Scope *Scope `json:"scope,omitempty"`
 }
 
 // Set parses the checkpoint's GTID set. It does not block; on error the Set is the zero Set.

@@ -147,6 +147,7 @@ func decodeLayouts(v sql.NullString) (Layouts, error) {
 var addedColumns = map[string]string{
 	MarkColumn: MarkColumn + " DATETIME(6) NULL",
 	"layouts":  "layouts TEXT NULL",
+	"scope":    "scope TEXT NULL",
 }
 
 // AddColumnSQL is the ALTER TABLE that adds column, one of the mysql store's columns added

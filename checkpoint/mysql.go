@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -38,6 +39,9 @@ type MySQLConfig struct {
 	Table, Name string
 	// Addr names the server in messages.
 	Addr string
+	// Scope is what this process relays: Claim refuses a row written for other tables, and
+	// saves without a scope of their own write it.
+	Scope *Scope
 }
 
 // MySQLStore keeps the checkpoint as one row of a table on the writable primary. Safe for
@@ -51,6 +55,12 @@ type MySQLStore struct {
 	// epoch and holder are the fencing token every Save is conditional on, set by Claim.
 	epoch  uint64
 	holder string
+
+	// lockMu guards the holder lock: the named lock (HolderLockName) held on a connection of
+	// its own while this store is the row's holder, so commands can tell that it runs.
+	lockMu   sync.Mutex
+	lockConn *sql.Conn
+	lockName string
 }
 
 // OpenMySQL returns the store over cfg.DB. It does not block and does not check the table (Load,
@@ -67,7 +77,7 @@ func OpenMySQL(cfg MySQLConfig) (*MySQLStore, error) {
 func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
 
 // MySQLColumns are the table's columns, in DDL order; `outboxd check` verifies them.
-var MySQLColumns = []string{"name", "flavor", "gtid_set", "binlog_file", "binlog_pos", "commit_time", "saved_at", "epoch", "holder", MarkColumn, "layouts"}
+var MySQLColumns = []string{"name", "flavor", "gtid_set", "binlog_file", "binlog_pos", "commit_time", "saved_at", "epoch", "holder", MarkColumn, "layouts", "scope"}
 
 // CreateTableSQL is the DDL of the checkpoint table. Pure.
 func CreateTableSQL(table string) string {
@@ -83,7 +93,8 @@ func CreateTableSQL(table string) string {
   epoch       BIGINT UNSIGNED NOT NULL DEFAULT 0,
   holder      VARCHAR(128)    NOT NULL DEFAULT '',
   reconciled_through DATETIME(6) NULL,
-  layouts     TEXT            NULL
+  layouts     TEXT            NULL,
+  scope       TEXT            NULL
 ) ENGINE=InnoDB`
 }
 
@@ -109,9 +120,9 @@ func (s *MySQLStore) Load() (*Checkpoint, error) {
 	var flavor string
 	var commit sql.NullString
 	var saved string
-	var layouts sql.NullString
-	err := s.cfg.DB.QueryRowContext(ctx, "SELECT flavor, gtid_set, binlog_file, binlog_pos, commit_time, saved_at, layouts FROM "+s.quote+" WHERE name = ?", s.cfg.Name).
-		Scan(&flavor, &c.GTIDSet, &c.File, &c.Pos, &commit, &saved, &layouts)
+	var layouts, scope sql.NullString
+	err := s.cfg.DB.QueryRowContext(ctx, "SELECT flavor, gtid_set, binlog_file, binlog_pos, commit_time, saved_at, layouts, scope FROM "+s.quote+" WHERE name = ?", s.cfg.Name).
+		Scan(&flavor, &c.GTIDSet, &c.File, &c.Pos, &commit, &saved, &layouts, &scope)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -133,10 +144,37 @@ func (s *MySQLStore) Load() (*Checkpoint, error) {
 	if c.Layouts, err = decodeLayouts(layouts); err != nil {
 		return nil, fmt.Errorf("%s: corrupt row: %w; write a position with `outboxd checkpoint set`", s.where(), err)
 	}
+	if c.Scope, err = parseScope(scope); err != nil {
+		return nil, fmt.Errorf("%s: corrupt row: %w; write a position with `outboxd checkpoint set`", s.where(), err)
+	}
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("%s: corrupt row: %w; write a position with `outboxd checkpoint set`", s.where(), err)
 	}
 	return &c, nil
+}
+
+// parseScope decodes the scope column (NULL: a row written before outboxd recorded scopes).
+func parseScope(col sql.NullString) (*Scope, error) {
+	if !col.Valid || col.String == "" {
+		return nil, nil
+	}
+	var sc Scope
+	if err := json.Unmarshal([]byte(col.String), &sc); err != nil {
+		return nil, fmt.Errorf("scope %q: %w", col.String, err)
+	}
+	return &sc, nil
+}
+
+// scopeColumn encodes sc for the scope column (NULL for nil).
+func scopeColumn(sc *Scope) any {
+	if sc == nil {
+		return nil
+	}
+	b, err := json.Marshal(sc)
+	if err != nil {
+		return nil // a struct of strings and a time always encodes
+	}
+	return string(b)
 }
 
 // Save writes c to this name's row, conditional on the store's fencing token. It blocks on at
@@ -170,23 +208,28 @@ func (s *MySQLStore) Save(c Checkpoint) error {
 	// row's, because another process claimed the row since (a new leader, a restart elsewhere,
 	// `outboxd checkpoint set`), changes nothing, however late it wakes up.
 	epoch, holder := s.token()
+	if c.Scope == nil {
+		c.Scope = s.cfg.Scope
+	}
 	res, err := s.cfg.DB.ExecContext(ctx, "UPDATE "+s.quote+
-		" SET flavor = ?, gtid_set = ?, binlog_file = ?, binlog_pos = ?, commit_time = ?, saved_at = ?, layouts = ?"+
+		" SET flavor = ?, gtid_set = ?, binlog_file = ?, binlog_pos = ?, commit_time = ?, saved_at = ?, layouts = ?, scope = COALESCE(?, scope)"+
 		" WHERE name = ? AND epoch = ? AND holder = ?",
-		string(c.Flavor), c.GTIDSet, c.File, c.Pos, commit, saved, encodeLayouts(c.Layouts), s.cfg.Name, epoch, holder)
+		string(c.Flavor), c.GTIDSet, c.File, c.Pos, commit, saved, encodeLayouts(c.Layouts), scopeColumn(c.Scope), s.cfg.Name, epoch, holder)
 	if err != nil {
 		return s.wrap("save", err)
 	}
 	if n, err := res.RowsAffected(); err == nil && n > 0 {
+		s.keepHolderLock(ctx)
 		return nil
 	}
-	return s.unchanged(ctx, "save", epoch, holder)
+	return s.unchanged(ctx, "save", epoch, holder, &c)
 }
 
 // unchanged explains a fenced UPDATE that changed no row: another holder's row, no row at all
 // (never claimed, or deleted), or (without CLIENT_FOUND_ROWS) a row that already held exactly
-// these values, which is success.
-func (s *MySQLStore) unchanged(ctx context.Context, op string, epoch uint64, holder string) error {
+// these values, which is success. c is the checkpoint the UPDATE wrote (nil for a write of
+// something else, such as the reconcile mark): a row found gone is replaced by its tombstone.
+func (s *MySQLStore) unchanged(ctx context.Context, op string, epoch uint64, holder string, c *Checkpoint) error {
 	rowEpoch, rowHolder, found, err := s.readToken(ctx)
 	if err != nil {
 		return s.wrap(op, err)
@@ -194,8 +237,17 @@ func (s *MySQLStore) unchanged(ctx context.Context, op string, epoch uint64, hol
 	switch {
 	case found && rowEpoch == epoch && rowHolder == holder:
 		return nil // the row already held these values
+	case !found && c == nil:
+		return fmt.Errorf("%s: %s: the row is gone (deleted since this process claimed it at epoch %d): %w", s.where(), op, epoch, ErrSuperseded)
 	case !found:
-		return fmt.Errorf("%s: the row is gone (deleted since this process claimed it at epoch %d): %w", s.where(), epoch, ErrSuperseded)
+		// Never let the next process guess (source.start): keep what this one knows, c, whose
+		// transactions the brokers acknowledged, as a tombstone that every later start refuses
+		// until an operator writes a position back.
+		reason := fmt.Sprintf("the row was deleted while %s held it at epoch %d", holder, epoch)
+		if err := s.MarkLost(*c, holder, reason); err != nil {
+			return fmt.Errorf("%s: the row is gone (%s), and the tombstone with the last position %s was not written: %w", s.where(), reason, c.GTIDSet, err)
+		}
+		return &LostError{Where: s.where(), GTIDSet: c.GTIDSet, Lost: Lost{At: time.Now().UTC(), By: holder, Reason: reason}}
 	}
 	return fmt.Errorf("%s: the row is held by %q at epoch %d, this process writes as %q at epoch %d: %w",
 		s.where(), rowHolder, rowEpoch, holder, epoch, ErrSuperseded)
@@ -219,11 +271,8 @@ func (s *MySQLStore) Claim(holder string) (uint64, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), MySQLTimeout)
 	defer cancel()
-	_, err := s.cfg.DB.ExecContext(ctx, "INSERT INTO "+s.quote+
-		" (name, flavor, gtid_set, saved_at, epoch, holder) VALUES (?, '', '', UTC_TIMESTAMP(6), 1, ?)"+
-		" ON DUPLICATE KEY UPDATE epoch = epoch + 1, holder = VALUES(holder)", s.cfg.Name, holder)
-	if err != nil {
-		return 0, s.wrap("claim", err)
+	if err := s.claimRow(ctx, holder); err != nil {
+		return 0, err
 	}
 	epoch, rowHolder, _, err := s.readToken(ctx)
 	if err != nil {
@@ -235,7 +284,177 @@ func (s *MySQLStore) Claim(holder string) (uint64, error) {
 	s.mu.Lock()
 	s.epoch, s.holder = epoch, holder
 	s.mu.Unlock()
+	if err := s.takeHolderLock(ctx, holder); err != nil {
+		return 0, err
+	}
 	return epoch, nil
+}
+
+// claimRow bumps the row's epoch to holder, or creates it with this store's scope, in one
+// transaction that first refuses a tombstone or a row written for other tables: such a claim
+// would supersede the process that relays the row's own tables.
+func (s *MySQLStore) claimRow(ctx context.Context, holder string) error {
+	tx, err := s.cfg.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return s.wrap("claim", err)
+	}
+	defer tx.Rollback()
+	var c Checkpoint
+	var scope sql.NullString
+	err = tx.QueryRowContext(ctx, "SELECT gtid_set, scope FROM "+s.quote+" WHERE name = ? FOR UPDATE", s.cfg.Name).Scan(&c.GTIDSet, &scope)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return s.wrap("claim", err)
+	}
+	if err == nil {
+		if c.Scope, err = parseScope(scope); err != nil {
+			return fmt.Errorf("%s: corrupt row: %w; write a position with `outboxd checkpoint set`: %w", s.where(), err, ErrStoreMisconfigured)
+		}
+		want := c.Scope // a store without a scope of its own (a command) refuses only a tombstone
+		if s.cfg.Scope != nil {
+			want = s.cfg.Scope
+		}
+		if want != nil {
+			if err := CheckScope(s.where(), &c, want.Tables); err != nil {
+				return err
+			}
+		}
+	}
+	_, err = tx.ExecContext(ctx, "INSERT INTO "+s.quote+
+		" (name, flavor, gtid_set, saved_at, epoch, holder, scope) VALUES (?, '', '', UTC_TIMESTAMP(6), 1, ?, ?)"+
+		" ON DUPLICATE KEY UPDATE epoch = epoch + 1, holder = VALUES(holder)", s.cfg.Name, holder, scopeColumn(s.cfg.Scope))
+	if err != nil {
+		return s.wrap("claim", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return s.wrap("claim", err)
+	}
+	return nil
+}
+
+// MarkLost writes c, marked lost by holder for reason, as the row when the row is gone or
+// holds no position (only a claim): the tombstone that keeps the next start from guessing. A
+// row that holds a position (an operator's, or a tombstone already) is left as it is. It blocks
+// on a short transaction (bounded by MySQLTimeout).
+func (s *MySQLStore) MarkLost(c Checkpoint, holder, reason string) error {
+	if err := s.open(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), MySQLTimeout)
+	defer cancel()
+	if c.Scope == nil {
+		c.Scope = s.cfg.Scope
+	}
+	c = Tombstone(c, holder, reason, time.Now())
+	tx, err := s.cfg.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return s.wrap("write the tombstone", err)
+	}
+	defer tx.Rollback()
+	var flavor string
+	err = tx.QueryRowContext(ctx, "SELECT flavor FROM "+s.quote+" WHERE name = ? FOR UPDATE", s.cfg.Name).Scan(&flavor)
+	switch {
+	case err == nil && flavor != "":
+		return nil
+	case err != nil && !errors.Is(err, sql.ErrNoRows):
+		return s.wrap("write the tombstone", err)
+	}
+	var commit any
+	if !c.CommitTime.IsZero() {
+		commit = c.CommitTime.UTC().Format(timeLayout)
+	}
+	// holder 'lost' matches no process's token: every save still running on the row fails.
+	_, err = tx.ExecContext(ctx, "INSERT INTO "+s.quote+
+		" (name, flavor, gtid_set, binlog_file, binlog_pos, commit_time, saved_at, epoch, holder, scope) VALUES (?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), 1, 'lost', ?)"+
+		" ON DUPLICATE KEY UPDATE flavor = VALUES(flavor), gtid_set = VALUES(gtid_set), binlog_file = VALUES(binlog_file),"+
+		" binlog_pos = VALUES(binlog_pos), commit_time = VALUES(commit_time), saved_at = VALUES(saved_at), epoch = epoch + 1,"+
+		" holder = VALUES(holder), scope = VALUES(scope)",
+		s.cfg.Name, string(c.Flavor), c.GTIDSet, c.File, c.Pos, commit, scopeColumn(c.Scope))
+	if err != nil {
+		return s.wrap("write the tombstone", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return s.wrap("write the tombstone", err)
+	}
+	return nil
+}
+
+// takeHolderLock holds HolderLockName(holder) on a connection of its own from now until Close
+// (or the next claim): the liveness signal of this process as the row's holder. A lock another
+// connection holds (this process's own dropped connection the server has not noticed yet) is
+// taken again at a later save.
+func (s *MySQLStore) takeHolderLock(ctx context.Context, holder string) error {
+	name := HolderLockName(s.cfg.Table, s.cfg.Name, holder)
+	s.lockMu.Lock()
+	defer s.lockMu.Unlock()
+	if s.lockName != name && s.lockConn != nil {
+		s.lockConn.Close() // the server frees the old name with the connection
+		s.lockConn = nil
+	}
+	s.lockName = name
+	return s.ensureHolderLock(ctx)
+}
+
+// keepHolderLock re-takes the holder lock after its connection dropped (a writer restart, a
+// reset path). Failures are left for the next save: the lock is a signal for commands, not
+// part of the fencing.
+func (s *MySQLStore) keepHolderLock(ctx context.Context) {
+	s.lockMu.Lock()
+	defer s.lockMu.Unlock()
+	if s.lockName != "" {
+		_ = s.ensureHolderLock(ctx)
+	}
+}
+
+// ensureHolderLock checks that lockConn holds lockName, reconnecting and taking it when not.
+// The caller holds lockMu.
+func (s *MySQLStore) ensureHolderLock(ctx context.Context) error {
+	if s.lockConn != nil {
+		var mine sql.NullBool
+		err := s.lockConn.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?) = CONNECTION_ID()", s.lockName).Scan(&mine)
+		if err == nil && mine.Valid && mine.Bool {
+			return nil
+		}
+		s.lockConn.Close()
+		s.lockConn = nil
+	}
+	conn, err := s.cfg.DB.Conn(ctx)
+	if err != nil {
+		return s.wrap("take the holder lock", err)
+	}
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", s.lockName).Scan(&got); err != nil {
+		conn.Close()
+		return s.wrap("take the holder lock "+s.lockName, err)
+	}
+	if got.Int64 != 1 {
+		conn.Close()
+		return nil // held by a connection of ours the server has not dropped yet: retried at the next save
+	}
+	s.lockConn = conn
+	return nil
+}
+
+// LiveHolder reports the row's holder and, when that process runs (it holds its holder lock),
+// the connection id holding it. found is false when there is no row. It blocks on two
+// queries (bounded by ctx and MySQLTimeout).
+func (s *MySQLStore) LiveHolder(ctx context.Context) (holder string, connID uint64, alive bool, err error) {
+	if err := s.open(); err != nil {
+		return "", 0, false, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, MySQLTimeout)
+	defer cancel()
+	_, holder, found, err := s.readToken(ctx)
+	if err != nil {
+		return "", 0, false, s.wrap("read the row's holder", err)
+	}
+	if !found || holder == "" {
+		return holder, 0, false, nil
+	}
+	var id sql.NullInt64
+	if err := s.cfg.DB.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", HolderLockName(s.cfg.Table, s.cfg.Name, holder)).Scan(&id); err != nil {
+		return "", 0, false, s.wrap("read the holder lock", err)
+	}
+	return holder, uint64(id.Int64), id.Valid, nil
 }
 
 // Overwrite writes c as the row's position for an operator (outboxd checkpoint set and
@@ -259,12 +478,17 @@ func (s *MySQLStore) Overwrite(c Checkpoint, holder string) error {
 	if saved.IsZero() {
 		saved = time.Now()
 	}
+	if c.Scope == nil {
+		c.Scope = s.cfg.Scope
+	}
+	// The scope is replaced too: an operator's position clears a tombstone and takes on the
+	// table list of the config it was written with.
 	_, err := s.cfg.DB.ExecContext(ctx, "INSERT INTO "+s.quote+
-		" (name, flavor, gtid_set, binlog_file, binlog_pos, commit_time, saved_at, epoch, holder, layouts) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?)"+
+		" (name, flavor, gtid_set, binlog_file, binlog_pos, commit_time, saved_at, epoch, holder, layouts, scope) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?)"+
 		" ON DUPLICATE KEY UPDATE flavor = VALUES(flavor), gtid_set = VALUES(gtid_set), binlog_file = VALUES(binlog_file),"+
 		" binlog_pos = VALUES(binlog_pos), commit_time = VALUES(commit_time), saved_at = VALUES(saved_at), epoch = epoch + 1, holder = VALUES(holder),"+
-		" layouts = VALUES(layouts)",
-		s.cfg.Name, string(c.Flavor), c.GTIDSet, c.File, c.Pos, commit, saved.UTC().Format(timeLayout), holder, encodeLayouts(c.Layouts))
+		" layouts = VALUES(layouts), scope = VALUES(scope)",
+		s.cfg.Name, string(c.Flavor), c.GTIDSet, c.File, c.Pos, commit, saved.UTC().Format(timeLayout), holder, encodeLayouts(c.Layouts), scopeColumn(c.Scope))
 	if err != nil {
 		return s.wrap("overwrite", err)
 	}
@@ -311,6 +535,12 @@ func (s *MySQLStore) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.lockMu.Lock()
+	if s.lockConn != nil {
+		s.lockConn.Close() // frees the holder lock: commands see this process gone
+		s.lockConn = nil
+	}
+	s.lockMu.Unlock()
 	return s.cfg.DB.Close()
 }
 
@@ -394,7 +624,7 @@ func (s *MySQLStore) wrap(op string, err error) error {
 		fix = "create the table: " + oneLine(CreateTableSQL(s.cfg.Table))
 		for column := range addedColumns {
 			if me.Number == erBadField && strings.Contains(me.Message, "'"+column+"'") {
-				fix = "add the column this outboxd writes: " + AddColumnSQL(s.cfg.Table, column)
+				fix = "add the column a table created by an older outboxd lacks: " + AddColumnSQL(s.cfg.Table, column)
 			}
 		}
 	case erTableAccessDenied, erColumnAccess, erDBAccessDenied:

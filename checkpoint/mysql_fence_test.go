@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,12 +139,72 @@ func TestMySQLSaveNeedsEpochAndHolder(t *testing.T) {
 	if got := loadSet(t, a); got != "0-1-3" {
 		t.Fatalf("row moved to %s", got)
 	}
-	exec("DELETE FROM checkpoint WHERE name = 'orders'")
-	if err := a.Save(cp("0-1-4")); !errors.Is(err, ErrSuperseded) {
-		t.Fatalf("Save on a deleted row: %v, want ErrSuperseded", err)
+}
+
+// A deleted row is never left for the next process to guess: the holder's save writes a
+// tombstone with the position it knew, every claim refuses it, and an operator's Overwrite
+// clears it.
+func TestMySQLDeletedRowBecomesTombstone(t *testing.T) {
+	st, exec := fenceStores(t, 2)
+	a, b := st[0], st[1]
+	if _, err := a.Claim("holder-a"); err != nil {
+		t.Fatal(err)
 	}
-	if got := loadSet(t, a); got != "<none>" {
-		t.Fatalf("a Save recreated the deleted row: %s", got)
+	if err := a.Save(cp("0-1-3")); err != nil {
+		t.Fatal(err)
+	}
+	exec("DELETE FROM checkpoint WHERE name = 'orders'")
+	err := a.Save(cp("0-1-4"))
+	if !errors.Is(err, ErrCheckpointLost) || !strings.Contains(err.Error(), "0-1-4") || !strings.Contains(err.Error(), "checkpoint set") {
+		t.Fatalf("Save on a deleted row: %v, want ErrCheckpointLost naming 0-1-4 and checkpoint set", err)
+	}
+	c, err := b.Load()
+	if err != nil || c == nil || c.GTIDSet != "0-1-4" || c.Scope == nil || c.Scope.Lost == nil {
+		t.Fatalf("row after the lost save: %+v, %v; want a tombstone at 0-1-4", c, err)
+	}
+	if err := CheckScope("x", c, nil); !errors.Is(err, ErrCheckpointLost) {
+		t.Fatalf("CheckScope of the tombstone: %v", err)
+	}
+	if _, err := b.Claim("holder-b"); !errors.Is(err, ErrCheckpointLost) || !errors.Is(err, ErrStoreMisconfigured) {
+		t.Fatalf("Claim of a tombstone: %v, want ErrCheckpointLost (not retryable)", err)
+	}
+	if err := b.Overwrite(cp("0-1-4"), "operator"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Claim("holder-b"); err != nil {
+		t.Fatalf("Claim after checkpoint set: %v", err)
+	}
+}
+
+// A claim refuses a row written for other tables (without touching its token), and the
+// holder's lock tells commands that it runs until it closes.
+func TestMySQLClaimScopeAndHolderLock(t *testing.T) {
+	st, _ := fenceStores(t, 2)
+	a, b := st[0], st[1]
+	a.cfg.Scope = NewScope("", []string{"shop.outbox_event"})
+	b.cfg.Scope = NewScope("", []string{"shop.outbox_b"})
+	if _, err := a.Claim("holder-a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Save(cp("0-1-3")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := b.Claim("holder-b")
+	var se *ScopeError
+	if !errors.As(err, &se) || !errors.Is(err, ErrStoreMisconfigured) || !strings.Contains(err.Error(), "tables added: shop.outbox_b") ||
+		!strings.Contains(err.Error(), "tables removed: shop.outbox_event") {
+		t.Fatalf("Claim of another scope's row: %v", err)
+	}
+	if e, h := token(t, b); e != 1 || h != "holder-a" {
+		t.Fatalf("the refused claim moved the token to %d/%s", e, h)
+	}
+	holder, id, alive, err := b.LiveHolder(context.Background())
+	if err != nil || holder != "holder-a" || !alive || id == 0 {
+		t.Fatalf("LiveHolder while a runs: %q %d %v %v", holder, id, alive, err)
+	}
+	a.Close()
+	if _, _, alive, err := b.LiveHolder(context.Background()); err != nil || alive {
+		t.Fatalf("LiveHolder after a closed: alive %v, %v", alive, err)
 	}
 }
 

@@ -53,5 +53,5 @@ func (s *MySQLStore) SaveMark(ctx context.Context, t time.Time) error {
 	if n, err := res.RowsAffected(); err == nil && n > 0 {
 		return nil
 	}
-	return s.unchanged(ctx, "save the reconcile mark", epoch, holder)
+	return s.unchanged(ctx, "save the reconcile mark", epoch, holder, nil)
 }

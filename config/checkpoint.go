@@ -68,6 +68,6 @@ func (c *Config) validateHA(p *problems) {
 		p.add("ha.lease", "must be at least 1s (default %s); got %s", DefaultHALease, h.Lease)
 	}
 	if n := len(h.LockName); c.Checkpoint.MySQL() && (n == 0 || n > 64) {
-		p.add("ha.lock_name", "%q must be 1 to 64 characters (GET_LOCK's limit; default outboxd.<checkpoint.name>)", h.LockName)
+		p.add("ha.lock_name", "%q must be 1 to 64 characters (GET_LOCK's limit; default outboxd.<checkpoint.name>.<hash of the tables>)", h.LockName)
 	}
 }

@@ -8,10 +8,13 @@ package config
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -292,20 +295,49 @@ type Checkpoint struct {
 // sends, the others wait as hot standbys. It needs checkpoint.store: mysql.
 type HA struct {
 	Enabled bool `yaml:"enabled"`
-	// LockName is the GET_LOCK name; default "outboxd." + checkpoint.name.
+	// LockName is the GET_LOCK name; default DefaultLockName of checkpoint.name and the tables.
 	LockName string `yaml:"lock_name"`
 	// Lease is how long the leader goes on without proving it holds the lock before it fences
 	// itself (stops reading and sending, never saves again); default DefaultHALease.
 	Lease time.Duration `yaml:"lease"`
 }
 
-// LockName is the leader lock's name: ha.lock_name, or its default from checkpoint.name (also
-// without ha, for commands that check whether a leader runs). Pure.
+// LockName is the leader lock's name: ha.lock_name, or its default from checkpoint.name and the
+// outbox tables (also without ha, for commands that check whether a leader runs). Pure.
 func (c *Config) LockName() string {
 	if c.HA.LockName != "" {
 		return c.HA.LockName
 	}
-	return "outboxd." + c.Checkpoint.Name
+	return DefaultLockName(c.Checkpoint.Name, c.ScopeTables())
+}
+
+// ScopeTables are the outbox tables this config relays, schema.table, sorted and without
+// duplicates: what its checkpoint covers. Pure.
+func (c *Config) ScopeTables() []string {
+	out := make([]string, 0, len(c.Tables))
+	for _, t := range c.Tables {
+		out = append(out, t.Schema()+"."+t.Name())
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// DefaultLockName is ha.lock_name's default: "outboxd." + name + "." + a short hash of the
+// sorted table list, so that two configs sharing a checkpoint.name but relaying different
+// tables never form one HA group without a word (each then finds the row written for the
+// other's tables and refuses it). A name too long for GET_LOCK's 64 characters is hashed
+// whole. Pure.
+func DefaultLockName(name string, tables []string) string {
+	t := slices.Clone(tables)
+	slices.Sort(t)
+	t = slices.Compact(t)
+	sum := sha256.Sum256([]byte(strings.Join(t, "\n")))
+	n := "outboxd." + name + "." + hex.EncodeToString(sum[:4])
+	if len(n) <= 64 {
+		return n
+	}
+	all := sha256.Sum256([]byte(name + "\x00" + strings.Join(t, "\n")))
+	return "outboxd." + hex.EncodeToString(all[:20])
 }
 
 // source.on_missing_gtids values.
@@ -567,7 +599,7 @@ func (c *Config) ApplyDefaults() {
 	if c.HA.Enabled {
 		setDefaultDur(&c.HA.Lease, DefaultHALease)
 		if c.Checkpoint.Name != "" {
-			setDefault(&c.HA.LockName, "outboxd."+c.Checkpoint.Name)
+			setDefault(&c.HA.LockName, DefaultLockName(c.Checkpoint.Name, c.ScopeTables()))
 		}
 	}
 	setDefault(&c.Log.Level, DefaultLogLevel)

@@ -11,7 +11,8 @@ func TestHADefaultsAndDerived(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.HA.Lease != DefaultHALease || c.HA.LockName != "outboxd.orders" || c.LockName() != "outboxd.orders" {
+	want := DefaultLockName("orders", c.ScopeTables())
+	if c.HA.Lease != DefaultHALease || c.HA.LockName != want || c.LockName() != want || !strings.HasPrefix(want, "outboxd.orders.") {
 		t.Fatalf("ha %+v", c.HA)
 	}
 	if got := c.LongestSend(); got != DefaultKafkaTimeout {
@@ -24,9 +25,9 @@ func TestHADefaultsAndDerived(t *testing.T) {
 	if c.HA.Lease != 3*time.Second || c.LockName() != "relay-lock" {
 		t.Fatalf("ha %+v", c.HA)
 	}
-	// Without ha the lock name commands check still follows checkpoint.name.
+	// Without ha the lock name commands check still follows checkpoint.name and the tables.
 	c, err = parse([]byte(minimal+"checkpoint: {store: mysql, name: orders}\n"), noEnv)
-	if err != nil || c.LockName() != "outboxd.orders" || c.HA.LockName != "" {
+	if err != nil || c.LockName() != want || c.HA.LockName != "" {
 		t.Fatalf("no ha: %v %+v", err, c.HA)
 	}
 }
@@ -35,7 +36,7 @@ func TestHAValidation(t *testing.T) {
 	for _, c := range []struct{ yaml, want string }{
 		{"ha: {enabled: true}", "ha.enabled (line 13): needs checkpoint.store: mysql: a checkpoint file lives on one machine's disk"},
 		{"checkpoint: {store: mysql, name: orders}\nha: {enabled: true, lease: 500ms}", "ha.lease (line 14): must be at least 1s"},
-		{"checkpoint: {store: mysql, name: " + strings.Repeat("n", 60) + "}\nha: {enabled: true}", "ha.lock_name"},
+		{"checkpoint: {store: mysql, name: orders}\nha: {enabled: true, lock_name: " + strings.Repeat("n", 65) + "}", "ha.lock_name"},
 		{"checkpoint: {store: mysql, name: orders}\nha: {lease: 3s}", "ha.lease (line 14): is only for ha.enabled: true"},
 		{"checkpoint: {store: mysql, name: orders}\nha: {enabled: true, lockname: x}", "lockname"},
 	} {
@@ -81,5 +82,29 @@ func TestWriterAddrRequiredWithSeveralAddrs(t *testing.T) {
 	c, err := parse([]byte(strings.Replace(y, "name: orders}", "name: orders, writer_addr: \"primary.db:3306\"}", 1)), noEnv)
 	if err != nil || c.Checkpoint.WriterAddr != "primary.db:3306" {
 		t.Fatalf("%v %+v", err, c.Checkpoint)
+	}
+}
+
+// The default lock name tells table lists apart (so configs relaying different tables never
+// share an HA group), ignores their order and duplicates, and fits GET_LOCK's 64 characters.
+func TestDefaultLockName(t *testing.T) {
+	a := DefaultLockName("orders", []string{"shop.outbox_event"})
+	b := DefaultLockName("orders", []string{"shop.outbox_b"})
+	ab := DefaultLockName("orders", []string{"shop.outbox_event", "shop.outbox_b"})
+	ba := DefaultLockName("orders", []string{"shop.outbox_b", "shop.outbox_event", "shop.outbox_b"})
+	if a == b || a == ab || b == ab {
+		t.Fatalf("different table lists share a lock name: %s %s %s", a, b, ab)
+	}
+	if ab != ba {
+		t.Fatalf("order or duplicates change the name: %s vs %s", ab, ba)
+	}
+	if !strings.HasPrefix(a, "outboxd.orders.") || len(a) != len("outboxd.orders.")+8 {
+		t.Fatalf("short name %q, want outboxd.orders.<8 hex>", a)
+	}
+	long := strings.Repeat("n", 64)
+	l1 := DefaultLockName(long, []string{"shop.outbox_event"})
+	l2 := DefaultLockName(long[:63]+"m", []string{"shop.outbox_event"})
+	if len(l1) > 64 || l1 == l2 || l1 == DefaultLockName(long, []string{"shop.outbox_b"}) {
+		t.Fatalf("long names: %q (%d) %q", l1, len(l1), l2)
 	}
 }

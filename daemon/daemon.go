@@ -140,6 +140,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 	}
 	r.m = metrics.New(mo)
 	r.saver = newSavedStore(store, r.m)
+	r.saver.scope = ScopeOf(cfg)
 	declareSinks(r.m, cfg)
 	r.src.m = r.m
 	r.src.layouts = r.saver.layouts
@@ -283,6 +284,11 @@ func ResolveStart(ctx context.Context, db *sql.DB, cfg *config.Config, store che
 	default:
 		cp, err := store.Load()
 		if err != nil {
+			return gtid.Set{}, "", err
+		}
+		// Trusted only by the config it was written for: a tombstone, or a checkpoint of other
+		// tables, stops here, at every start and every takeover.
+		if err := checkpoint.CheckScope(cfg.Checkpoint.Where(), cp, cfg.ScopeTables()); err != nil {
 			return gtid.Set{}, "", err
 		}
 		if cp != nil {

@@ -32,7 +32,9 @@ type savedStore struct {
 	mu sync.Mutex
 	// guard, when set, must pass before every save: the leader's proof that it holds the lock
 	// (election.Term.Check). A fenced leader's saves fail here without touching the store.
-	guard        func() error
+	guard func() error
+	// scope is written with every save that carries none: what this process's checkpoint covers.
+	scope        *checkpoint.Scope
 	last         checkpoint.Checkpoint // on disk; zero Flavor before the first save or load
 	failingSince time.Time             // of the current run of failed saves
 	lastErr      error
@@ -51,6 +53,9 @@ func (s *savedStore) Save(c checkpoint.Checkpoint) error {
 		if err := guard(); err != nil {
 			return fmt.Errorf("not saved: %w", err)
 		}
+	}
+	if c.Scope == nil {
+		c.Scope = s.scope
 	}
 	err := s.store.Save(c)
 	if err != nil {

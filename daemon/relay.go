@@ -230,6 +230,17 @@ func (r *relay) resolve(ctx context.Context, fromGTID string) (gtid.Set, string,
 		if err != nil {
 			return gtid.Set{}, "", err
 		}
+		if c == nil && earlier.ok {
+			// This process loaded or saved a position, and the checkpoint is gone now (a row
+			// deleted while it stood by, or since its last term): source.start is only for a
+			// first start that never had one.
+			return gtid.Set{}, "", markLost(r.saver.store, r.cfg, earlier.last, r.holder(),
+				"the checkpoint was missing when this process took over, after it had read "+earlier.last.GTIDSet)
+		}
+		if c != nil && c.Scope == nil {
+			r.log.Warn().Strs("tables", r.cfg.ScopeTables()).Str("gtid_set", c.GTIDSet).
+				Msg("the checkpoint records no table list (written by an older outboxd): adopted for this config's tables, which the next save records")
+		}
 		if c != nil && c.Flavor == r.cfg.Source.Flavor {
 			if cp, err = c.Set(); err == nil {
 				hasCP = true

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -186,4 +187,16 @@ func (r *relay) claimAlone(ctx context.Context) (uint64, error) {
 			return 0, nil
 		}
 	}
+}
+
+// holder names this process in a tombstone: its token's holder with the mysql store, its host
+// and pid with the file store.
+func (r *relay) holder() string {
+	if ms, ok := r.saver.store.(*checkpoint.MySQLStore); ok {
+		if _, h := ms.OwnToken(); h != "" {
+			return h
+		}
+	}
+	host, _ := os.Hostname()
+	return fmt.Sprintf("outboxd on %s pid %d", host, os.Getpid())
 }

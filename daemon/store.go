@@ -31,7 +31,7 @@ func OpenStore(ctx context.Context, cfg *config.Config, log zerolog.Logger) (che
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint.writer_addr %s: %w", conn.Addr, err)
 	}
-	st, err := checkpoint.OpenMySQL(checkpoint.MySQLConfig{DB: db, Table: cfg.Checkpoint.Table, Name: cfg.Checkpoint.Name, Addr: conn.Addr})
+	st, err := checkpoint.OpenMySQL(checkpoint.MySQLConfig{DB: db, Table: cfg.Checkpoint.Table, Name: cfg.Checkpoint.Name, Addr: conn.Addr, Scope: ScopeOf(cfg)})
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -51,6 +51,29 @@ func checkMarkColumn(ctx context.Context, store checkpoint.Storage) error {
 		return err
 	}
 	return nil
+}
+
+// ScopeOf is what a checkpoint written with cfg covers: its outbox tables, and its source
+// (flavor and addresses, as outboxd sees it; for diagnostics). Pure.
+func ScopeOf(cfg *config.Config) *checkpoint.Scope {
+	return checkpoint.NewScope(string(cfg.Source.Flavor)+"://"+strings.Join(cfg.Source.Addrs, ","), cfg.ScopeTables())
+}
+
+// markLost writes last, the position this process loaded or saved, as a tombstone in place of
+// a checkpoint it found gone, and returns the error that stops it: a lost checkpoint is never
+// replaced by source.start, which would skip what was committed since last.
+func markLost(store checkpoint.Storage, cfg *config.Config, last checkpoint.Checkpoint, by, reason string) error {
+	var err error
+	if ms, ok := store.(*checkpoint.MySQLStore); ok {
+		err = ms.MarkLost(last, by, reason)
+	} else {
+		err = store.Save(checkpoint.Tombstone(last, by, reason, time.Now()))
+	}
+	lost := &checkpoint.LostError{Where: cfg.Checkpoint.Where(), GTIDSet: last.GTIDSet, Lost: checkpoint.Lost{At: time.Now().UTC(), By: by, Reason: reason}}
+	if err != nil {
+		return fmt.Errorf("%w (the tombstone was not written: %w)", lost, err)
+	}
+	return lost
 }
 
 // WriterConn is how the mysql store reaches the writable primary: source's credentials and TLS
@@ -88,7 +111,7 @@ func (f *storeFault) report(err error) {
 		!errors.Is(err, checkpoint.ErrSuperseded) {
 		return // transient (a lock wait): the pipeline retries
 	}
-	if errors.Is(err, checkpoint.ErrSuperseded) {
+	if errors.Is(err, checkpoint.ErrSuperseded) || errors.Is(err, checkpoint.ErrCheckpointLost) {
 		// Another process claimed the row: it relays this checkpoint now. Halt as after a
 		// fence (no drain of the queued batches into the broker beside it, no final save,
 		// which would be refused anyway).

@@ -26,6 +26,9 @@ func checkpointTableRequest(cfg *config.Config) server.CheckpointTable {
 // columns and the account's SELECT, INSERT and UPDATE on it. A no-op for the file store.
 func checkStore(ctx context.Context, cfg *config.Config, r *CheckReport) {
 	if !cfg.Checkpoint.MySQL() {
+		if cp, err := checkpoint.Read(cfg.Checkpoint.Path); err == nil {
+			checkScope(cfg, cp, r)
+		}
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
@@ -66,4 +69,43 @@ func checkStore(ctx context.Context, cfg *config.Config, r *CheckReport) {
 			r.Verified = append(r.Verified, v)
 		}
 	}
+	if flagged(server.CheckCheckpointTable) || flagged(server.CheckCheckpointGrants) {
+		return
+	}
+	st, err := checkpoint.OpenMySQL(checkpoint.MySQLConfig{DB: db, Table: cfg.Checkpoint.Table, Name: cfg.Checkpoint.Name, Addr: conn.Addr})
+	if err != nil {
+		return
+	}
+	// Not closed: that would close db, which the deferred Close above does.
+	if cp, err := st.Load(); err == nil {
+		checkScope(cfg, cp, r)
+	} else {
+		fail("cannot read the checkpoint row", err)
+	}
+}
+
+// checkCheckpointScope names the check that the checkpoint covers this config's tables and
+// is no tombstone.
+const checkCheckpointScope = "checkpoint_scope"
+
+// checkScope reports a checkpoint that run would refuse: one written for other tables, or the
+// tombstone of a lost one.
+func checkScope(cfg *config.Config, cp *checkpoint.Checkpoint, r *CheckReport) {
+	subject := "checkpoint " + cfg.Checkpoint.Where()
+	if err := checkpoint.CheckScope(cfg.Checkpoint.Where(), cp, cfg.ScopeTables()); err != nil {
+		r.Problems = append(r.Problems, CheckItem{
+			Check: checkCheckpointScope, Subject: subject, Message: err.Error(),
+			line: fmt.Sprintf("%s: %v [check %s]", subject, err, checkCheckpointScope),
+		})
+		return
+	}
+	msg := "none yet: the first run starts at source.start"
+	if cp != nil {
+		msg = "covers this config's tables"
+		if cp.Scope == nil {
+			msg = "records no table list (written by an older outboxd): the next run adopts it for this config's tables"
+		}
+	}
+	r.Verified = append(r.Verified, CheckItem{Check: checkCheckpointScope, Subject: subject, Message: msg,
+		line: fmt.Sprintf("%s: %s [check %s]", subject, msg, checkCheckpointScope)})
 }

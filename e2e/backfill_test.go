@@ -378,14 +378,14 @@ func TestBackfillMySQLStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got int
-	if err := lock.QueryRowContext(context.Background(), "SELECT GET_LOCK('outboxd.bf', 0)").Scan(&got); err != nil || got != 1 {
+	if err := lock.QueryRowContext(context.Background(), "SELECT GET_LOCK(?, 0)", lockNameOf(o, "bf")).Scan(&got); err != nil || got != 1 {
 		t.Fatalf("GET_LOCK: %d, %v", got, err)
 	}
 	code, out := runBinary(t, "backfill", "--config", cfgPath, "--table", w.schema+".outbox_event")
 	if code != 1 || !strings.Contains(out, "leader lock") {
 		t.Fatalf("backfill while the leader lock is held exited %d, want 1:\n%s", code, out)
 	}
-	if _, err := lock.ExecContext(context.Background(), "DO RELEASE_LOCK('outboxd.bf')"); err != nil {
+	if _, err := lock.ExecContext(context.Background(), "DO RELEASE_LOCK(?)", lockNameOf(o, "bf")); err != nil {
 		t.Fatal(err)
 	}
 	lock.Close()

@@ -372,7 +372,7 @@ func TestCleanupLeaderOnly(t *testing.T) {
 	}
 	defer lock.Close()
 	var got int
-	if err := lock.QueryRowContext(context.Background(), "SELECT GET_LOCK(?, 0)", "outboxd.cl-"+cw.schema).Scan(&got); err != nil || got != 1 {
+	if err := lock.QueryRowContext(context.Background(), "SELECT GET_LOCK(?, 0)", lockNameOf(cw.o, "cl-"+cw.schema)).Scan(&got); err != nil || got != 1 {
 		t.Fatalf("GET_LOCK = %d, %v", got, err)
 	}
 	cw.o.Extra = "ha: {enabled: true}\ncleanup: {retention: 1s, time_zone: SYSTEM, " + hold + "}\n"
@@ -386,7 +386,7 @@ func TestCleanupLeaderOnly(t *testing.T) {
 	}
 	// Leading, it sweeps the rows the first run delivered (their keys were never in its
 	// memory), found on the broker, and keeps the dead-lettered ones.
-	if _, err := lock.ExecContext(context.Background(), "DO RELEASE_LOCK(?)", "outboxd.cl-"+cw.schema); err != nil {
+	if _, err := lock.ExecContext(context.Background(), "DO RELEASE_LOCK(?)", lockNameOf(cw.o, "cl-"+cw.schema)); err != nil {
 		t.Fatal(err)
 	}
 	cw.waitLeft(time.Minute)

@@ -55,7 +55,7 @@ type haWorld struct {
 	opts   haOpts
 	table  string // the checkpoint table
 	ckName string // checkpoint.name
-	lock   string // the lock name (the contract's default: "outboxd." + checkpoint.name)
+	lock   string // the lock name (the default: from checkpoint.name and the tables)
 	inst   []*haInstance
 }
 
@@ -83,8 +83,8 @@ func newHAWorldOn(t *testing.T, w *world, o haOpts) *haWorld {
 	}
 	t.Cleanup(func() { kc.Close(); tap.Close() })
 	h := &haWorld{t: t, w: w, kc: kc, tap: tap, opts: o, ckName: "ha-" + w.schema}
-	h.lock = "outboxd." + h.ckName
 	base := simpleCfg(t, w, kc, w.position())
+	h.lock = lockNameOf(base, h.ckName)
 	h.table = useMySQLStore(w, &base, h.ckName)
 	base.Interval = o.Interval
 	base.ServerID = 1000 + int(serverIDs.Add(1)) // one server_id for all: the same config

@@ -32,7 +32,7 @@ func TestHAKilledLockConnectionsWhileRowsFlow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer root.Close()
-	lock := "outboxd.ha-churn"
+	lock := lockNameOf(o, "ha-churn")
 	holder := func(within time.Duration, not uint64) uint64 {
 		t.Helper()
 		deadline := time.Now().Add(within)

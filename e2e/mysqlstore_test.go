@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/checkpoint"
+	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/daemon"
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/testenv/faultproxy"
@@ -24,6 +25,16 @@ func useMySQLStore(w *world, o *cfgOpts, name string) string {
 	w.exec(checkpoint.CreateTableSQL(table))
 	o.Checkpoint = fmt.Sprintf("store: mysql, table: %s, name: %s", table, name)
 	return table
+}
+
+// lockNameOf is the default leader lock name of o with checkpoint.name name.
+func lockNameOf(o cfgOpts, name string) string {
+	tables := make([]string, 0, len(o.Tables))
+	for _, t := range o.Tables {
+		name, _, _ := strings.Cut(t, "\n") // an entry may carry more YAML lines
+		tables = append(tables, name)
+	}
+	return config.DefaultLockName(name, tables)
 }
 
 // storeRow reads the checkpoint row: its gtid_set and saved_at ("" when there is none).

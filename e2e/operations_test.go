@@ -139,7 +139,23 @@ func TestAddedOutboxTableStartsAtTheCheckpoint(t *testing.T) {
 	}
 	w.commitTo("billing_outbox", row{EventID: "b-down", Key: "k", Topic: "t", Payload: []byte("3")})
 
+	// A checkpoint covers the tables it was written for: the config with one more is refused,
+	// naming it, until the operator records the new list at a position of their choosing (the
+	// checkpoint's own here, which b-down comes after).
 	o.Tables = append(o.Tables, w.schema+".billing_outbox")
+	r = startRelay(t, o, daemon.Options{})
+	select {
+	case err := <-r.done:
+		close(r.done) // for the cleanup's stop
+		if err == nil || !strings.Contains(err.Error(), "tables added: "+w.schema+".billing_outbox") {
+			t.Fatalf("run with an added table: %v, want a refusal naming it", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("run with an added table did not stop")
+	}
+	if code, out := runBinary(t, "checkpoint", "set", "--config", writeCfg(t, o), "--from-checkpoint"); code != 0 {
+		t.Fatalf("checkpoint set --from-checkpoint: exit %d:\n%s", code, out)
+	}
 	startRelay(t, o, daemon.Options{})
 	w.commitTo("billing_outbox", row{EventID: "b-late", Key: "k", Topic: "t", Payload: []byte("4")})
 	c := newConsumer(t, kc, "t")

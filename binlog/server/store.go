@@ -121,7 +121,7 @@ func InspectCheckpoint(ctx context.Context, db *sql.DB, t CheckpointTable) ([]Pr
 				}
 			}
 			if len(alters) == len(lack) {
-				fix = "add the columns this release writes: " + strings.Join(alters, " ")
+				fix = "add what this outboxd version writes (the table was created by an older one): " + strings.Join(alters, " ")
 			}
 			ps = append(ps, Problem{
 				Setting: "table " + t.Name, Check: CheckCheckpointTable, Table: t.Name,

@@ -44,14 +44,15 @@ func cmdBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return &exitError{code: 2, err: err}
 	}
 	// The file's lock, held until the end, keeps an outboxd off the checkpoint meanwhile; the
-	// mysql store is guarded by its leader lock, checked now and again before the write.
+	// mysql store is guarded by the leader lock and the row holder's lock, checked now and
+	// again before the write.
 	store, err := openCLIStore(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 	if cfg.Checkpoint.MySQL() && !*ignoreLeader {
-		if err := refuseWhileLeading(ctx, cfg); err != nil {
+		if err := refuseWhileRunning(ctx, cfg, store); err != nil {
 			return err
 		}
 	}
@@ -107,12 +108,12 @@ func cmdBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return nil
 	}
 	if cfg.Checkpoint.MySQL() && !*ignoreLeader {
-		if err := refuseWhileLeading(ctx, cfg); err != nil {
+		if err := refuseWhileRunning(ctx, cfg, store); err != nil {
 			return fmt.Errorf("the rows were sent but the checkpoint was not set: %w", err)
 		}
 	}
 	cp := checkpoint.Checkpoint{Flavor: cfg.Source.Flavor, GTIDSet: snap.Position.String(), SavedAt: timeNow()}
-	if err := replaceCheckpoint(store, cp, "backfill"); err != nil {
+	if err := replaceCheckpoint(cfg, store, cp, "backfill"); err != nil {
 		return fmt.Errorf("the rows were sent but the checkpoint was not set: %w", err)
 	}
 	prev := "(none)"

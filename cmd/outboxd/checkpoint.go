@@ -25,7 +25,7 @@ func openCLIStore(ctx context.Context, cfg *config.Config) (checkpoint.Storage, 
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint.writer_addr: %w", err)
 	}
-	st, err := checkpoint.OpenMySQL(checkpoint.MySQLConfig{DB: db, Table: cfg.Checkpoint.Table, Name: cfg.Checkpoint.Name, Addr: conn.Addr})
+	st, err := checkpoint.OpenMySQL(checkpoint.MySQLConfig{DB: db, Table: cfg.Checkpoint.Table, Name: cfg.Checkpoint.Name, Addr: conn.Addr, Scope: daemon.ScopeOf(cfg)})
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -90,7 +90,7 @@ func cmdCheckpointMigrate(ctx context.Context, args []string, stdout, stderr io.
 		return fmt.Errorf("checkpoint %s already holds %s: pass --overwrite to replace it with %s from %s",
 			cfg.Checkpoint.Where(), old.GTIDSet, cp.GTIDSet, *from)
 	}
-	if err := replaceCheckpoint(store, *cp, "checkpoint migrate"); err != nil {
+	if err := replaceCheckpoint(cfg, store, *cp, "checkpoint migrate"); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "checkpoint %s -> %s: %s\n", *from, cfg.Checkpoint.Where(), cp.GTIDSet)
@@ -107,7 +107,7 @@ func openStoreToReplace(ctx context.Context, cfg *config.Config, set gtid.Set, f
 		return nil, nil, err
 	}
 	if cfg.Checkpoint.MySQL() && !ignoreLeader {
-		if err := refuseWhileLeading(ctx, cfg); err != nil {
+		if err := refuseWhileRunning(ctx, cfg, store); err != nil {
 			store.Close()
 			return nil, nil, err
 		}
@@ -148,10 +148,37 @@ func refuseWhileLeading(ctx context.Context, cfg *config.Config) error {
 	return nil
 }
 
-// replaceCheckpoint writes cp for an operator: the mysql store's row is taken over (its epoch
-// bumped) so that an outboxd still running on it cannot write over cp; the file is replaced
-// under its lock.
-func replaceCheckpoint(store checkpoint.Storage, cp checkpoint.Checkpoint, what string) error {
+// refuseWhileRunning fails when an outboxd runs on the mysql store's checkpoint of cfg: an HA
+// leader holds the leader lock, or the row's holder (with or without ha) holds its holder lock.
+// Without it a backfill or a position written beside a running outboxd would be interleaved
+// with its sends, or superseded by its next save.
+func refuseWhileRunning(ctx context.Context, cfg *config.Config, store checkpoint.Storage) error {
+	if err := refuseWhileLeading(ctx, cfg); err != nil {
+		return err
+	}
+	ms, ok := store.(*checkpoint.MySQLStore)
+	if !ok {
+		return nil
+	}
+	holder, id, alive, err := ms.LiveHolder(ctx)
+	if err != nil {
+		return err
+	}
+	if alive {
+		return &exitError{code: 1, err: fmt.Errorf("an outboxd runs on checkpoint %s: its holder %q holds its lock (connection %d on %s); "+
+			"stop that outboxd (every replica of the deployment) first, or pass --ignore-leader to go on anyway (it is then superseded at its next save and exits without saving)",
+			cfg.Checkpoint.Where(), holder, id, daemon.WriterConn(cfg).Addr)}
+	}
+	return nil
+}
+
+// replaceCheckpoint writes cp for an operator, with cfg's scope unless cp has one: the mysql
+// store's row is taken over (its epoch bumped) so that an outboxd still running on it cannot
+// write over cp; the file is replaced under its lock. Either clears a tombstone.
+func replaceCheckpoint(cfg *config.Config, store checkpoint.Storage, cp checkpoint.Checkpoint, what string) error {
+	if cp.Scope == nil {
+		cp.Scope = daemon.ScopeOf(cfg)
+	}
 	if ms, ok := store.(*checkpoint.MySQLStore); ok {
 		return ms.Overwrite(cp, "outboxd "+what+" "+election.NewHolderID())
 	}

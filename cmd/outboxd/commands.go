@@ -187,17 +187,26 @@ func cmdCheckpointShow(ctx context.Context, args []string, stdout, stderr io.Wri
 
 func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newConfigFlags("checkpoint set", stdout, stderr)
-	set := fs.String("gtid", "", "the executed GTID set to resume after (required)")
+	set := fs.String("gtid", "", "the executed GTID set to resume after (this or --from-checkpoint is required)")
+	fromCP := fs.Bool("from-checkpoint", false, "keep the checkpoint's position (also a lost one's last known position) and record this config's tables as what it covers")
 	force := fs.Bool("force", false, "accept a set that lacks a source the server has")
 	ignoreLeader := fs.Bool("ignore-leader", false, "write the row although a leader holds the lock (it is superseded and exits)")
-	acceptLayout := fs.Bool("accept-layout", false, "record the outbox tables' current column layouts with the checkpoint (without --gtid: keep its position); "+
+	acceptLayout := fs.Bool("accept-layout", false, "record the outbox tables' current column layouts with the checkpoint (without --gtid: keep its position, as --from-checkpoint does); "+
 		"only when no rows were written between the checkpoint and the ALTER TABLE, or after relaying them with the old layout")
 	cfg, err := fs.load(args)
 	if err != nil {
 		return err
 	}
-	if *set == "" && !*acceptLayout {
-		return &exitError{code: 2, err: errors.New("--gtid is required (or --accept-layout alone, to keep the position)")}
+	if *acceptLayout && *set == "" {
+		*fromCP = true // --accept-layout alone keeps the position
+	}
+	if (*set == "") == !*fromCP {
+		return &exitError{code: 2, err: errors.New("give exactly one of --gtid SET and --from-checkpoint (or --accept-layout alone, to keep the position)")}
+	}
+	if *fromCP {
+		if *set, err = currentPosition(ctx, cfg); err != nil {
+			return err
+		}
 	}
 	var parsed gtid.Set
 	if *set != "" {
@@ -208,28 +217,27 @@ func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writ
 	// The file's lock makes this fail while outboxd runs on the same checkpoint; the mysql
 	// store's guard is the leader lock, and the row's epoch stops an outboxd without ha. A
 	// position kept as it is needs no check against the source.
-	store, old, err := openStoreToReplace(ctx, cfg, parsed, *force || *set == "", *ignoreLeader)
+	store, old, err := openStoreToReplace(ctx, cfg, parsed, *force || *fromCP, *ignoreLeader)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 	cp := checkpoint.Checkpoint{Flavor: cfg.Source.Flavor, GTIDSet: parsed.String(), SavedAt: timeNow()}
-	if *set == "" {
-		if old == nil {
-			return &exitError{code: 1, err: fmt.Errorf("no checkpoint at %s to record the layouts with: give the position with --gtid", cfg.Checkpoint.Where())}
-		}
-		cp = *old
+	if *fromCP && old != nil && old.GTIDSet == cp.GTIDSet {
+		cp = *old // the same position: keep what it recorded (commit time, layouts)
 		cp.SavedAt = timeNow()
+		cp.Scope = nil // but cover this config's tables (replaceCheckpoint), as a live one does
+	} else {
+		// At a new position the layouts there are unknown: none are written, and the next
+		// start records the current ones with a warning.
+		cp.Layouts = nil
 	}
-	// Without --accept-layout the layouts at the new position are unknown: none are written,
-	// and the next start records the current ones with a warning.
-	cp.Layouts = nil
 	if *acceptLayout {
 		if cp.Layouts, err = currentLayouts(ctx, cfg); err != nil {
 			return err
 		}
 	}
-	if err := replaceCheckpoint(store, cp, "checkpoint set"); err != nil {
+	if err := replaceCheckpoint(cfg, store, cp, "checkpoint set"); err != nil {
 		return err
 	}
 	prev := "(none)"
@@ -238,6 +246,28 @@ func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	fmt.Fprintf(stdout, "checkpoint %s: %s -> %s\n", cfg.Checkpoint.Where(), prev, cp.GTIDSet)
 	return nil
+}
+
+// currentPosition is the position the configured checkpoint holds, whatever tables it was
+// written for and also when it is a tombstone, for checkpoint set --from-checkpoint.
+func currentPosition(ctx context.Context, cfg *config.Config) (string, error) {
+	var cp *checkpoint.Checkpoint
+	var err error
+	if cfg.Checkpoint.MySQL() {
+		cp, err = readStore(ctx, cfg)
+	} else {
+		cp, err = checkpoint.Read(cfg.Checkpoint.Path)
+	}
+	if err != nil {
+		return "", err
+	}
+	if cp == nil {
+		return "", &exitError{code: 1, err: fmt.Errorf("--from-checkpoint: no checkpoint at %s: give the position with --gtid", cfg.Checkpoint.Where())}
+	}
+	if cp.Flavor != cfg.Source.Flavor {
+		return "", fmt.Errorf("--from-checkpoint: checkpoint %s is for flavor %s but source.flavor is %s", cfg.Checkpoint.Where(), cp.Flavor, cfg.Source.Flavor)
+	}
+	return cp.GTIDSet, nil
 }
 
 // cmdStatus prints the running daemon's /status, read from admin.listen, for a person (or as

@@ -29,7 +29,7 @@ Usage:
   outboxd status [--config F | --addr HOST:PORT] [--json]
                                           show a running outboxd's state (from admin.listen)
   outboxd checkpoint show [--config F]    print the saved checkpoint as JSON
-  outboxd checkpoint set [--config F] [--gtid SET [--force]] [--accept-layout] [--ignore-leader]
+  outboxd checkpoint set [--config F] (--gtid SET [--force] | --from-checkpoint) [--accept-layout] [--ignore-leader]
                                           replace the saved checkpoint
   outboxd checkpoint migrate [--config F] --from-file PATH [--overwrite] [--force] [--ignore-leader]
                                           copy a checkpoint file into the mysql store
@@ -65,7 +65,7 @@ something did, 2 on a bad config or flag.`},
 	"status": {"outboxd status [--config F | --addr HOST:PORT] [--json]",
 		`Prints a running outboxd's state from its admin server: admin.listen from the config, or
 --addr. --addr wins over $OUTBOXD_CONFIG, not over an explicit --config (give one of them).`},
-	"checkpoint": {"outboxd checkpoint show [--config F]\n       outboxd checkpoint set [--config F] [--gtid SET [--force]] [--accept-layout] [--ignore-leader]\n       outboxd checkpoint migrate [--config F] --from-file PATH [--overwrite] [--force] [--ignore-leader]",
+	"checkpoint": {"outboxd checkpoint show [--config F]\n       outboxd checkpoint set [--config F] (--gtid SET [--force] | --from-checkpoint) [--accept-layout] [--ignore-leader]\n       outboxd checkpoint migrate [--config F] --from-file PATH [--overwrite] [--force] [--ignore-leader]",
 		`show prints the saved checkpoint as JSON; set replaces it (while no outboxd runs on it);
 migrate copies a checkpoint file into the mysql store (checkpoint.store: mysql).
 "outboxd checkpoint show --help" (and set, migrate) list their flags;
@@ -74,7 +74,7 @@ migrate copies a checkpoint file into the mysql store (checkpoint.store: mysql).
 		`Prints the saved checkpoint as JSON: checkpoint.path (it then reads no secrets and connects
 to nothing) or, with checkpoint.store: mysql, the row of checkpoint.name read from
 checkpoint.writer_addr. Exits 1 when there is no checkpoint yet.`},
-	"checkpoint set": {"outboxd checkpoint set [--config F] [--gtid SET [--force]] [--accept-layout] [--ignore-leader]",
+	"checkpoint set": {"outboxd checkpoint set [--config F] (--gtid SET [--force] | --from-checkpoint) [--accept-layout] [--ignore-leader]",
 		`Replaces the saved checkpoint with the executed GTID set SET, after checking it against the
 source (the server must still have every transaction after it; --force skips that). It fails
 while an outboxd runs on the same checkpoint file. With checkpoint.store: mysql it writes the

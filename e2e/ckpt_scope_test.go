@@ -1,0 +1,174 @@
+package e2e
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Issue 21 item 5: with the mysql store and no ha, backfill, checkpoint set (--gtid and
+// --from-checkpoint) refuse while an outboxd runs on the checkpoint, naming its holder; once it
+// stopped the backfill runs.
+func TestMySQLStoreCommandsRefuseWhileRunning(t *testing.T) {
+	w := newWorld(t, sharedServer(t))
+	c := kafkaCluster(t, "orders")
+	o := simpleCfg(t, w, c, "")
+	table := useMySQLStore(w, &o, "busy")
+	cfgPath := writeCfg(t, o)
+	p := startBinary(t, "run", "--config", cfgPath)
+	g := w.commit(row{EventID: "e0", Key: "k", Topic: "orders", Payload: []byte("e0")})
+	waitStoreRow(t, w.db, table, "busy", g, 30*time.Second)
+	var holder string
+	if err := w.db.QueryRow("SELECT holder FROM " + table + " WHERE name = 'busy'").Scan(&holder); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := storeRow(t, w.db, table, "busy")
+
+	for _, args := range [][]string{
+		{"backfill", "--config", cfgPath, "--table", w.schema + ".outbox_event", "--overwrite"},
+		{"checkpoint", "set", "--config", cfgPath, "--gtid", w.position()},
+		{"checkpoint", "set", "--config", cfgPath, "--from-checkpoint"},
+	} {
+		code, out := runBinary(t, args...)
+		if code != 1 || !strings.Contains(out, holder) || !strings.Contains(out, "stop that outboxd") {
+			t.Fatalf("%s while outboxd runs: exit %d, want 1 naming the holder %q:\n%s", strings.Join(args[:2], " "), code, holder, out)
+		}
+	}
+	if !p.running() {
+		t.Fatalf("outboxd stopped under the refused commands:\n%s", tail(p.output(), 30))
+	}
+	if after, _ := storeRow(t, w.db, table, "busy"); after != before {
+		t.Fatalf("a refused command moved the row: %s -> %s", before, after)
+	}
+
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("outboxd exit %d:\n%s", code, tail(p.output(), 30))
+	}
+	want := w.position()
+	code, out := runBinary(t, "backfill", "--config", cfgPath, "--table", w.schema+".outbox_event", "--overwrite")
+	if set, _ := storeRow(t, w.db, table, "busy"); code != 0 || set != want {
+		t.Fatalf("backfill after outboxd stopped: exit %d, row %q, want %q:\n%s", code, set, want, out)
+	}
+}
+
+// Issue 21 item 6: two configs relaying different tables under one checkpoint.name. The second
+// refuses the first's checkpoint, naming the tables added and removed, with and without ha,
+// and leaves the first running; every row of the first's table arrives, and the second's
+// arrive once it has a checkpoint of its own.
+func TestCheckpointScopeRefusesOtherTables(t *testing.T) {
+	for _, ha := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ha=%v", ha), func(t *testing.T) {
+			w := newWorld(t, sharedServer(t))
+			w.exec("CREATE TABLE " + w.schema + ".outbox_b LIKE " + w.schema + ".outbox_event")
+			kc := kafkaCluster(t, "t")
+			pos0 := w.position()
+			oa := simpleCfg(t, w, kc, pos0)
+			useMySQLStore(w, &oa, "shared")
+			ob := oa
+			ob.Dir = t.TempDir()
+			ob.Tables = []string{w.schema + ".outbox_b"}
+			if ha {
+				oa.Extra = "ha: {enabled: true, lease: 2s}\n"
+				ob.Extra = oa.Extra
+			}
+			pa := startBinary(t, "run", "--config", writeCfg(t, oa))
+			var evA, evB []string
+			commit := func(n int) {
+				for i := 0; i < n; i++ {
+					a := fmt.Sprintf("a%03d", len(evA))
+					b := fmt.Sprintf("b%03d", len(evB))
+					w.commitTo("outbox_event", row{EventID: a, Key: "k" + a[len(a)-1:], Topic: "t", Payload: []byte(a)})
+					w.commitTo("outbox_b", row{EventID: b, Key: "k" + b[len(b)-1:], Topic: "t", Payload: []byte(b)})
+					evA, evB = append(evA, a), append(evB, b)
+				}
+			}
+			commit(10)
+			waitStoreRow(t, w.db, w.schema+".outboxd_checkpoint", "shared", w.position(), 30*time.Second)
+
+			pb := startBinary(t, "run", "--config", writeCfg(t, ob))
+			code := pb.wait(t, 30*time.Second)
+			out := pb.output()
+			if code == 0 || !strings.Contains(out, "tables added: "+w.schema+".outbox_b") ||
+				!strings.Contains(out, "tables removed: "+w.schema+".outbox_event") || !strings.Contains(out, "--from-checkpoint") {
+				t.Fatalf("second config: exit %d, want a refusal naming the table difference:\n%s", code, tail(out, 30))
+			}
+			commit(20)
+			cons := newConsumer(t, kc, "t")
+			cons.waitForEvent(evA[len(evA)-1], 30*time.Second)
+			if !pa.running() {
+				t.Fatalf("the first outboxd stopped:\n%s", tail(pa.output(), 30))
+			}
+			// The second config with a checkpoint of its own relays its table from the start.
+			ob.Checkpoint = strings.Replace(ob.Checkpoint, "name: shared", "name: only-b", 1)
+			ob.Start = pos0
+			startBinary(t, "run", "--config", writeCfg(t, ob))
+			cons.waitForEvent(evB[len(evB)-1], 30*time.Second)
+			got := eventIDs(cons.settle(500 * time.Millisecond))
+			for _, id := range append(slices.Clone(evA), evB...) {
+				if !slices.Contains(got, id) {
+					t.Fatalf("event %s never arrived (%d of %d received)", id, len(got), len(evA)+len(evB))
+				}
+			}
+		})
+	}
+}
+
+// Issue 21 item 7: the checkpoint row is deleted under an HA pair while rows flow. The leader
+// keeps its last position as a tombstone and stops; the standby takes over, refuses the
+// tombstone and stops too: nobody saves source.start. After `checkpoint set` with the position
+// in the error, every row arrives.
+func TestHACheckpointRowDeletedStops(t *testing.T) {
+	h := newHAWorld(t, haOpts{Instances: 2})
+	a, b := h.start(0), h.inst[1]
+	h.waitRole(a, "leader", 30*time.Second)
+	h.start(1)
+	h.waitRole(b, "standby", 30*time.Second)
+	f := h.startFlow("ev", 2*time.Millisecond)
+	c := newConsumer(t, h.kc, "t")
+	c.waitFor(200, 30*time.Second)
+
+	h.w.exec("DELETE FROM "+h.table+" WHERE name = ?", h.ckName)
+	codeA := a.p.wait(t, 30*time.Second)
+	codeB := b.p.wait(t, 60*time.Second)
+	for f.count() < 1000 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	committed := f.halt(t)
+	r := h.row()
+	if r.Holder != "lost" || r.GTIDSet == "" {
+		t.Fatalf("row after the delete %+v, want the tombstone (holder lost) with the last position", r)
+	}
+	for _, in := range []*haInstance{a, b} {
+		out := in.p.output()
+		// a saved its first start, before the row existed; nothing may save one after the delete.
+		if n, want := strings.Count(out, "start position saved"), map[string]int{"a": 1, "b": 0}[in.name]; n != want {
+			t.Fatalf("outboxd %s saved %d start positions, want %d (a guessed start after the delete):\n%s", in.name, n, want, tail(out, 30))
+		}
+		if !strings.Contains(out, "was lost") || !strings.Contains(out, r.GTIDSet) {
+			t.Fatalf("outboxd %s: want an error naming the lost checkpoint and %s:\n%s", in.name, r.GTIDSet, tail(out, 30))
+		}
+	}
+	if codeA == 0 || codeB == 0 {
+		t.Fatalf("exit codes a %d, b %d: want both non-zero", codeA, codeB)
+	}
+
+	code, out := runBinary(t, "checkpoint", "set", "--config", a.cfgPath, "--gtid", r.GTIDSet)
+	if code != 0 {
+		t.Fatalf("checkpoint set: exit %d:\n%s", code, out)
+	}
+	h.start(0)
+	h.start(1)
+	c.waitForEvent(committed[len(committed)-1], 60*time.Second)
+	got := eventIDs(c.settle(500 * time.Millisecond))
+	for _, id := range committed {
+		if !slices.Contains(got, id) {
+			t.Fatalf("event %s never arrived (%d committed, %d received)", id, len(committed), len(got))
+		}
+	}
+}
