@@ -40,7 +40,8 @@ type ProveOptions struct {
 
 // Prove is Run over one table, for a caller that acts on proof of delivery (the cleanup
 // sweep): after each slice it hands opts.Proven the rows whose event id was found at the topic
-// their route gives at least as often as the slice has rows with that id. A row routed to the
+// their route gives, in messages the table itself sent (the outbox_table header), at least as
+// often as the slice has rows with that id. A row routed to the
 // dead letter, found only there, found fewer times, or not found is never handed over. Memory
 // is bounded as in Run (the rows' keys are held with the slice). The Report counts as Run's
 // does; with Proven's rows counted by the caller, Checked minus those is what has no proof. It
@@ -65,5 +66,8 @@ func Prove(ctx context.Context, db *sql.DB, cfg *config.Config, opts ProveOption
 	return check(ctx, cfg, rt, src, Options{
 		Window: opts.Window, Before: opts.Before, After: opts.After, Readers: opts.Readers,
 		SliceRows: opts.SliceRows, MaxListed: opts.MaxListed, proven: opts.Proven,
+		// Two tables may route to one topic with the same event ids: only this table's
+		// messages prove its rows.
+		table: t.Schema() + "." + t.Name(),
 	})
 }
