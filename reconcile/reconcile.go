@@ -79,6 +79,9 @@ type Options struct {
 	proven func(ctx context.Context, rows []ProvenRow) error
 	// table, set by Prove (schema.table), counts only the messages that table sent.
 	table string
+	// idRows, set by Prove, counts the table's rows (all, not only the window's) with each
+	// of ids, byte for byte.
+	idRows func(ctx context.Context, ids []string) (map[string]int, error)
 }
 
 // Event is one outbox row in a report's lists.
@@ -255,14 +258,31 @@ func (s *slice) add(r row) {
 
 // provenRows returns the rows of an evaluated slice that have proof of delivery: their event
 // id was found at the topic their route gives at least as often as the slice has rows with
-// that id. Rows routed to the dead letter (poison), found only there (dead-lettered by the
-// broker's refusal, maybe without their payload), found fewer times than they have rows, or
-// not found, have none.
-func (s *slice) provenRows() []ProvenRow {
+// that id, and, with idRows (Prove), as the whole table has: the slice holds only the rows of
+// its created_at range, and a message of a twin in another slice (a repeated event id) must
+// not prove both. Rows routed to the dead letter (poison), found only there (dead-lettered by
+// the broker's refusal, maybe without their payload), found fewer times than they have rows,
+// or not found, have none. It blocks on idRows.
+func (s *slice) provenRows(ctx context.Context, idRows func(ctx context.Context, ids []string) (map[string]int, error)) ([]ProvenRow, error) {
+	var ids []string
+	for _, m := range s.byDest {
+		for id, e := range m {
+			if !e.dead && e.found >= e.ev.Rows && e.found > 0 {
+				ids = append(ids, id)
+			}
+		}
+	}
+	var inTable map[string]int
+	if idRows != nil && len(ids) > 0 {
+		var err error
+		if inTable, err = idRows(ctx, ids); err != nil {
+			return nil, err
+		}
+	}
 	var out []ProvenRow
 	for _, m := range s.byDest {
 		for id, e := range m {
-			if e.dead || e.found < e.ev.Rows || e.found <= 0 {
+			if e.dead || e.found < max(e.ev.Rows, inTable[id]) || e.found <= 0 {
 				continue
 			}
 			for _, k := range e.keys {
@@ -270,7 +290,7 @@ func (s *slice) provenRows() []ProvenRow {
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
 // evaluate looks the slice's event ids up at their destinations over the broker times

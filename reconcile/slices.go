@@ -117,7 +117,11 @@ func check(ctx context.Context, cfg *config.Config, rt *router.Router, src rowSo
 			return Report{}, err
 		}
 		if opts.proven != nil {
-			if err := opts.proven(ctx, s.provenRows()); err != nil {
+			rows, err := s.provenRows(ctx, opts.idRows)
+			if err != nil {
+				return Report{}, err
+			}
+			if err := opts.proven(ctx, rows); err != nil {
 				return Report{}, err
 			}
 		}
