@@ -63,6 +63,12 @@ type partRange struct {
 // the first one stamped at or after to is not read, which the slack after the window makes
 // unlikely.
 func (k *KafkaReader) Count(ctx context.Context, topic string, from, to time.Time, counts map[string]int) error {
+	return k.CountTable(ctx, topic, "", from, to, counts)
+}
+
+// CountTable implements TableReader: Count of the records whose outbox_table header is table.
+func (k *KafkaReader) CountTable(ctx context.Context, topic, table string, from, to time.Time, counts map[string]int) error {
+	tl := tally{table: table, counts: counts}
 	md, err := k.client.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
 		return fmt.Errorf("metadata: %w", err)
@@ -104,7 +110,7 @@ func (k *KafkaReader) Count(ctx context.Context, topic string, from, to time.Tim
 		if !ok {
 			continue
 		}
-		if err := k.read(ctx, topic, r, counts); err != nil {
+		if err := k.read(ctx, topic, r, tl); err != nil {
 			return err
 		}
 	}
@@ -156,8 +162,8 @@ func (k *KafkaReader) offsets(ctx context.Context, topic string, parts []int, re
 	return out, nil
 }
 
-// read counts the event_id headers of r's records.
-func (k *KafkaReader) read(ctx context.Context, topic string, r partRange, counts map[string]int) error {
+// read counts the event_id headers of r's records (of tl's table).
+func (k *KafkaReader) read(ctx context.Context, topic string, r partRange, tl tally) error {
 	for off := r.start; off < r.end; {
 		res, err := k.client.Fetch(ctx, &kafkago.FetchRequest{
 			Topic: topic, Partition: r.partition, Offset: off,
@@ -186,14 +192,20 @@ func (k *KafkaReader) read(ctx context.Context, topic string, r partRange, count
 				break
 			}
 			next = rec.Offset + 1
+			var id, table []byte
 			for _, h := range rec.Headers {
-				if h.Key != router.HeaderEventID {
-					continue
+				switch {
+				case h.Key == router.HeaderEventID && id == nil:
+					id = h.Value
+					if id == nil {
+						id = []byte{}
+					}
+				case h.Key == router.HeaderTable && table == nil:
+					table = h.Value
 				}
-				if _, ok := counts[string(h.Value)]; ok {
-					counts[string(h.Value)]++
-				}
-				break
+			}
+			if id != nil {
+				tl.add(string(id), string(table))
 			}
 		}
 		closeRecords(res.Records)

@@ -53,3 +53,21 @@ func TestProvenRows(t *testing.T) {
 		t.Fatalf("report %+v", rep)
 	}
 }
+
+// A message counts for Prove only when the table it names in outbox_table is the one asked
+// for (case-insensitively, as the relay matches table names); without a table, any counts.
+func TestTallyTable(t *testing.T) {
+	counts := map[string]int{"1": 0}
+	tl := tally{table: "shop.outbox_a", counts: counts}
+	tl.add("1", "shop.outbox_b")
+	tl.add("1", "")
+	tl.add("2", "shop.outbox_a")
+	if counts["1"] != 0 || len(counts) != 1 {
+		t.Fatalf("another table's message counted: %v", counts)
+	}
+	tl.add("1", "Shop.Outbox_A")
+	tally{counts: counts}.add("1", "shop.outbox_b")
+	if counts["1"] != 2 {
+		t.Fatalf("counts %v, want 2", counts)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/outboxd/outboxd/binlog"
@@ -32,6 +33,32 @@ import (
 type Reader interface {
 	Count(ctx context.Context, topic string, from, to time.Time, counts map[string]int) error
 	Close() error
+}
+
+// TableReader is a Reader that can count only the messages one outbox table sent: CountTable
+// is Count of the messages whose outbox_table header is table (schema.table, compared as the
+// relay matches table names, case-insensitively). Prove needs it: two tables that route to one
+// topic may both use an event id, and the message of one is no proof for the other's row.
+type TableReader interface {
+	Reader
+	CountTable(ctx context.Context, topic, table string, from, to time.Time, counts map[string]int) error
+}
+
+// tally is what a reader adds one Count's messages to: counts by event id, of the messages
+// table sent ("": of any table).
+type tally struct {
+	table  string
+	counts map[string]int
+}
+
+// add counts a message with event id id whose outbox_table header is table.
+func (t tally) add(id, table string) {
+	if t.table != "" && !strings.EqualFold(table, t.table) {
+		return
+	}
+	if _, ok := t.counts[id]; ok {
+		t.counts[id]++
+	}
 }
 
 // Options says what Run checks.
@@ -50,6 +77,11 @@ type Options struct {
 
 	// proven, set by Prove, is given each slice's proven rows once the slice is evaluated.
 	proven func(ctx context.Context, rows []ProvenRow) error
+	// table, set by Prove (schema.table), counts only the messages that table sent.
+	table string
+	// idRows, set by Prove, counts the table's rows (all, not only the window's) with each
+	// of ids, byte for byte.
+	idRows func(ctx context.Context, ids []string) (map[string]int, error)
 }
 
 // Event is one outbox row in a report's lists.
@@ -186,6 +218,8 @@ type slice struct {
 	// dests holds each destination's first strings, so that the rows share them (the router
 	// renders a topic afresh for each row).
 	dests map[dest]dest
+	// table, when set (Prove's schema.table), counts only the messages that table sent.
+	table string
 }
 
 func newSlice(rt *router.Router, dl *dest) *slice {
@@ -224,14 +258,31 @@ func (s *slice) add(r row) {
 
 // provenRows returns the rows of an evaluated slice that have proof of delivery: their event
 // id was found at the topic their route gives at least as often as the slice has rows with
-// that id. Rows routed to the dead letter (poison), found only there (dead-lettered by the
-// broker's refusal, maybe without their payload), found fewer times than they have rows, or
-// not found, have none.
-func (s *slice) provenRows() []ProvenRow {
+// that id, and, with idRows (Prove), as the whole table has: the slice holds only the rows of
+// its created_at range, and a message of a twin in another slice (a repeated event id) must
+// not prove both. Rows routed to the dead letter (poison), found only there (dead-lettered by
+// the broker's refusal, maybe without their payload), found fewer times than they have rows,
+// or not found, have none. It blocks on idRows.
+func (s *slice) provenRows(ctx context.Context, idRows func(ctx context.Context, ids []string) (map[string]int, error)) ([]ProvenRow, error) {
+	var ids []string
+	for _, m := range s.byDest {
+		for id, e := range m {
+			if !e.dead && e.found >= e.ev.Rows && e.found > 0 {
+				ids = append(ids, id)
+			}
+		}
+	}
+	var inTable map[string]int
+	if idRows != nil && len(ids) > 0 {
+		var err error
+		if inTable, err = idRows(ctx, ids); err != nil {
+			return nil, err
+		}
+	}
 	var out []ProvenRow
 	for _, m := range s.byDest {
 		for id, e := range m {
-			if e.dead || e.found < e.ev.Rows || e.found <= 0 {
+			if e.dead || e.found < max(e.ev.Rows, inTable[id]) || e.found <= 0 {
 				continue
 			}
 			for _, k := range e.keys {
@@ -239,7 +290,7 @@ func (s *slice) provenRows() []ProvenRow {
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
 // evaluate looks the slice's event ids up at their destinations over the broker times
@@ -248,7 +299,7 @@ func (s *slice) provenRows() []ProvenRow {
 func (s *slice) evaluate(ctx context.Context, readers map[string]Reader, from, to, windowTo time.Time) (Report, error) {
 	rep := Report{Checked: s.checked}
 	dl := s.dl
-	if err := countAt(ctx, readers, s.byDest, from, to); err != nil {
+	if err := s.countAt(ctx, readers, s.byDest, from, to); err != nil {
 		return Report{}, err
 	}
 	// A second look, over the rest of the window, for what the slice's range did not hold: a
@@ -270,7 +321,7 @@ func (s *slice) evaluate(ctx context.Context, readers map[string]Reader, from, t
 			}
 		}
 		if len(again) > 0 {
-			if err := countAt(ctx, readers, again, from, windowTo); err != nil {
+			if err := s.countAt(ctx, readers, again, from, windowTo); err != nil {
 				return Report{}, err
 			}
 		}
@@ -294,7 +345,7 @@ func (s *slice) evaluate(ctx context.Context, readers map[string]Reader, from, t
 			}
 		}
 		if len(second) > 0 {
-			if err := countAt(ctx, readers, map[dest]map[string]*expected{*dl: second}, from, windowTo); err != nil {
+			if err := s.countAt(ctx, readers, map[dest]map[string]*expected{*dl: second}, from, windowTo); err != nil {
 				return Report{}, err
 			}
 			for _, e := range second {
@@ -355,8 +406,9 @@ func destination(rt *router.Router, dl *dest, r row) (d dest, dead bool, reason 
 	return dest{}, false, "poison row (on_poison: stop halts the relay on it): " + err.Error()
 }
 
-// countAt reads each destination once and records what it found.
-func countAt(ctx context.Context, readers map[string]Reader, byDest map[dest]map[string]*expected, from, to time.Time) error {
+// countAt reads each destination once and records what it found (of s.table's messages
+// when it is set).
+func (s *slice) countAt(ctx context.Context, readers map[string]Reader, byDest map[dest]map[string]*expected, from, to time.Time) error {
 	dests := make([]dest, 0, len(byDest))
 	for d := range byDest {
 		dests = append(dests, d)
@@ -372,7 +424,15 @@ func countAt(ctx context.Context, readers map[string]Reader, byDest map[dest]map
 		for id := range want {
 			counts[id] = 0
 		}
-		if err := rd.Count(ctx, d.topic, from, to, counts); err != nil {
+		var err error
+		if s.table == "" {
+			err = rd.Count(ctx, d.topic, from, to, counts)
+		} else if tr, ok := rd.(TableReader); ok {
+			err = tr.CountTable(ctx, d.topic, s.table, from, to, counts)
+		} else {
+			return &ConfigError{Err: fmt.Errorf("sinks.%s: its reader cannot tell which table sent a message, which proof of delivery needs", d.sink)}
+		}
+		if err != nil {
 			return fmt.Errorf("sinks.%s topic %s: %w", d.sink, d.topic, err)
 		}
 		for id, n := range counts {

@@ -80,6 +80,13 @@ func (r *RocketMQReader) Close() error { return nil }
 // of from by store time and pulls from there until a message stored at or after to, or the
 // queue's end as it was when the search was made. Store times only grow within a queue.
 func (r *RocketMQReader) Count(ctx context.Context, topic string, from, to time.Time, counts map[string]int) error {
+	return r.CountTable(ctx, topic, "", from, to, counts)
+}
+
+// CountTable implements TableReader: Count of the messages whose outbox_table property is
+// table.
+func (r *RocketMQReader) CountTable(ctx context.Context, topic, table string, from, to time.Time, counts map[string]int) error {
+	tl := tally{table: table, counts: counts}
 	if r.cfg.Namespace != "" {
 		topic = r.cfg.Namespace + "%" + topic
 	}
@@ -103,7 +110,7 @@ func (r *RocketMQReader) Count(ctx context.Context, topic string, from, to time.
 			// missing: the check cannot be completed now.
 			return fmt.Errorf("broker %s has no master in the route (down?): its %d queues of %s cannot be read; run reconcile again when it is back", b.BrokerName, queues, topic)
 		}
-		if err := r.countBroker(ctx, addr, topic, queues, from, to, counts); err != nil {
+		if err := r.countBroker(ctx, addr, topic, queues, from, to, tl); err != nil {
 			return fmt.Errorf("broker %s (%s): %w", b.BrokerName, addr, err)
 		}
 	}
@@ -155,7 +162,7 @@ func (r *RocketMQReader) route(ctx context.Context, topic string) (*rmqRoute, er
 	return nil, fmt.Errorf("no NameServer answered: %w", lastErr)
 }
 
-func (r *RocketMQReader) countBroker(ctx context.Context, addr, topic string, queues int, from, to time.Time, counts map[string]int) error {
+func (r *RocketMQReader) countBroker(ctx context.Context, addr, topic string, queues int, from, to time.Time, tl tally) error {
 	c, err := r.dial(ctx, addr)
 	if err != nil {
 		return err
@@ -178,7 +185,7 @@ func (r *RocketMQReader) countBroker(ctx context.Context, addr, topic string, qu
 		// Brokers differ in what the search answers past the queue's ends; the store times
 		// checked below make a start that is too early harmless.
 		start = min(max(start, minOff), maxOff)
-		if err := c.pullQueue(ctx, topic, q, start, maxOff, to, counts); err != nil {
+		if err := c.pullQueue(ctx, topic, q, start, maxOff, to, tl); err != nil {
 			return fmt.Errorf("queue %d: %w", q, err)
 		}
 	}
@@ -187,7 +194,7 @@ func (r *RocketMQReader) countBroker(ctx context.Context, addr, topic string, qu
 
 // pullQueue pulls queue q from offset start until end or the first message stored at or
 // after to.
-func (c *rmqConn) pullQueue(ctx context.Context, topic string, q int, start, end int64, to time.Time, counts map[string]int) error {
+func (c *rmqConn) pullQueue(ctx context.Context, topic string, q int, start, end int64, to time.Time, tl tally) error {
 	for off := start; off < end; {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -229,10 +236,8 @@ func (c *rmqConn) pullQueue(ctx context.Context, topic string, q int, start, end
 			if m.StoreTimestamp >= stop || m.QueueOffset >= end {
 				return nil
 			}
-			if id, ok := eventID(m); ok {
-				if _, want := counts[id]; want {
-					counts[id]++
-				}
+			if id, table, ok := eventID(m); ok {
+				tl.add(id, table)
 			}
 		}
 		if perr != nil || next <= off {
@@ -243,18 +248,23 @@ func (c *rmqConn) pullQueue(ctx context.Context, topic string, q int, start, end
 	return nil
 }
 
-// eventID is the message's event_id header, decoded as the sink encoded it.
-func eventID(m *primitive.MessageExt) (string, bool) {
+// eventID is the message's event_id header and the table that sent it (its outbox_table
+// header), decoded as the sink encoded them.
+func eventID(m *primitive.MessageExt) (id, table string, ok bool) {
 	_, headers, err := rmqsink.DecodeProperties(m.GetProperties())
 	if err != nil {
-		return "", false
+		return "", "", false
 	}
+	var haveID, haveTable bool
 	for _, h := range headers {
-		if h.Key == router.HeaderEventID {
-			return string(h.Value), true
+		switch {
+		case h.Key == router.HeaderEventID && !haveID:
+			id, haveID = string(h.Value), true
+		case h.Key == router.HeaderTable && !haveTable:
+			table, haveTable = string(h.Value), true
 		}
 	}
-	return "", false
+	return id, table, haveID
 }
 
 // rmqConn is one remoting connection, used for one request at a time.

@@ -102,6 +102,7 @@ func check(ctx context.Context, cfg *config.Config, rt *router.Router, src rowSo
 			lim = 0 // one created_at value: cannot be split
 		}
 		s := newSlice(rt, dl)
+		s.table = opts.table
 		full, err := src.read(ctx, t, end, lim, s.add)
 		if err != nil {
 			return Report{}, err
@@ -116,7 +117,11 @@ func check(ctx context.Context, cfg *config.Config, rt *router.Router, src rowSo
 			return Report{}, err
 		}
 		if opts.proven != nil {
-			if err := opts.proven(ctx, s.provenRows()); err != nil {
+			rows, err := s.provenRows(ctx, opts.idRows)
+			if err != nil {
+				return Report{}, err
+			}
+			if err := opts.proven(ctx, rows); err != nil {
 				return Report{}, err
 			}
 		}
