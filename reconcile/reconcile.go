@@ -16,6 +16,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"slices"
 	"strings"
 	"time"
@@ -129,16 +130,40 @@ type Report struct {
 	// transaction open longer than Until is old), which this run did not check.
 	InWindow  int `json:"in_window"`
 	Unchecked int `json:"unchecked"`
+	// Changed says the window's rows, counted again, are not the rows checked although as many
+	// (or fewer): rows deleted while it was read (cleanup) can hide as many committed into it.
+	// The rows are told apart by a digest of their event ids (windowDigest), not held.
+	Changed bool `json:"changed_while_read"`
+	// digest is windowDigest of the rows checked.
+	digest uint32
+}
+
+// rowDigest is one row's share of a window's digest: the CRC-32 (IEEE) of its event id, as the
+// server's CRC32() computes it over the column's bytes; 0 for a NULL or absent event id, which
+// SUM skips. Pure.
+func rowDigest(id binlog.Field) uint32 {
+	if id.Null || id.Missing {
+		return 0
+	}
+	return crc32.ChecksumIEEE(id.Bytes)
+}
+
+// completeness compares the rows a run checked with the window's rows counted again after it:
+// unchecked is how many more the window holds, changed that the two are other rows (the
+// digests, sums of rowDigest modulo 2^32, differ) although no more. Pure.
+func completeness(checked int, digest uint32, inWindow int, windowDigest uint32) (unchecked int, changed bool) {
+	unchecked = max(inWindow-checked, 0)
+	return unchecked, unchecked == 0 && (inWindow != checked || digest != windowDigest)
 }
 
 // OK reports whether nothing is missing (duplicates are allowed: at-least-once resends them)
 // and every row was checked: none with a NULL created_at, none committed into the window
 // while it was read.
-func (r Report) OK() bool { return r.Missing == 0 && r.NullCreatedAt == 0 && r.Unchecked == 0 }
+func (r Report) OK() bool { return r.Missing == 0 && r.NullCreatedAt == 0 && r.Complete() }
 
 // Complete reports whether every row of the window was checked, so that a periodic run may
 // move its mark past the window (NULL created_at rows are in no window and do not hold it).
-func (r Report) Complete() bool { return r.Unchecked == 0 }
+func (r Report) Complete() bool { return r.Unchecked == 0 && !r.Changed }
 
 // Problems says, one sentence each, why r is not OK; empty when it is.
 func (r Report) Problems() []string {
@@ -149,6 +174,10 @@ func (r Report) Problems() []string {
 	if r.Unchecked > 0 {
 		out = append(out, fmt.Sprintf("checked %d of %d row(s) in the window: %d were committed into it while it was read (a transaction open longer than the window's end is old); check it again, or end it earlier",
 			r.Checked, r.InWindow, r.Unchecked))
+	}
+	if r.Changed {
+		out = append(out, fmt.Sprintf("the window's rows changed while it was read (%d checked, %d there after: rows deleted meanwhile, by cleanup, may hide rows committed into it): check it again",
+			r.Checked, r.InWindow))
 	}
 	if r.NullCreatedAt > 0 {
 		out = append(out, fmt.Sprintf("%d row(s) have a NULL created_at, which no window holds: they are never checked; give them a created_at (and make the column NOT NULL)", r.NullCreatedAt))
@@ -200,10 +229,11 @@ func Run(ctx context.Context, db *sql.DB, cfg *config.Config, opts Options) (Rep
 	// Counted after the slices: a row that entered the window behind a slice already read is
 	// in the count and not in Checked, so the run does not call a window it did not wholly see
 	// checked. Rows deleted meanwhile (cleanup) make the count smaller and can hide as many.
-	if rep.InWindow, rep.NullCreatedAt, err = src.tally(ctx, opts.Window.Since, opts.Window.Until); err != nil {
+	var windowDigest uint32
+	if rep.InWindow, windowDigest, rep.NullCreatedAt, err = src.tally(ctx, opts.Window.Since, opts.Window.Until); err != nil {
 		return Report{}, err
 	}
-	rep.Unchecked = max(rep.InWindow-rep.Checked, 0)
+	rep.Unchecked, rep.Changed = completeness(rep.Checked, rep.digest, rep.InWindow, windowDigest)
 	return rep, nil
 }
 
@@ -213,6 +243,7 @@ type slice struct {
 	rt         *router.Router
 	dl         *dest
 	checked    int
+	digest     uint32 // windowDigest of the rows checked
 	byDest     map[dest]map[string]*expected
 	unroutable []*expected
 	// dests holds each destination's first strings, so that the rows share them (the router
@@ -229,6 +260,7 @@ func newSlice(rt *router.Router, dl *dest) *slice {
 // add routes r and records the event id it awaits at its destination.
 func (s *slice) add(r row) {
 	s.checked++
+	s.digest += rowDigest(r.ev.EventID)
 	ev := Event{EventID: string(r.ev.EventID.Bytes), Table: r.table, CreatedAt: r.createdAt, Rows: 1}
 	d, dead, reason := destination(s.rt, s.dl, r)
 	if reason != "" {

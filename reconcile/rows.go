@@ -166,7 +166,7 @@ func tableQuery(ctx context.Context, db *sql.DB, i int, t config.Table, zone str
 	where, _ := createdAtTerms(t.Columns.CreatedAt, zone)
 	from := " FROM " + quote(t.Schema()) + "." + quote(t.Name())
 	return tableQ{table: t, query: q, missing: missing, nPK: len(extra),
-		count: "SELECT COUNT(*)" + from + " WHERE " + where,
+		count: "SELECT COUNT(*), " + digestSQL(t, types) + from + " WHERE " + where,
 		nulls: "SELECT COUNT(*)" + from + " WHERE " + quote(t.Columns.CreatedAt) + " IS NULL"}, nil
 }
 
@@ -194,24 +194,43 @@ func createdAtTerms(col, zone string) (where, unix string) {
 
 // tally counts, per table in one read-only transaction, the rows under read's predicate for
 // [since, until) and the rows with a NULL created_at. It blocks on two queries per table.
-func (s *tableSource) tally(ctx context.Context, since, until time.Time) (inWindow, nulls int, err error) {
+func (s *tableSource) tally(ctx context.Context, since, until time.Time) (inWindow int, digest uint32, nulls int, err error) {
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
-		return 0, 0, fmt.Errorf("reconcile: begin read-only transaction: %w", err)
+		return 0, 0, 0, fmt.Errorf("reconcile: begin read-only transaction: %w", err)
 	}
 	defer tx.Rollback()
 	lo, hi := sqlBounds(Window{Since: since, Until: until})
 	for _, tq := range s.tables {
 		var n, z int
-		if err := tx.QueryRowContext(ctx, tq.count, lo, hi).Scan(&n); err != nil {
-			return 0, 0, fmt.Errorf("reconcile: count %s: %w", tq.table.Table, err)
+		var d uint32
+		if err := tx.QueryRowContext(ctx, tq.count, lo, hi).Scan(&n, &d); err != nil {
+			return 0, 0, 0, fmt.Errorf("reconcile: count %s: %w", tq.table.Table, err)
 		}
 		if err := tx.QueryRowContext(ctx, tq.nulls).Scan(&z); err != nil {
-			return 0, 0, fmt.Errorf("reconcile: count %s: %w", tq.table.Table, err)
+			return 0, 0, 0, fmt.Errorf("reconcile: count %s: %w", tq.table.Table, err)
 		}
-		inWindow, nulls = inWindow+n, nulls+z
+		inWindow, digest, nulls = inWindow+n, digest+d, nulls+z
 	}
-	return inWindow, nulls, nil
+	return inWindow, digest, nulls, nil
+}
+
+// digestSQL is the server's side of a window's digest (rowDigest summed modulo 2^32) over
+// table t's event_id column; 0 when the table lacks it. CRC32 runs over the bytes reconcile
+// reads: a binary column's as they are, a text column's in the connection's utf8mb4
+// (server.Open), whatever the column's own character set. Pure.
+func digestSQL(t config.Table, types map[string]string) string {
+	typ, ok := types[strings.ToLower(t.Columns.EventID)]
+	if !ok {
+		return "0"
+	}
+	col := quote(t.Columns.EventID)
+	switch typ {
+	case "binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob":
+	default:
+		col = "CONVERT(" + col + " USING utf8mb4)"
+	}
+	return "COALESCE(SUM(CRC32(" + col + ")) % 4294967296, 0)"
 }
 
 // selectQuery is table t's SELECT of a created_at range, given its columns' types by lower-case

@@ -125,6 +125,7 @@ func check(ctx context.Context, cfg *config.Config, rt *router.Router, src rowSo
 				return Report{}, err
 			}
 		}
+		part.digest = s.digest
 		rep.add(part, maxListed)
 		if s.checked < limit/4 && width < math.MaxInt64/2 {
 			width = min(2*width, total)
@@ -138,6 +139,7 @@ func check(ctx context.Context, cfg *config.Config, rt *router.Router, src rowSo
 // most maxListed entries.
 func (r *Report) add(p Report, maxListed int) {
 	r.Checked += p.Checked
+	r.digest += p.digest
 	r.Found += p.Found
 	r.DeadLettered += p.DeadLettered
 	r.Missing += p.Missing
@@ -166,5 +168,6 @@ func (r *Report) Merge(p Report) {
 	r.Truncated = r.Truncated || p.Truncated
 	r.InWindow += p.InWindow
 	r.Unchecked += p.Unchecked
+	r.Changed = r.Changed || p.Changed
 	r.NullCreatedAt = p.NullCreatedAt
 }
