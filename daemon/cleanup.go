@@ -189,7 +189,7 @@ func openCleaner(ctx context.Context, cfg *config.Config, r *relay, log zerolog.
 		}
 	}
 	cl, err := cleanup.New(cleanup.Config{
-		DB: db, Tables: tables, Outbox: cfg, Readers: readers, Metrics: r.m, Logger: log.With().Str("component", "cleanup").Logger(),
+		DB: db, Tables: tables, Outbox: cfg, Readers: readers, QueueKeys: r.o.CleanupQueueKeys, Metrics: r.m, Logger: log.With().Str("component", "cleanup").Logger(),
 		Writer: writerGuard(db, conn.Addr, cfg),
 		Checkpoint: func() (time.Time, bool) {
 			st := r.saver.state()

@@ -50,6 +50,10 @@ type Options struct {
 	// the database's. The periodic reconcile takes its windows from the database's clock and
 	// only compares the two, to warn of a skew.
 	Now func() time.Time
+	// CleanupQueueKeys is each cleaned table's key queue capacity (cleanup.Config.QueueKeys);
+	// 0 means cleanup.DefaultQueueKeys. For tests: a tiny queue makes the key path drop keys
+	// and leave their rows to the created_at sweep. The config has no such setting.
+	CleanupQueueKeys int
 }
 
 // Reconnect backoff after a lost source connection.

@@ -306,6 +306,14 @@ type relay struct {
 	cancel context.CancelFunc
 	done   chan error
 	logs   *bytes.Buffer
+	lw     *lockedWriter // writes logs
+}
+
+// logText is the relay's log so far, safe to read while it runs (logs.String() is not).
+func (r *relay) logText() string {
+	r.lw.mu.Lock()
+	defer r.lw.mu.Unlock()
+	return r.logs.String()
 }
 
 func startRelay(t *testing.T, o cfgOpts, opts daemon.Options) *relay {
@@ -316,7 +324,8 @@ func startRelay(t *testing.T, o cfgOpts, opts daemon.Options) *relay {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &relay{cancel: cancel, done: make(chan error, 1), logs: &bytes.Buffer{}}
-	opts.Logger = zerolog.New(&lockedWriter{w: r.logs}).Level(zerolog.DebugLevel)
+	r.lw = &lockedWriter{w: r.logs}
+	opts.Logger = zerolog.New(r.lw).Level(zerolog.DebugLevel)
 	go func() { r.done <- daemon.Run(ctx, cfg, opts) }()
 	t.Cleanup(func() { r.stop(t) })
 	return r
