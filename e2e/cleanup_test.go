@@ -146,7 +146,7 @@ func (cw *cleanupWorld) waitLeft(timeout time.Duration) {
 		}
 		if time.Now().After(deadline) {
 			if cw.r != nil {
-				for _, l := range strings.Split(cw.r.logs.String(), "\n") {
+				for _, l := range strings.Split(cw.r.logText(), "\n") {
 					if strings.Contains(l, "cleanup") {
 						cw.t.Log(l)
 					}
@@ -307,7 +307,7 @@ func TestCleanupUnderLoadRetentionZero(t *testing.T) {
 	cw := newCleanupWorld(t, fmt.Sprintf("cleanup: {retention: 0s, batch: %d, max_rows_per_second: 50000, interval: 1s, commit_margin: 1s, time_zone: SYSTEM}", batch))
 	cw.r = startRelay(t, cw.o, daemon.Options{})
 	cw.underLoad(batch, 0)
-	if !strings.Contains(cw.r.logs.String(), "cleanup on") {
+	if !strings.Contains(cw.r.logText(), "cleanup on") {
 		t.Fatal("no cleanup start line in the log")
 	}
 
@@ -330,7 +330,7 @@ func TestCleanupUnderLoadRetentionSweep(t *testing.T) {
 	cw.r = startRelay(t, cw.o, daemon.Options{})
 	cw.underLoad(batch, retention)
 	// The dead-lettered rows stay, counted as unproven.
-	if !strings.Contains(cw.r.logs.String(), "rows kept without proof of delivery") {
+	if !strings.Contains(cw.r.logText(), "rows kept without proof of delivery") {
 		t.Fatal("no warning about the dead-lettered rows kept")
 	}
 }
@@ -381,7 +381,7 @@ func TestCleanupLeaderOnly(t *testing.T) {
 	if left := cw.left(); len(left) != 1000 {
 		t.Fatalf("a standby deleted rows: %d of 1000 left", len(left))
 	}
-	if strings.Contains(cw.r.logs.String(), `"message":"starting"`) {
+	if strings.Contains(cw.r.logText(), `"message":"starting"`) {
 		t.Fatal("outboxd leads although the test holds the lock")
 	}
 	// Leading, it sweeps the rows the first run delivered (their keys were never in its

@@ -105,7 +105,7 @@ func TestCleanupStopsWhenWriterBecomesReplica(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for rowsIn(t, old, w.schema) != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("cleanup did not delete the delivered rows on the primary:\n%s", r.logs.String())
+			t.Fatalf("cleanup did not delete the delivered rows on the primary:\n%s", r.logText())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -131,15 +131,15 @@ func TestCleanupStopsWhenWriterBecomesReplica(t *testing.T) {
 	deadline = time.Now().Add(30 * time.Second)
 	for !stopped() && rowsIn(t, old, w.schema) == 10 {
 		if time.Now().After(deadline) {
-			t.Fatalf("no outboxd_cleanup_stopped{reason=read_only|replica} 1:\n%s", r.logs.String())
+			t.Fatalf("no outboxd_cleanup_stopped{reason=read_only|replica} 1:\n%s", r.logText())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	if n := rowsIn(t, old, w.schema); n != 10 {
 		t.Fatalf("%d of the 10 rows committed after the switchover left on the old primary: cleanup deleted on a replica", n)
 	}
-	if !strings.Contains(r.logs.String(), `"level":"error"`) || !strings.Contains(r.logs.String(), "cleanup stopped: the writer is no writable primary") {
-		t.Fatalf("no error log of the stop:\n%s", r.logs.String())
+	if !strings.Contains(r.logText(), `"level":"error"`) || !strings.Contains(r.logText(), "cleanup stopped: the writer is no writable primary") {
+		t.Fatalf("no error log of the stop:\n%s", r.logText())
 	}
 	// More after the stop: still delivered, kept, and the old primary still replicates.
 	commit(20, 30)

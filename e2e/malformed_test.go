@@ -39,7 +39,7 @@ func TestMalformedRowOutcomes(t *testing.T) {
 	rel := startRelay(t, o, daemon.Options{})
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("relay logs:\n%s", rel.logs.String())
+			t.Logf("relay logs:\n%s", rel.logText())
 		}
 	})
 

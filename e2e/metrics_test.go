@@ -209,6 +209,6 @@ func TestMetricsZeroSeriesAndPerTableCounts(t *testing.T) {
 		return v == 4 && n == delivered+1
 	})
 	if t.Failed() {
-		t.Logf("logs:\n%s", r.logs.String())
+		t.Logf("logs:\n%s", r.logText())
 	}
 }

@@ -102,8 +102,8 @@ func TestKafkaTopicCreatedLater(t *testing.T) {
 	if v, _ := metricValue(fams, "outboxd_sink_up", map[string]string{"sink": "main"}); v != 1 {
 		t.Errorf("outboxd_sink_up = %v: a broker that answers 'no such topic' is up", v)
 	}
-	if n := strings.Count(r.logs.String(), "topic late does not exist on sink main"); n != 1 {
-		t.Errorf("the missing topic was logged %d times, want once (not per retry):\n%s", n, r.logs.String())
+	if n := strings.Count(r.logText(), "topic late does not exist on sink main"); n != 1 {
+		t.Errorf("the missing topic was logged %d times, want once (not per retry):\n%s", n, r.logText())
 	}
 	for _, rec := range pc.got {
 		if id := header(rec, "event_id"); id == "late1" || id == "late2" {
@@ -269,7 +269,7 @@ func TestRocketMQTopicCreatedLaterOrNever(t *testing.T) {
 	ms = waitRMQ(t, rc, "late", 3, 20*time.Second)
 	checkRMQKeyOrder(t, append(ms, rc.Messages("present")...), committed, keyOf)
 	admWaitReady(t, admin, http.StatusOK, 20*time.Second)
-	if n := strings.Count(r.logs.String(), "topic late does not exist on sink rmq"); n != 1 {
+	if n := strings.Count(r.logText(), "topic late does not exist on sink rmq"); n != 1 {
 		t.Errorf("the missing topic was logged %d times, want once", n)
 	}
 

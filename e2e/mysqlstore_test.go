@@ -365,7 +365,7 @@ func TestMySQLStoreCheckAndCommands(t *testing.T) {
 			t.Fatalf("stopped after %s", d)
 		}
 	case <-time.After(20 * time.Second):
-		t.Fatalf("outboxd still runs with UPDATE revoked:\n%s", r.logs.String())
+		t.Fatalf("outboxd still runs with UPDATE revoked:\n%s", r.logText())
 	}
 }
 
@@ -392,9 +392,9 @@ func TestMySQLStoreWriterOutageReconnects(t *testing.T) {
 		last = w.commit(row{EventID: fmt.Sprintf("a%d", i), Key: "k", Topic: "t", Payload: []byte("x")})
 	}
 	deadline := time.Now().Add(15 * time.Second)
-	for !strings.Contains(r.logs.String(), "checkpoint writer not reachable") {
+	for !strings.Contains(r.logText(), "checkpoint writer not reachable") {
 		if time.Now().After(deadline) {
-			t.Fatalf("no wait for the writer logged:\n%s", r.logs.String())
+			t.Fatalf("no wait for the writer logged:\n%s", r.logText())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -409,7 +409,7 @@ func TestMySQLStoreWriterOutageReconnects(t *testing.T) {
 	px.SetMode(faultproxy.Pass)
 	t.Cleanup(func() {
 		if t.Failed() {
-			for _, l := range strings.Split(r.logs.String(), "\n") {
+			for _, l := range strings.Split(r.logText(), "\n") {
 				if !strings.Contains(l, `"level":"debug"`) {
 					t.Log(l)
 				}

@@ -205,7 +205,7 @@ func TestReconnectReverifiesServer(t *testing.T) {
 	}
 	err := r.waitExit(t, 60*time.Second)
 	if !errors.Is(err, daemon.ErrPreflight) || !strings.Contains(fmt.Sprint(err), "binlog_format is STATEMENT: SET GLOBAL binlog_format = 'ROW'") {
-		t.Fatalf("err = %v, want the preflight error naming binlog_format; logs:\n%s", err, r.logs.String())
+		t.Fatalf("err = %v, want the preflight error naming binlog_format; logs:\n%s", err, r.logText())
 	}
 	if got := readCheckpoint(t, o.Dir); got != g {
 		t.Fatalf("checkpoint %q after the refusal, want %q", got, g)

@@ -224,7 +224,7 @@ func waitHTTP(t *testing.T, u string, timeout time.Duration, r *relay) {
 		select {
 		case err := <-r.done:
 			r.done <- err // for relay.stop
-			t.Fatalf("outboxd stopped before serving %s: %v\n%s", u, err, r.logs.String())
+			t.Fatalf("outboxd stopped before serving %s: %v\n%s", u, err, r.logText())
 		default:
 		}
 		if time.Now().After(deadline) {

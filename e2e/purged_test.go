@@ -55,7 +55,7 @@ func (r *relay) waitExit(t *testing.T, d time.Duration) error {
 		close(r.done)
 		return err
 	case <-time.After(d):
-		t.Fatalf("outboxd still runs after %s; logs:\n%s", d, r.logs.String())
+		t.Fatalf("outboxd still runs after %s; logs:\n%s", d, r.logText())
 		return nil
 	}
 }
@@ -177,7 +177,7 @@ func TestDuplicateServerIDStops(t *testing.T) {
 		close(rb.done)
 		survivor = ra
 	case <-time.After(90 * time.Second):
-		t.Fatalf("neither outboxd stopped within 90s; logs A:\n%s\nlogs B:\n%s", ra.logs.String(), rb.logs.String())
+		t.Fatalf("neither outboxd stopped within 90s; logs A:\n%s\nlogs B:\n%s", ra.logText(), rb.logText())
 	}
 	if err == nil || !strings.Contains(err.Error(), "server_id 4711 is used by another replica") {
 		t.Fatalf("err = %v, want the duplicate server_id error", err)

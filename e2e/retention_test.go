@@ -63,7 +63,7 @@ func TestBinlogRetentionCheckAndGauges(t *testing.T) {
 	o.Source = "" // the default minimum: run warns at start and streams
 	rel := startRelay(t, o, daemon.Options{})
 	admWaitReady(t, admin, 200, 30*time.Second)
-	if logs := rel.logs.String(); !strings.Contains(logs, "binlog retention is 10m0s (binlog_expire_logs_seconds = 600)") || !strings.Contains(logs, `"level":"warn"`) {
+	if logs := rel.logText(); !strings.Contains(logs, "binlog retention is 10m0s (binlog_expire_logs_seconds = 600)") || !strings.Contains(logs, `"level":"warn"`) {
 		t.Errorf("run did not warn about the retention at start:\n%s", logs)
 	}
 	c := newConsumer(t, kc, "t")

@@ -63,7 +63,7 @@ func TestRMQACL(t *testing.T) {
 	select {
 	case err := <-r2.done:
 		r2.done <- err // put back for the cleanup's stop
-		t.Fatalf("relay with a wrong secret exited (%v): an ACL error must be retried, not fatal\n%s", err, r2.logs.String())
+		t.Fatalf("relay with a wrong secret exited (%v): an ACL error must be retried, not fatal\n%s", err, r2.logText())
 	default:
 	}
 	// Stopped before reading its logs (the buffer is written under a lock this test cannot
@@ -75,7 +75,7 @@ func TestRMQACL(t *testing.T) {
 	if cp := readCheckpoint(t, bad.Dir); cp != "" && cp != bad.Start {
 		t.Fatalf("checkpoint moved to %s (start %s) without a delivery", cp, bad.Start)
 	}
-	logs := r2.logs.String()
+	logs := r2.logText()
 	if strings.Contains(logs, wrong) || strings.Contains(logs, secret) {
 		t.Fatalf("logs quote a secret:\n%s", logs)
 	}

@@ -52,14 +52,14 @@ func TestOnUpdateCoveredAndOtherTables(t *testing.T) {
 	waitCheckpoint(t, o.Dir, w.position(), 30*time.Second)
 	select {
 	case err := <-rl.done:
-		t.Fatalf("outboxd stopped: %v\n%s", err, rl.logs.String())
+		t.Fatalf("outboxd stopped: %v\n%s", err, rl.logText())
 	default:
 	}
 	if ids := strings.Join(eventIDs(c.settle(500*time.Millisecond)), ","); ids != "a,b,c" {
 		t.Errorf("delivered %s, want a,b,c", ids)
 	}
-	if strings.Contains(rl.logs.String(), "UPDATEd") {
-		t.Errorf("the stop run reported an update:\n%s", rl.logs.String())
+	if strings.Contains(rl.logText(), "UPDATEd") {
+		t.Errorf("the stop run reported an update:\n%s", rl.logText())
 	}
 }
 

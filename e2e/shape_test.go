@@ -349,8 +349,8 @@ func TestOnUpdate(t *testing.T) {
 			if vals["outboxd_outbox_updates_total"] != 1 {
 				t.Errorf("outboxd_outbox_updates_total = %v, want 1", vals["outboxd_outbox_updates_total"])
 			}
-			if !strings.Contains(rl.logs.String(), "an outbox row was UPDATEd") {
-				t.Errorf("no warning logged:\n%s", rl.logs.String())
+			if !strings.Contains(rl.logText(), "an outbox row was UPDATEd") {
+				t.Errorf("no warning logged:\n%s", rl.logText())
 			}
 		})
 	}

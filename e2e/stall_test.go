@@ -29,9 +29,9 @@ func TestStalledSourceIsDetected(t *testing.T) {
 	proxy.SetMode(faultproxy.Blackhole)
 	w.commit(row{EventID: "during-stall", Key: "k", Topic: "t", Payload: []byte("2")})
 	deadline := time.Now().Add(25 * time.Second)
-	for !strings.Contains(rel.logs.String(), "no data or heartbeat within") {
+	for !strings.Contains(rel.logText(), "no data or heartbeat within") {
 		if time.Now().After(deadline) {
-			t.Fatalf("the stall was not detected within 25 s; logs:\n%s", rel.logs.String())
+			t.Fatalf("the stall was not detected within 25 s; logs:\n%s", rel.logText())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

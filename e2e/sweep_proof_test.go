@@ -34,7 +34,7 @@ func TestSweepProofIsPerTable(t *testing.T) {
 	deadline := time.Now().Add(time.Minute)
 	for sw.tableHas("outbox_event", "same-1") || sw.tableHas("ts_outbox", "same-2") {
 		if time.Now().After(deadline) {
-			t.Fatalf("the delivered rows were not swept within a minute:\n%s", r.logs.String())
+			t.Fatalf("the delivered rows were not swept within a minute:\n%s", r.logText())
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
@@ -63,7 +63,7 @@ func TestSweepRepeatedEventIDNeedsACopyPerRow(t *testing.T) {
 	deadline := time.Now().Add(time.Minute)
 	for sw.tableHas("ts_outbox", "other") {
 		if time.Now().After(deadline) {
-			t.Fatalf("the delivered row was not swept within a minute:\n%s", r.logs.String())
+			t.Fatalf("the delivered row was not swept within a minute:\n%s", r.logText())
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
