@@ -110,7 +110,11 @@ func (o *ops) reconcileRun(ctx context.Context, db *sql.DB, readers map[string]r
 			o.publishReconcile(total, log)
 		}
 	}()
-	for _, w := range reconcile.Windows(mark, serverNow, rc.Delay, rc.Window) {
+	until, ok := o.reconcileHorizon(ctx, db, serverNow, log)
+	if !ok {
+		return nil // nothing can be checked yet; the mark stays
+	}
+	for _, w := range reconcile.Windows(mark, until, rc.Delay, rc.Window) {
 		rep, err := reconcile.Run(ctx, db, o.cfg, reconcile.Options{Window: w, Before: rc.Slack, After: rc.Slack, Readers: readers})
 		if err != nil {
 			return fmt.Errorf("window %s .. %s: %w", logging.Time(w.Since), logging.Time(w.Until), err)
@@ -126,6 +130,37 @@ func (o *ops) reconcileRun(ctx context.Context, db *sql.DB, readers map[string]r
 		total.Merge(rep)
 	}
 	return nil
+}
+
+// reconcileHorizon is how far the windows may reach (before reconcile.delay): the database's
+// NOW() on a primary, where every committed row is; on a replica (or a server that does not
+// say whether it is one), no further than the saved checkpoint's commit time. A replica holds
+// only what it has applied, and a window read before a lagging replica applied its rows would
+// move the mark past them: the checkpoint's commit time, the primary's clock as the binlog
+// carries it, is a point the server outboxd reads from has certainly reached. ok is false
+// when there is no such point yet (no transaction checkpointed).
+func (o *ops) reconcileHorizon(ctx context.Context, db *sql.DB, serverNow time.Time, log zerolog.Logger) (time.Time, bool) {
+	replica, err := server.Replicates(ctx, db, o.cfg.Source.Flavor)
+	if err == nil && !replica {
+		return serverNow, true
+	}
+	st := o.saved.state()
+	ck := st.last.CommitTime
+	if !st.ok || ck.IsZero() {
+		log.Debug().Err(err).Msg("periodic reconcile waits: the source may be a replica, and no checkpointed transaction says how far it has applied")
+		return time.Time{}, false
+	}
+	if err != nil {
+		log.Debug().Err(err).Msg("periodic reconcile cannot tell whether the source is a replica (grant SLAVE MONITOR, or REPLICATION CLIENT on MySQL); its windows stop at the checkpoint's commit time")
+	}
+	return minTime(serverNow, ck), true
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // publishReconcile sets the metrics, writes reconcile.out and logs the run's report.

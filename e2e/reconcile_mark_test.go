@@ -17,6 +17,7 @@ import (
 
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/daemon"
+	"github.com/outboxd/outboxd/testenv/replication"
 )
 
 // insertUnlogged inserts outbox rows that never reach the binlog (sql_log_bin=0), so no relay
@@ -249,4 +250,55 @@ func TestReconcileDigestMatchesTheServer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The periodic windows never pass rows the server outboxd reads has not applied yet: on a
+// replica lagging more than reconcile.delay they stop at the checkpoint's commit time (a point
+// the replica has reached), not at the replica's NOW() - delay, which would move the mark past
+// the rows still on their way from the primary, and no run would ever check them.
+func TestReconcilePeriodicReplicaLag(t *testing.T) {
+	pair := replication.StartPair(t, replication.Options{})
+	w := newWorld(t, pair.Primary())
+	kc := kafkaCluster(t, "orders")
+	o := simpleCfg(t, w, kc, w.position())
+	o.Srv = pair.Replica() // reads the replica
+	o.Extra = "reconcile: {interval: 1s, window: 1s, delay: 1s, slack: 1m}\n"
+	path := reconcileCfg(t, o, "lag.yaml")
+	c := newConsumer(t, kc, "orders")
+	w.commit(row{EventID: "before", Key: "k", Topic: "orders", Payload: []byte("p")})
+	logs, _ := reconcileDaemon(t, path, nil)
+	c.waitFor(1, 30*time.Second)
+	waitMissing(t, logs, nil, 30*time.Second) // a run behind the delivered row
+
+	replica := serverDB(t, pair.Replica())
+	if _, err := replica.Exec("STOP SLAVE SQL_THREAD"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		w.commit(row{EventID: fmt.Sprintf("lagging%d", i), Key: "k", Topic: "orders", Payload: []byte("p")})
+	}
+	var firstLagging time.Time
+	if err := w.db.QueryRow("SELECT MIN(created_at) FROM " + w.schema + ".outbox_event WHERE event_id LIKE 'lagging%'").Scan(&firstLagging); err != nil {
+		t.Fatal(err)
+	}
+	// Several runs while the replica lags by more than the delay.
+	time.Sleep(5 * time.Second)
+	b, err := os.ReadFile(filepath.Join(o.Dir, "checkpoint.json.reconcile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mark struct {
+		At time.Time `json:"reconciled_through"`
+	}
+	if err := json.Unmarshal(b, &mark); err != nil {
+		t.Fatal(err)
+	}
+	if mark.At.After(firstLagging) {
+		t.Fatalf("the mark moved to %s, past rows the replica has not applied (the first created %s): no run will check them",
+			mark.At.Format(time.RFC3339Nano), firstLagging.Format(time.RFC3339Nano))
+	}
+	if _, err := replica.Exec("START SLAVE SQL_THREAD"); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor(6, 30*time.Second)
 }

@@ -136,3 +136,11 @@ func replicaConnections(ctx context.Context, db *sql.DB, f gtid.Flavor) ([]strin
 	}
 	return out, rows.Err()
 }
+
+// Replicates reports whether db has replication configured (a replica, running or stopped): its
+// rows lag its primary's. It blocks on one query; an error (such as a missing SLAVE MONITOR or
+// REPLICATION CLIENT) means it could not tell.
+func Replicates(ctx context.Context, db *sql.DB, f gtid.Flavor) (bool, error) {
+	conns, err := replicaConnections(ctx, db, f)
+	return len(conns) > 0, err
+}
