@@ -89,6 +89,22 @@ func readDeleted(ctx context.Context, db *sql.DB) (map[string]time.Time, error) 
 	return out, rows.Err()
 }
 
+// everCommitted is every row db's outbox table ever held: its rows and the ones cleanup deleted.
+func everCommitted(ctx context.Context, db *sql.DB) (map[string]bool, error) {
+	ids, err := eventIDs(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("read the outbox table: %w", err)
+	}
+	deleted, err := readDeleted(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", deletedTable, err)
+	}
+	for id := range deleted {
+		ids[id] = true
+	}
+	return ids, nil
+}
+
 // splitDark removes the dark rows from ids and returns them.
 func splitDark(ids map[string]bool) map[string]bool {
 	dark := map[string]bool{}
@@ -187,17 +203,28 @@ func (w *world) lifecycleVerdict(ctx context.Context, rep *Report, deleted map[s
 	}
 }
 
-// reconcileMissing runs `outboxd reconcile` with the first instance's config over the whole run
-// and returns the event ids it reports missing. Exit status 1 is its "missing" verdict.
+// reconcileMissing runs `outboxd reconcile` over the whole run with the first instance's config
+// pointed at the current primary (a replica lacks the dark rows written on the primary; a
+// failover leaves dark rows behind on the demoted one) and returns the event ids it reports
+// missing. Exit status 1 is its "missing" verdict.
 func (w *world) reconcileMissing(ctx context.Context, since time.Time) ([]string, error) {
 	ob := w.obds[0]
+	b, err := os.ReadFile(ob.cfg)
+	if err != nil {
+		return nil, err
+	}
+	cfg := strings.Replace(string(b), w.sourceYAML(ob), "  addr: "+w.srv.Addr+"\n", 1)
+	path := ob.cfg + ".reconcile.yaml"
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		return nil, err
+	}
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(rctx, ob.bin, "reconcile", "--config", ob.cfg, "--json",
+	cmd := exec.CommandContext(rctx, ob.bin, "reconcile", "--config", path, "--json",
 		"--since", since.UTC().Format(time.RFC3339Nano), "--until", "now")
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
+	err = cmd.Run()
 	if ee, ok := err.(*exec.ExitError); err != nil && (!ok || ee.ExitCode() != 1) {
 		return nil, fmt.Errorf("outboxd reconcile: %v: %s", err, strings.TrimSpace(errb.String()))
 	}

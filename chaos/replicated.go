@@ -208,13 +208,13 @@ func (w *world) crashFailover(ctx context.Context, gen *generator, lag time.Dura
 
 // onlyOn returns the event ids in a's outbox table that b's lacks.
 func onlyOn(ctx context.Context, a, b *sql.DB) (map[string]bool, error) {
-	ids, err := eventIDs(ctx, a)
+	ids, err := everCommitted(ctx, a)
 	if err != nil {
-		return nil, fmt.Errorf("read the dead primary's outbox table: %w", err)
+		return nil, fmt.Errorf("the dead primary: %w", err)
 	}
-	have, err := eventIDs(ctx, b)
+	have, err := everCommitted(ctx, b)
 	if err != nil {
-		return nil, fmt.Errorf("read the new primary's outbox table: %w", err)
+		return nil, fmt.Errorf("the new primary: %w", err)
 	}
 	for id := range have {
 		delete(ids, id)
