@@ -106,7 +106,7 @@ func (c *Cleaner) sweep(ctx context.Context, t *table, lim *limiter, log zerolog
 		log.Warn().Int("rows", kept).Int("not_found", rep.Missing).Int("dead_lettered", rep.DeadLettered).
 			Str("since", logging.Time(since)).Str("until", logging.Time(until)).Str("event_ids", strings.Join(ids, " ")).
 			Msg("cleanup sweep: rows kept without proof of delivery (their event is not at the topic their route gives: never relayed, such as rows written with sql_log_bin=0, dead-lettered, or gone from the broker because cleanup.retention outlasts the broker's); " +
-				"check them with outboxd reconcile over that window, resend what is missing with outboxd backfill, and delete what you have handled by hand")
+				"check them with outboxd reconcile over that window, resend what is missing by inserting a new outbox row with the same event_id (consumers dedupe by it), and delete what you have handled by hand")
 	}
 	return nil
 }

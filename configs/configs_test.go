@@ -102,6 +102,9 @@ func TestAlertRules(t *testing.T) {
 			} else if !anchors[strings.ToLower(r.Alert)] {
 				t.Errorf("alert %s: README.md has no heading %q for its runbook_url", r.Alert, r.Alert)
 			}
+			if !strings.Contains(string(readme), "\n| "+r.Alert+" | ") {
+				t.Errorf("alert %s is not in README.md's table of alerts", r.Alert)
+			}
 			if !strings.Contains(string(tests), "alertname: "+r.Alert+"\n") {
 				t.Errorf("alert %s has no promtool unit test in alerts_test.yml", r.Alert)
 			}
