@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"syscall"
@@ -211,4 +212,46 @@ func TestFileCheckpointRemovedWhileRunning(t *testing.T) {
 	}
 	startRelay(t, o, daemon.Options{})
 	newConsumer(t, kc, "t").waitForEvent("e3", 30*time.Second)
+}
+
+// `checkpoint set --accept-layout` alone records the current layouts and keeps the position;
+// it must not also clear a tombstone or adopt a checkpoint written for other tables, which
+// only --from-checkpoint (or --gtid) asks for: either would let outboxd resume where nobody
+// chose to (a lost checkpoint's position unexamined, an added table's older rows skipped).
+func TestAcceptLayoutAloneKeepsTombstoneAndScope(t *testing.T) {
+	w := newWorld(t, sharedServer(t))
+	kc := kafkaCluster(t, "t")
+	o := simpleCfg(t, w, kc, "")
+	cfgPath := writeCfg(t, o)
+	path := filepath.Join(o.Dir, "checkpoint.json")
+	tables := []string{w.schema + ".outbox_event"}
+	base := checkpoint.Checkpoint{Flavor: "mariadb", GTIDSet: w.position()}
+	for name, c := range map[string]checkpoint.Checkpoint{
+		"tombstone": checkpoint.Tombstone(withScope(base, tables), "test", "removed by hand", time.Now()),
+		"scope":     withScope(base, []string{w.schema + ".other"}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, err := checkpoint.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Save(c); err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			code, out := runBinary(t, "checkpoint", "set", "--config", cfgPath, "--accept-layout")
+			if code == 0 || !strings.Contains(out, "--from-checkpoint") {
+				t.Fatalf("checkpoint set --accept-layout on a %s: exit %d, want a refusal naming --from-checkpoint:\n%s", name, code, out)
+			}
+			got, err := checkpoint.Read(path)
+			if err != nil || got == nil || !reflect.DeepEqual(got.Scope, c.Scope) {
+				t.Fatalf("checkpoint after the refused set: %+v, %v; want the scope %+v kept", got, err, c.Scope)
+			}
+		})
+	}
+}
+
+func withScope(c checkpoint.Checkpoint, tables []string) checkpoint.Checkpoint {
+	c.Scope = checkpoint.NewScope("test", tables)
+	return c
 }
