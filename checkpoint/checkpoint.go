@@ -70,6 +70,9 @@ type Store struct {
 	mu     sync.Mutex // serialises Save, Load and Close
 	lock   *flock.Flock
 	closed bool
+	// last is the checkpoint this Store last read or wrote; nil while it never saw one. Once
+	// set, a missing file means someone removed it under the lock (see lostLocked).
+	last *Checkpoint
 }
 
 // Open creates path's parent directories (0o755) and takes the exclusive lock without waiting.
@@ -111,7 +114,11 @@ func (s *Store) Load() (*Checkpoint, error) {
 	if s.closed {
 		return nil, fmt.Errorf("checkpoint %s: load after Close", s.path)
 	}
-	return Read(s.path)
+	c, err := Read(s.path)
+	if c != nil {
+		s.last = c
+	}
+	return c, err
 }
 
 // Save replaces the checkpoint durably: it writes a temp file in the same directory, fsyncs it,
@@ -136,26 +143,65 @@ func (s *Store) Save(c Checkpoint) error {
 	if s.closed {
 		return fmt.Errorf("checkpoint %s: save after Close", s.path)
 	}
+	if c.Scope == nil || c.Scope.Lost == nil {
+		// The rename would recreate a file removed while this Store held the lock and hide
+		// the loss; keep c (acknowledged, as every save is) as a tombstone instead.
+		if err := s.lostLocked(c, "the file was removed while this process held its lock"); err != nil {
+			return err
+		}
+	}
 	if err := writeAtomic(s.path, data); err != nil {
 		return fmt.Errorf("checkpoint %s: save: %w", s.path, err)
 	}
+	s.last = &c
 	return nil
 }
 
-// Close releases the lock. Later Load and Save calls fail. Closing twice is a no-op.
+// lostLocked writes c as a tombstone and returns the *LostError to stop with when this Store
+// read or wrote a checkpoint before and the file is gone now; nil otherwise. The caller holds
+// s.mu.
+func (s *Store) lostLocked(c Checkpoint, reason string) error {
+	if s.last == nil {
+		return nil
+	}
+	if _, err := os.Stat(s.path); !errors.Is(err, fs.ErrNotExist) {
+		return nil // present, or unreadable: the write reports that
+	}
+	by := fmt.Sprintf("outboxd pid %d", os.Getpid())
+	t := Tombstone(c, by, reason, time.Now())
+	lost := &LostError{Where: s.path, GTIDSet: c.GTIDSet, Lost: *t.Scope.Lost}
+	data, err := json.MarshalIndent(t, "", "  ")
+	if err == nil {
+		err = writeAtomic(s.path, append(data, '\n'))
+	}
+	if err != nil {
+		return fmt.Errorf("%w (the tombstone was not written: %w)", lost, err)
+	}
+	s.last = &t
+	return lost
+}
+
+// Close releases the lock. Later Load and Save calls fail. Closing twice is a no-op. When the
+// file this Store read or wrote was removed meanwhile (and no save since noticed it), Close
+// writes the last known checkpoint back as a tombstone and returns the *LostError (the lock is
+// released all the same): the next start must not take source.start in its place.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil
 	}
+	var lost error
+	if s.last != nil {
+		lost = s.lostLocked(*s.last, "the file was removed while this process held its lock (noticed at exit)")
+	}
 	s.closed = true
 	// The lock file stays on disk: removing it would let a process that opened the old inode
 	// and one that creates a new file both believe they hold the lock.
 	if err := s.lock.Close(); err != nil {
-		return fmt.Errorf("checkpoint %s: release lock: %w", s.path, err)
+		return errors.Join(lost, fmt.Errorf("checkpoint %s: release lock: %w", s.path, err))
 	}
-	return nil
+	return lost
 }
 
 // Read reads the checkpoint at path without taking the lock, for inspection (`outboxd checkpoint

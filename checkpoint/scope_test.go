@@ -2,10 +2,14 @@ package checkpoint
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outboxd/outboxd/gtid"
 )
 
 func TestScopeDiff(t *testing.T) {
@@ -79,4 +83,68 @@ func TestHolderLockName(t *testing.T) {
 			t.Fatalf("distinct holders share %q", a)
 		}
 	}
+}
+
+// Issue 21 item 7 on the file store: a checkpoint file removed while a Store that had read or
+// written it is open is not silently recreated by the next Save (which would hide the loss),
+// nor left missing at Close (the next start would take source.start): both write the last
+// known position as a tombstone, which every later start refuses.
+func TestFileRemovedWhileOpenBecomesTombstone(t *testing.T) {
+	scope := NewScope("mariadb://db", []string{"s.outbox"})
+	c1 := Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-5", Scope: scope}
+	c2 := Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-7", Scope: scope}
+
+	t.Run("save", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "cp.json")
+		s := openT(t, path)
+		if err := s.Save(c1); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		err := s.Save(c2)
+		if !errors.Is(err, ErrCheckpointLost) || !strings.Contains(err.Error(), "0-1-7") {
+			t.Fatalf("Save after the file was removed: %v, want ErrCheckpointLost naming 0-1-7", err)
+		}
+		got, err := Read(path)
+		if err != nil || got == nil || got.GTIDSet != "0-1-7" || got.Scope == nil || got.Scope.Lost == nil {
+			t.Fatalf("file after the refused save: %+v, %v; want the tombstone of 0-1-7", got, err)
+		}
+		if err := CheckScope(path, got, scope.Tables); !errors.Is(err, ErrCheckpointLost) {
+			t.Fatalf("a start on the tombstone: %v, want ErrCheckpointLost", err)
+		}
+	})
+	t.Run("close", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "cp.json")
+		s := openT(t, path)
+		if err := s.Save(c1); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		s = openT(t, path)
+		if got, err := s.Load(); err != nil || got == nil {
+			t.Fatalf("Load: %v, %v", got, err)
+		}
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); !errors.Is(err, ErrCheckpointLost) {
+			t.Fatalf("Close after the file was removed: %v, want ErrCheckpointLost", err)
+		}
+		got, err := Read(path)
+		if err != nil || got == nil || got.GTIDSet != "0-1-5" || got.Scope == nil || got.Scope.Lost == nil {
+			t.Fatalf("file after Close: %+v, %v; want the tombstone of 0-1-5", got, err)
+		}
+	})
+	t.Run("never had one", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "cp.json")
+		s := openT(t, path)
+		if got, err := s.Load(); err != nil || got != nil {
+			t.Fatalf("Load: %v, %v", got, err)
+		}
+		if err := s.Save(c1); err != nil {
+			t.Fatalf("first Save: %v", err)
+		}
+	})
 }

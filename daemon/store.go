@@ -96,10 +96,10 @@ func checkpointTable(cfg *config.Config) binlog.TableRef {
 
 // storeFault ends a session when a save of the mysql store fails in a way that waiting with
 // reading paused cannot fix: a writer that is away takes the reconnect path (as a lost stream
-// does), a misconfigured table or grant stops the daemon with the fix, a superseded row halts it
-// (pipeline.ErrHalt: nothing more is sent) and stops it. The
-// file store's failures never land here: they keep pipeline's pause-and-retry for
-// SaveFailureLimit (30 s). Safe for concurrent use.
+// does), a misconfigured table or grant stops the daemon with the fix, a superseded row or a
+// lost checkpoint (either store) halts it (pipeline.ErrHalt: nothing more is sent) and stops
+// it. The file store's other failures never land here: they keep pipeline's pause-and-retry
+// for SaveFailureLimit (30 s). Safe for concurrent use.
 type storeFault struct {
 	mu     sync.Mutex
 	cancel context.CancelCauseFunc // of the running session; nil between sessions

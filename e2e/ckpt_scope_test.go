@@ -1,12 +1,19 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/outboxd/outboxd/checkpoint"
+	"github.com/outboxd/outboxd/daemon"
 )
 
 // Issue 21 item 5: with the mysql store and no ha, backfill, checkpoint set (--gtid and
@@ -171,4 +178,80 @@ func TestHACheckpointRowDeletedStops(t *testing.T) {
 			t.Fatalf("event %s never arrived (%d committed, %d received)", id, len(committed), len(got))
 		}
 	}
+}
+
+// Issue 21 item 7 on the file store: the checkpoint file is removed while outboxd runs. The
+// atomic write of the next save must not recreate it as if nothing happened (a crash before
+// that save would have restarted from source.start, skipping what was committed meanwhile):
+// the save writes its position as a tombstone and outboxd stops naming it; a restart refuses
+// the tombstone, and after `checkpoint set --from-checkpoint` every row arrives.
+func TestFileCheckpointRemovedWhileRunning(t *testing.T) {
+	w := newWorld(t, sharedServer(t))
+	kc := kafkaCluster(t, "t")
+	o := simpleCfg(t, w, kc, w.position())
+	r := startRelay(t, o, daemon.Options{})
+	g := w.commit(row{EventID: "e1", Key: "k", Topic: "t", Payload: []byte("1")})
+	waitCheckpoint(t, o.Dir, g, 30*time.Second)
+	if err := os.Remove(filepath.Join(o.Dir, "checkpoint.json")); err != nil {
+		t.Fatal(err)
+	}
+	g = w.commit(row{EventID: "e2", Key: "k", Topic: "t", Payload: []byte("2")})
+	err := r.waitExit(t, 30*time.Second)
+	if !errors.Is(err, checkpoint.ErrCheckpointLost) || !strings.Contains(err.Error(), "removed") {
+		t.Fatalf("outboxd after its checkpoint file was removed: %v, want it stopped on the lost checkpoint", err)
+	}
+	w.commit(row{EventID: "e3", Key: "k", Topic: "t", Payload: []byte("3")})
+
+	o.Start = "latest"
+	err = startRelay(t, o, daemon.Options{}).waitExit(t, 30*time.Second)
+	if !errors.Is(err, checkpoint.ErrCheckpointLost) || !strings.Contains(err.Error(), g) {
+		t.Fatalf("restart on the tombstone: %v, want the lost checkpoint naming %s", err, g)
+	}
+	if code, out := runBinary(t, "checkpoint", "set", "--config", writeCfg(t, o), "--from-checkpoint"); code != 0 {
+		t.Fatalf("checkpoint set --from-checkpoint: exit %d:\n%s", code, out)
+	}
+	startRelay(t, o, daemon.Options{})
+	newConsumer(t, kc, "t").waitForEvent("e3", 30*time.Second)
+}
+
+// `checkpoint set --accept-layout` alone records the current layouts and keeps the position;
+// it must not also clear a tombstone or adopt a checkpoint written for other tables, which
+// only --from-checkpoint (or --gtid) asks for: either would let outboxd resume where nobody
+// chose to (a lost checkpoint's position unexamined, an added table's older rows skipped).
+func TestAcceptLayoutAloneKeepsTombstoneAndScope(t *testing.T) {
+	w := newWorld(t, sharedServer(t))
+	kc := kafkaCluster(t, "t")
+	o := simpleCfg(t, w, kc, "")
+	cfgPath := writeCfg(t, o)
+	path := filepath.Join(o.Dir, "checkpoint.json")
+	tables := []string{w.schema + ".outbox_event"}
+	base := checkpoint.Checkpoint{Flavor: "mariadb", GTIDSet: w.position()}
+	for name, c := range map[string]checkpoint.Checkpoint{
+		"tombstone": checkpoint.Tombstone(withScope(base, tables), "test", "removed by hand", time.Now()),
+		"scope":     withScope(base, []string{w.schema + ".other"}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, err := checkpoint.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Save(c); err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			code, out := runBinary(t, "checkpoint", "set", "--config", cfgPath, "--accept-layout")
+			if code == 0 || !strings.Contains(out, "--from-checkpoint") {
+				t.Fatalf("checkpoint set --accept-layout on a %s: exit %d, want a refusal naming --from-checkpoint:\n%s", name, code, out)
+			}
+			got, err := checkpoint.Read(path)
+			if err != nil || got == nil || !reflect.DeepEqual(got.Scope, c.Scope) {
+				t.Fatalf("checkpoint after the refused set: %+v, %v; want the scope %+v kept", got, err, c.Scope)
+			}
+		})
+	}
+}
+
+func withScope(c checkpoint.Checkpoint, tables []string) checkpoint.Checkpoint {
+	c.Scope = checkpoint.NewScope("test", tables)
+	return c
 }

@@ -191,14 +191,17 @@ func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writ
 	fromCP := fs.Bool("from-checkpoint", false, "keep the checkpoint's position (also a lost one's last known position) and record this config's tables as what it covers")
 	force := fs.Bool("force", false, "accept a set that lacks a source the server has")
 	ignoreLeader := fs.Bool("ignore-leader", false, "write the row although a leader holds the lock (it is superseded and exits)")
-	acceptLayout := fs.Bool("accept-layout", false, "record the outbox tables' current column layouts with the checkpoint (without --gtid: keep its position, as --from-checkpoint does); "+
+	acceptLayout := fs.Bool("accept-layout", false, "record the outbox tables' current column layouts with the checkpoint (without --gtid: keep its position; a lost checkpoint or one for other tables also needs --from-checkpoint); "+
 		"only when no rows were written between the checkpoint and the ALTER TABLE, or after relaying them with the old layout")
 	cfg, err := fs.load(args)
 	if err != nil {
 		return err
 	}
-	if *acceptLayout && *set == "" {
-		*fromCP = true // --accept-layout alone keeps the position
+	// --accept-layout alone keeps the position, but not a tombstone or other tables: clearing
+	// those is what --from-checkpoint asks for.
+	layoutOnly := *acceptLayout && *set == "" && !*fromCP
+	if layoutOnly {
+		*fromCP = true
 	}
 	if (*set == "") == !*fromCP {
 		return &exitError{code: 2, err: errors.New("give exactly one of --gtid SET and --from-checkpoint (or --accept-layout alone, to keep the position)")}
@@ -222,6 +225,12 @@ func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writ
 		return err
 	}
 	defer store.Close()
+	if layoutOnly {
+		if err := checkpoint.CheckScope(cfg.Checkpoint.Where(), old, cfg.ScopeTables()); err != nil {
+			return &exitError{code: 1, err: fmt.Errorf("--accept-layout alone records layouts only, and this checkpoint needs more: %w. "+
+				"To keep its position anyway, pass --from-checkpoint with --accept-layout", err)}
+		}
+	}
 	cp := checkpoint.Checkpoint{Flavor: cfg.Source.Flavor, GTIDSet: parsed.String(), SavedAt: timeNow()}
 	if *fromCP && old != nil && old.GTIDSet == cp.GTIDSet {
 		cp = *old // the same position: keep what it recorded (commit time, layouts)
