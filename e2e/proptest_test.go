@@ -283,7 +283,7 @@ func TestCleanupRandomizedTakeovers(t *testing.T) {
 	sw.keyPath()
 	name := "pt-" + sw.schema
 	ckTable := haCfg(t, sw.world, &sw.o, name)
-	lock := "outboxd." + name
+	lock := lockNameOf(sw.o, name)
 	stop := sw.watch()
 	var relays []*relay
 	start := func(o cfgOpts) *relay {
