@@ -219,7 +219,7 @@ func (s *MySQLStore) Save(c Checkpoint) error {
 		return s.wrap("save", err)
 	}
 	if n, err := res.RowsAffected(); err == nil && n > 0 {
-		s.keepHolderLock(ctx)
+		s.KeepHolderLock(ctx)
 		return nil
 	}
 	return s.unchanged(ctx, "save", epoch, holder, &c)
@@ -394,10 +394,13 @@ func (s *MySQLStore) takeHolderLock(ctx context.Context, holder string) error {
 	return s.ensureHolderLock(ctx)
 }
 
-// keepHolderLock re-takes the holder lock after its connection dropped (a writer restart, a
-// reset path). Failures are left for the next save: the lock is a signal for commands, not
-// part of the fencing.
-func (s *MySQLStore) keepHolderLock(ctx context.Context) {
+// KeepHolderLock re-takes the holder lock after its connection dropped (a writer restart, a
+// reset path, a KILL, wait_timeout on a connection that runs no other query); the check
+// itself keeps that connection from idling out. Saves call it, and so must a timer while
+// the holder is idle (no saves), or commands would run beside it. Failures are left for the
+// next call: the lock is a signal for commands, not part of the fencing. It blocks on one or
+// two queries (bounded by ctx); a no-op before Claim. Safe for concurrent use.
+func (s *MySQLStore) KeepHolderLock(ctx context.Context) {
 	s.lockMu.Lock()
 	defer s.lockMu.Unlock()
 	if s.lockName != "" {

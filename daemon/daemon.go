@@ -285,6 +285,16 @@ func ResolveStart(ctx context.Context, db *sql.DB, cfg *config.Config, store che
 			return gtid.Set{}, "", fmt.Errorf("--from-gtid: %w", err)
 		}
 		origin = "--from-gtid"
+		// The set chooses where to read, not which checkpoint to trust: the first save would
+		// write over a lost checkpoint's last position or another config's checkpoint (the
+		// mysql store's claim refuses both too); `checkpoint set` replaces either on purpose.
+		cp, err := store.Load()
+		if err != nil {
+			return gtid.Set{}, "", err
+		}
+		if err := checkpoint.CheckScope(cfg.Checkpoint.Where(), cp, cfg.ScopeTables()); err != nil {
+			return gtid.Set{}, "", fmt.Errorf("--from-gtid does not replace this checkpoint: %w", err)
+		}
 	default:
 		cp, err := store.Load()
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxd/outboxd/admin"
 	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/election"
 	"github.com/outboxd/outboxd/internal/logging"
@@ -133,6 +134,7 @@ func (o *ops) sampleLoop(ctx context.Context) {
 		o.probeSinks(ctx)
 		if o.role.leading() {
 			o.sampleRetention(ctx, &retention)
+			o.keepHolderLock(ctx)
 		}
 		if pl := o.pipeline(); pl != nil && o.role.leading() {
 			qctx, cancel := context.WithTimeout(ctx, sampleInterval)
@@ -158,6 +160,16 @@ func (o *ops) sampleLoop(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
+	}
+}
+
+// keepHolderLock re-takes the mysql store's holder lock if its connection dropped: an idle
+// leader saves nothing, and without the lock backfill and checkpoint set would run beside it.
+func (o *ops) keepHolderLock(ctx context.Context) {
+	if ms, ok := o.saved.store.(*checkpoint.MySQLStore); ok {
+		kctx, cancel := context.WithTimeout(ctx, sampleInterval)
+		ms.KeepHolderLock(kctx)
+		cancel()
 	}
 }
 

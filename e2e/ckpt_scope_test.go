@@ -224,21 +224,9 @@ func TestAcceptLayoutAloneKeepsTombstoneAndScope(t *testing.T) {
 	o := simpleCfg(t, w, kc, "")
 	cfgPath := writeCfg(t, o)
 	path := filepath.Join(o.Dir, "checkpoint.json")
-	tables := []string{w.schema + ".outbox_event"}
-	base := checkpoint.Checkpoint{Flavor: "mariadb", GTIDSet: w.position()}
-	for name, c := range map[string]checkpoint.Checkpoint{
-		"tombstone": checkpoint.Tombstone(withScope(base, tables), "test", "removed by hand", time.Now()),
-		"scope":     withScope(base, []string{w.schema + ".other"}),
-	} {
+	for name, c := range untrusted(w) {
 		t.Run(name, func(t *testing.T) {
-			s, err := checkpoint.Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Save(c); err != nil {
-				t.Fatal(err)
-			}
-			s.Close()
+			writeFileCheckpoint(t, path, c)
 			code, out := runBinary(t, "checkpoint", "set", "--config", cfgPath, "--accept-layout")
 			if code == 0 || !strings.Contains(out, "--from-checkpoint") {
 				t.Fatalf("checkpoint set --accept-layout on a %s: exit %d, want a refusal naming --from-checkpoint:\n%s", name, code, out)
@@ -251,7 +239,55 @@ func TestAcceptLayoutAloneKeepsTombstoneAndScope(t *testing.T) {
 	}
 }
 
+// untrusted are the checkpoints a config relaying w's outbox_event must not resume from: a
+// tombstone of its own and one written for other tables.
+func untrusted(w *world) map[string]checkpoint.Checkpoint {
+	base := checkpoint.Checkpoint{Flavor: "mariadb", GTIDSet: w.position()}
+	return map[string]checkpoint.Checkpoint{
+		"tombstone": checkpoint.Tombstone(withScope(base, []string{w.schema + ".outbox_event"}), "test", "removed by hand", time.Now()),
+		"scope":     withScope(base, []string{w.schema + ".other"}),
+	}
+}
+
+// writeFileCheckpoint writes c as the file store's checkpoint at path.
+func writeFileCheckpoint(t *testing.T, path string, c checkpoint.Checkpoint) {
+	t.Helper()
+	s, err := checkpoint.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Save(c); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func withScope(c checkpoint.Checkpoint, tables []string) checkpoint.Checkpoint {
 	c.Scope = checkpoint.NewScope("test", tables)
 	return c
+}
+
+// `run --from-gtid` chooses where to read, not which checkpoint to trust: on the file store it
+// refuses a tombstone and a checkpoint written for other tables as the mysql store's claim
+// does, leaving the file as it was, instead of writing over a lost checkpoint's last position
+// or another config's checkpoint (`checkpoint set` is the way to replace either).
+func TestFromGTIDFileStoreKeepsTombstoneAndScope(t *testing.T) {
+	w := newWorld(t, sharedServer(t))
+	kc := kafkaCluster(t, "t")
+	o := simpleCfg(t, w, kc, "")
+	path := filepath.Join(o.Dir, "checkpoint.json")
+	for name, c := range untrusted(w) {
+		t.Run(name, func(t *testing.T) {
+			writeFileCheckpoint(t, path, c)
+			err := startRelay(t, o, daemon.Options{FromGTID: w.position()}).waitExit(t, 30*time.Second)
+			if !errors.Is(err, checkpoint.ErrCheckpointLost) && !errors.Is(err, checkpoint.ErrScopeMismatch) ||
+				!strings.Contains(err.Error(), "checkpoint set") {
+				t.Fatalf("run --from-gtid on a %s: %v, want a refusal naming checkpoint set", name, err)
+			}
+			got, err := checkpoint.Read(path)
+			if err != nil || got == nil || !reflect.DeepEqual(got.Scope, c.Scope) || got.GTIDSet != c.GTIDSet {
+				t.Fatalf("checkpoint after the refused run: %+v, %v; want %+v kept", got, err, c)
+			}
+		})
+	}
 }
