@@ -5,13 +5,13 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/internal/servercheck"
 )
 
 // validateSkipChecks accepts only the names of checks outboxd has: a misspelled name would
 // otherwise skip nothing while the operator believes the override is in place.
 func (c *Config) validateSkipChecks(p *problems) {
-	names := server.CheckNames()
+	names := servercheck.Names()
 	seen := map[string]bool{}
 	for i, name := range c.Source.SkipChecks {
 		field := fmt.Sprintf("source.skip_checks[%d]", i)

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outboxd/outboxd/binlog/server"
-	"github.com/outboxd/outboxd/sink/rocketmq"
+	"github.com/outboxd/outboxd/internal/rmqprops"
+	"github.com/outboxd/outboxd/internal/servercheck"
 )
 
 // Message shape options: per-table columns placed into the message, and the route's envelope.
@@ -212,7 +212,7 @@ func (c *Config) validateShape(p *problems) {
 			cols, names := t.ExtraHeaderColumns()
 			for k, name := range names {
 				// The sink would drop the header from every message (with a log line).
-				if why := rocketmq.PropertyNameProblem(name); why != "" && name != "" {
+				if why := rmqprops.NameProblem(name); why != "" && name != "" {
 					p.add(fmt.Sprintf("tables[%d].extra_headers.%s", j, cols[k]), "header %q %s, which %s (rocketmq sink %q) cannot carry; choose another name", name, why, field, r.Sink)
 				}
 			}
@@ -231,9 +231,9 @@ func routeMayMatch(r Route, t Table) bool {
 
 // ShapeColumnProblems checks the types of the table's timestamp and partition columns in
 // defs (the table as the server defines it), for check and run; a missing column is
-// server.MissingColumns' problem. field is "tables[i]". Pure.
-func (t Table) ShapeColumnProblems(field string, defs []server.Column) []server.Problem {
-	var ps []server.Problem
+// the problem of server.MissingColumns (binlog/server). field is "tables[i]". Pure.
+func (t Table) ShapeColumnProblems(field string, defs []servercheck.Column) []servercheck.Problem {
+	var ps []servercheck.Problem
 	want := []struct {
 		col, role, allowed string
 		ok                 func(dataType string) bool
@@ -251,8 +251,8 @@ func (t Table) ShapeColumnProblems(field string, defs []server.Column) []server.
 			if !strings.EqualFold(d.Name, w.col) || w.ok(strings.ToLower(d.DataType)) {
 				continue
 			}
-			ps = append(ps, server.Problem{
-				Setting: "column " + t.Table + "." + d.Name, Check: server.CheckTableColumns, Table: t.Table,
+			ps = append(ps, servercheck.Problem{
+				Setting: "column " + t.Table + "." + d.Name, Check: servercheck.TableColumns, Table: t.Table,
 				Found: d.ColumnType + " (configured as " + field + ".columns." + w.role + ")",
 				Fix:   "set " + field + ".columns." + w.role + " to a column of type " + w.allowed + ", or ALTER TABLE the column to one",
 			})
@@ -261,8 +261,8 @@ func (t Table) ShapeColumnProblems(field string, defs []server.Column) []server.
 	if t.TimestampZone != "" {
 		for _, d := range defs {
 			if dt := strings.ToLower(d.DataType); strings.EqualFold(d.Name, t.Columns.Timestamp) && (dt == "timestamp" || integerType(dt)) {
-				ps = append(ps, server.Problem{
-					Setting: "column " + t.Table + "." + d.Name, Check: server.CheckTableColumns, Table: t.Table, Warning: true,
+				ps = append(ps, servercheck.Problem{
+					Setting: "column " + t.Table + "." + d.Name, Check: servercheck.TableColumns, Table: t.Table, Warning: true,
 					Found: d.ColumnType + " (an instant; " + field + ".timestamp_zone applies to DATETIME only)",
 					Fix:   "remove " + field + ".timestamp_zone, which changes nothing for this column",
 				})

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/internal/servercheck"
 )
 
 // timestamp_zone names a fixed zone. A content_type of application/cloudevents... is how the Kafka binding marks structured mode
@@ -92,13 +92,13 @@ routes:
 // integer it changes nothing, which check and run say as a warning.
 func TestShapeZoneOnInstantColumn(t *testing.T) {
 	tb := Table{Table: "shop.outbox", Columns: Columns{Timestamp: "ts"}, TimestampZone: "Europe/Berlin"}
-	for _, d := range []server.Column{{Name: "ts", DataType: "timestamp", ColumnType: "timestamp(3)"}, {Name: "ts", DataType: "bigint", ColumnType: "bigint(20)"}} {
-		ps := tb.ShapeColumnProblems("tables[0]", []server.Column{d})
+	for _, d := range []servercheck.Column{{Name: "ts", DataType: "timestamp", ColumnType: "timestamp(3)"}, {Name: "ts", DataType: "bigint", ColumnType: "bigint(20)"}} {
+		ps := tb.ShapeColumnProblems("tables[0]", []servercheck.Column{d})
 		if len(ps) != 1 || !ps[0].Warning || !strings.Contains(ps[0].Fix, "tables[0].timestamp_zone") {
 			t.Errorf("%s: %+v, want one warning naming tables[0].timestamp_zone", d.ColumnType, ps)
 		}
 	}
-	if ps := tb.ShapeColumnProblems("tables[0]", []server.Column{{Name: "ts", DataType: "datetime", ColumnType: "datetime(3)"}}); len(ps) != 0 {
+	if ps := tb.ShapeColumnProblems("tables[0]", []servercheck.Column{{Name: "ts", DataType: "datetime", ColumnType: "datetime(3)"}}); len(ps) != 0 {
 		t.Errorf("DATETIME: %+v", ps)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/internal/servercheck"
 )
 
 const shapeBase = `
@@ -118,12 +118,12 @@ routes:
 
 func TestShapeColumnProblems(t *testing.T) {
 	tb := Table{Table: "shop.outbox", Columns: Columns{Timestamp: "ts", Partition: "p"}}
-	defs := []server.Column{{Name: "TS", DataType: "varchar", ColumnType: "varchar(20)"}, {Name: "p", DataType: "decimal", ColumnType: "decimal(10,2)"}}
+	defs := []servercheck.Column{{Name: "TS", DataType: "varchar", ColumnType: "varchar(20)"}, {Name: "p", DataType: "decimal", ColumnType: "decimal(10,2)"}}
 	ps := tb.ShapeColumnProblems("tables[0]", defs)
 	if len(ps) != 2 || !strings.Contains(ps[0].Fix, "tables[0].columns.timestamp") || !strings.Contains(ps[1].Found, "decimal(10,2)") {
 		t.Fatalf("%+v", ps)
 	}
-	defs = []server.Column{{Name: "ts", DataType: "datetime"}, {Name: "p", DataType: "int"}}
+	defs = []servercheck.Column{{Name: "ts", DataType: "datetime"}, {Name: "p", DataType: "int"}}
 	if ps := tb.ShapeColumnProblems("tables[0]", defs); len(ps) != 0 {
 		t.Fatalf("%+v", ps)
 	}

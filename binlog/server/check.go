@@ -7,31 +7,12 @@ import (
 	"strings"
 
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/internal/servercheck"
 )
 
-// Problem is one way the server or the connecting account is not set up for outboxd.
-type Problem struct {
-	Setting string // the variable, privilege or object: "binlog_format", "REPLICATION SLAVE", "table app.outbox"
-	Found   string // what the server has now
-	Fix     string // exactly what to change: the statement to run and the my.cnf line
-	// Warning marks a soft problem: outboxd runs, with a stated cost.
-	Warning bool
-	// Check is the stable name of the check that found it (one of CheckNames), the name
-	// source.skip_checks takes.
-	Check string
-	// Skipped marks a problem found by a check the request skips: reported, not fatal.
-	Skipped bool
-	// Table is the outbox table ("schema.table") a table check is about; "" for the others.
-	Table string
-}
-
-func (p Problem) String() string {
-	kind := "problem"
-	if p.Warning {
-		kind = "warning"
-	}
-	return fmt.Sprintf("%s: %s is %s; fix: %s", kind, p.Setting, p.Found, p.Fix)
-}
+// Problem is one way the server or the connecting account is not set up for outboxd
+// (servercheck.Problem, where config can name it without this package's MySQL client).
+type Problem = servercheck.Problem
 
 // Check inspects the server's binlog settings and the current account's privileges, and reports
 // everything that keeps outboxd from reading the outbox tables (each "schema.table") from the

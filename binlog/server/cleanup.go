@@ -8,17 +8,14 @@ import (
 	"strings"
 
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/internal/servercheck"
 )
 
-// Stable names of the cleanup checks (run on the writer when cleanup is on).
+// Stable names of the cleanup checks (run on the writer when cleanup is on); see servercheck.
 const (
-	// CheckCleanupGrants: the account may DELETE from each cleaned outbox table.
-	CheckCleanupGrants = "cleanup_grants"
-	// CheckCleanupTable: each cleaned table has a primary key and, when configured, its
-	// created_at column is a DATETIME or TIMESTAMP.
-	CheckCleanupTable = "cleanup_table"
-	// CheckCleanupHold: cleanup.hold_table is set, which is no longer used (a warning).
-	CheckCleanupHold = "cleanup_hold"
+	CheckCleanupGrants = servercheck.CleanupGrants
+	CheckCleanupTable  = servercheck.CleanupTable
+	CheckCleanupHold   = servercheck.CleanupHold
 )
 
 // CleanupTable is one cleaned outbox table as InspectCleanup checks it.

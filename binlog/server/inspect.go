@@ -12,37 +12,30 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/internal/servercheck"
 )
 
 // Stable check names: what Problem.Check holds and source.skip_checks takes. The variable
-// checks are named after their variable.
+// checks are named after their variable. They live in servercheck, a leaf config imports.
 const (
-	CheckFlavor            = "flavor"
-	CheckLogBin            = "log_bin"
-	CheckBinlogFormat      = "binlog_format"
-	CheckBinlogRowImage    = "binlog_row_image"
-	CheckBinlogRowMetadata = "binlog_row_metadata"
-	CheckServerID          = "server_id"
-	CheckGTIDMode          = "gtid_mode"
-	CheckEnforceGTID       = "enforce_gtid_consistency"
-	CheckGTIDStrictMode    = "gtid_strict_mode"
-	CheckReplicationSlave  = "replication_slave"
-	CheckReplicationClient = "replication_client"
-	CheckTableSelect       = "table_select"
-	CheckTableExists       = "table_exists"
-	CheckTableColumns      = "table_columns"
+	CheckFlavor            = servercheck.Flavor
+	CheckLogBin            = servercheck.LogBin
+	CheckBinlogFormat      = servercheck.BinlogFormat
+	CheckBinlogRowImage    = servercheck.BinlogRowImage
+	CheckBinlogRowMetadata = servercheck.BinlogRowMetadata
+	CheckServerID          = servercheck.ServerID
+	CheckGTIDMode          = servercheck.GTIDMode
+	CheckEnforceGTID       = servercheck.EnforceGTID
+	CheckGTIDStrictMode    = servercheck.GTIDStrictMode
+	CheckReplicationSlave  = servercheck.ReplicationSlave
+	CheckReplicationClient = servercheck.ReplicationClient
+	CheckTableSelect       = servercheck.TableSelect
+	CheckTableExists       = servercheck.TableExists
+	CheckTableColumns      = servercheck.TableColumns
 )
 
 // CheckNames returns every check name, in the order Inspect runs them. Pure.
-func CheckNames() []string {
-	return []string{
-		CheckFlavor, CheckLogBin, CheckBinlogFormat, CheckBinlogRowImage, CheckBinlogRowMetadata,
-		CheckServerID, CheckGTIDMode, CheckEnforceGTID, CheckGTIDStrictMode, CheckBinlogRetention, CheckReplicationSlave,
-		CheckReplicationClient, CheckTableSelect, CheckTableExists, CheckTableColumns,
-		CheckCheckpointTable, CheckCheckpointGrants, CheckCheckpointWriter,
-		CheckCleanupWriter, CheckCleanupGrants, CheckCleanupTable, CheckCleanupHold,
-	}
-}
+func CheckNames() []string { return servercheck.Names() }
 
 // Request says what Inspect verifies.
 type Request struct {

@@ -16,12 +16,12 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/internal/servercheck"
 )
 
 // CheckBinlogRetention is the check that the server keeps its binlogs at least
-// source.min_binlog_retention (a warning: outboxd runs, but an outage longer than the retention
-// loses the binlogs it still needs).
-const CheckBinlogRetention = "binlog_retention"
+// source.min_binlog_retention; see servercheck.BinlogRetention.
+const CheckBinlogRetention = servercheck.BinlogRetention
 
 // rdsNullRetention is what RDS does with 'binlog retention hours' NULL: it purges a binlog as
 // soon as it is no longer needed for its backups, within minutes (AWS documents no exact bound).

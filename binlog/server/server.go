@@ -16,6 +16,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/internal/servercheck"
 )
 
 // Conn says how to reach the source server.
@@ -271,17 +272,9 @@ func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``")
 // concurrent use.
 type ColumnReader struct{ DB *sql.DB }
 
-// Column is one column as information_schema.COLUMNS describes it. The binlog reader compares
-// it with the types in each TABLE_MAP (binlog.Column).
-type Column struct {
-	Name string
-	// DataType is DATA_TYPE ("varchar", "longtext", "enum"); COLUMN_TYPE ("varchar(64)",
-	// "int(10) unsigned") is for messages.
-	DataType, ColumnType string
-	// OctetLength is CHARACTER_OCTET_LENGTH, Precision and Scale NUMERIC_PRECISION and
-	// NUMERIC_SCALE, FracDigits DATETIME_PRECISION; -1 where information_schema has NULL.
-	OctetLength, Precision, Scale, FracDigits int64
-}
+// Column is one column as information_schema.COLUMNS describes it (servercheck.Column, where
+// config can name it without this package's MySQL client).
+type Column = servercheck.Column
 
 // Definitions returns schema.table's columns in ordinal order. It blocks on one query. It
 // returns an error naming the table when the table does not exist or the user cannot see it.

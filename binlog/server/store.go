@@ -11,18 +11,15 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/internal/servercheck"
 )
 
-// Stable names of the mysql checkpoint store's checks (run on checkpoint.writer_addr).
+// Stable names of the mysql checkpoint store's checks (run on checkpoint.writer_addr); see
+// servercheck.
 const (
-	// CheckCheckpointTable: the checkpoint table exists with every column the store writes.
-	CheckCheckpointTable = "checkpoint_table"
-	// CheckCheckpointGrants: the account may SELECT, INSERT and UPDATE the checkpoint table.
-	CheckCheckpointGrants = "checkpoint_grants"
-	// CheckCheckpointWriter: checkpoint.writer_addr is writable (not read_only): the row and
-	// the leader lock must live on the primary, since neither a lock nor a row written
-	// elsewhere reaches the other servers.
-	CheckCheckpointWriter = "checkpoint_writer"
+	CheckCheckpointTable  = servercheck.CheckpointTable
+	CheckCheckpointGrants = servercheck.CheckpointGrants
+	CheckCheckpointWriter = servercheck.CheckpointWriter
 )
 
 // ReadOnly reports whether the server is read-only (@@read_only, which MariaDB and MySQL

@@ -10,14 +10,11 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/internal/servercheck"
 )
 
-// CheckCleanupWriter: the cleanup writer (checkpoint.writer_addr, default source.addr) is a
-// writable primary: not read-only and not a replica. A DELETE on a replica whose read_only is
-// OFF (the default) succeeds there under the replica's own server id; the replica then stops
-// on the primary's next transaction (GTID out of order under gtid_strict_mode) and nothing new
-// reaches outboxd from it.
-const CheckCleanupWriter = "cleanup_writer"
+// CheckCleanupWriter: the cleanup writer is a writable primary; see servercheck.CleanupWriter.
+const CheckCleanupWriter = servercheck.CleanupWriter
 
 // Why a writer is not a writable primary: the reason label of outboxd_cleanup_stopped.
 const (

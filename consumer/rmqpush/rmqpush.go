@@ -11,7 +11,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
 	"github.com/outboxd/outboxd/consumer"
-	"github.com/outboxd/outboxd/sink/rocketmq"
+	"github.com/outboxd/outboxd/internal/rmqprops"
 )
 
 // Options are the optional settings of Listener.
@@ -42,8 +42,8 @@ func Message(m *primitive.MessageExt) (consumer.Message, error) {
 		if v == "" {
 			continue
 		}
-		// KEYS is a system property, which DecodeProperties leaves out: decode as a header.
-		if _, h, err := rocketmq.DecodeProperties(map[string]string{"event_id": v}); err != nil {
+		// KEYS is a system property, which rmqprops.Decode leaves out: decode as a header.
+		if _, h, err := rmqprops.Decode(map[string]string{"event_id": v}); err != nil {
 			msg.EventID, idErr = v, fmt.Errorf("%s: %w", p, err) // as it stands: the bad message can still be marked
 		} else {
 			msg.EventID, idErr = string(h[0].Value), nil
@@ -52,7 +52,7 @@ func Message(m *primitive.MessageExt) (consumer.Message, error) {
 			break
 		}
 	}
-	key, hs, err := rocketmq.DecodeProperties(m.GetProperties())
+	key, hs, err := rmqprops.Decode(m.GetProperties())
 	if err == nil {
 		err = idErr
 	}

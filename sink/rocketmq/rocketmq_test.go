@@ -699,22 +699,6 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestEncodeValue(t *testing.T) {
-	for _, v := range [][]byte{{}, []byte("plain"), {0}, {1}, {2}, {0xff}, []byte("base64:"), []byte("base64:xyz"), []byte("a b\tc")} {
-		enc := encodeValue(v)
-		if strings.ContainsAny(enc, "\x00\x01\x02") {
-			t.Errorf("encodeValue(%q) = %q has a separator", v, enc)
-		}
-		dec, err := decodeValue(enc)
-		if err != nil || !bytes.Equal(dec, v) {
-			t.Errorf("round trip of %q: %q %v", v, dec, err)
-		}
-	}
-	if encodeValue([]byte("plain")) != "plain" {
-		t.Error("plain text was encoded")
-	}
-}
-
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
 type syncBuffer struct {
 	mu sync.Mutex

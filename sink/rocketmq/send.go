@@ -13,6 +13,7 @@ import (
 	rmqerrors "github.com/apache/rocketmq-client-go/v2/errors"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
+	"github.com/outboxd/outboxd/internal/rmqprops"
 	"github.com/outboxd/outboxd/sink"
 )
 
@@ -58,7 +59,7 @@ func (s *Sink) build(i int, m *sink.Message) (*primitive.Message, int, error) {
 	}
 	props := make(map[string]string, len(m.Headers)+4)
 	for _, h := range m.Headers {
-		why := PropertyNameProblem(h.Key)
+		why := rmqprops.NameProblem(h.Key)
 		if _, dup := props[h.Key]; dup && why == "" {
 			why = "repeats an earlier header (RocketMQ properties are a map)"
 		}
@@ -66,17 +67,17 @@ func (s *Sink) build(i int, m *sink.Message) (*primitive.Message, int, error) {
 			s.dropHeader(h.Key, why)
 			continue
 		}
-		props[h.Key] = encodeValue(h.Value)
+		props[h.Key] = rmqprops.EncodeValue(h.Value)
 	}
 	// Set after the headers, which can therefore never replace them.
 	if m.Key != nil {
-		props[primitive.PropertyShardingKey] = encodeValue(m.Key)
+		props[primitive.PropertyShardingKey] = rmqprops.EncodeValue(m.Key)
 	}
 	if m.EventID != "" {
-		props[primitive.PropertyKeys] = encodeValue([]byte(m.EventID))
+		props[primitive.PropertyKeys] = rmqprops.EncodeValue([]byte(m.EventID))
 	}
 	if m.Tag != "" {
-		props[primitive.PropertyTags] = encodeValue([]byte(m.Tag))
+		props[primitive.PropertyTags] = rmqprops.EncodeValue([]byte(m.Tag))
 	}
 	// The client gives a message sent alone a UNIQ_KEY (its msg_id) in the same format, but
 	// none to the messages of a batch: set here, every message has one however it is sent.
