@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/internal/sqlident"
 )
 
 // Stable names of the cleanup checks (run on the writer when cleanup is on).
@@ -96,7 +97,7 @@ func InspectCleanup(ctx context.Context, db *sql.DB, req CleanupRequest) ([]Prob
 			ps = append(ps, Problem{
 				Setting: "DELETE ON " + t.Name, Check: CheckCleanupGrants, Table: t.Name,
 				Found: "not granted to " + user + " (cleanup is on: it deletes delivered rows)",
-				Fix:   "GRANT DELETE ON " + quoteIdent(schema) + "." + quoteIdent(name) + " TO " + user + "; or turn cleanup off for the table",
+				Fix:   "GRANT DELETE ON " + sqlident.Table(schema, name) + " TO " + user + "; or turn cleanup off for the table",
 			})
 		}
 		pk, err := PrimaryKey(ctx, db, schema, name)
@@ -119,7 +120,7 @@ func InspectCleanup(ctx context.Context, db *sql.DB, req CleanupRequest) ([]Prob
 				ps = append(ps, Problem{
 					Setting: "column " + t.Name + "." + t.CreatedAt, Check: CheckCleanupTable, Table: t.Name,
 					Found: "missing (columns.created_at names it)",
-					Fix:   "name the table's insert-time column in columns.created_at, or add it: ALTER TABLE " + quoteIdent(schema) + "." + quoteIdent(name) + " ADD COLUMN " + quoteIdent(t.CreatedAt) + " DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)",
+					Fix:   "name the table's insert-time column in columns.created_at, or add it: ALTER TABLE " + sqlident.Table(schema, name) + " ADD COLUMN " + sqlident.Quote(t.CreatedAt) + " DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)",
 				})
 			case err != nil:
 				return nil, fmt.Errorf("read the type of %s.%s: %w", t.Name, t.CreatedAt, err)
