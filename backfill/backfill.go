@@ -20,6 +20,7 @@ import (
 	"github.com/outboxd/outboxd/binlog/server"
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/internal/sqlident"
 	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/pipeline"
 	"github.com/outboxd/outboxd/router"
@@ -314,9 +315,7 @@ func transactional(ctx context.Context, db *sql.DB, schema, tbl string) error {
 	return nil
 }
 
-func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
-
-func (t *table) from() string { return quoteIdent(t.schema) + "." + quoteIdent(t.tbl) }
+func (t *table) from() string { return sqlident.Table(t.schema, t.tbl) }
 
 func where(cond string) string {
 	if strings.TrimSpace(cond) == "" {
@@ -342,12 +341,12 @@ func (t *table) count(ctx context.Context, conn *sql.Conn, cond string) (int, er
 func (t *table) read(ctx context.Context, conn *sql.Conn, cond string, batch int, at time.Time, send func(*binlog.Txn) error) (int, error) {
 	pkList := make([]string, len(t.pk))
 	for i, c := range t.pk {
-		pkList[i] = quoteIdent(c)
+		pkList[i] = sqlident.Quote(c)
 	}
 	sel := make([]string, 0, len(t.pk)+len(t.cols))
 	sel = append(sel, pkList...)
 	for _, c := range t.cols {
-		sel = append(sel, quoteIdent(c))
+		sel = append(sel, sqlident.Quote(c))
 	}
 	head := "SELECT " + strings.Join(sel, ", ") + " FROM " + t.from() + " WHERE " + where(cond)
 	tail := fmt.Sprintf(" ORDER BY %s LIMIT %d", strings.Join(pkList, ", "), batch)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/outboxd/outboxd/internal/outboxtable"
 )
 
 const (
@@ -29,17 +31,7 @@ const (
 // table (the reference article's mq_outbox, plus biz_key so both relays partition by the same key).
 var schemaSQL = []string{
 	"CREATE DATABASE IF NOT EXISTS " + benchSchema,
-	`CREATE TABLE IF NOT EXISTS bench.outbox_event (
-  id         BIGINT PRIMARY KEY AUTO_INCREMENT,
-  event_id   VARCHAR(64)  NOT NULL,
-  biz_key    VARCHAR(64)  NOT NULL,
-  topic      VARCHAR(128) NOT NULL,
-  event_type VARCHAR(64)  NULL,
-  payload    JSON         NOT NULL,
-  headers    JSON         NULL,
-  created_at DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
-  UNIQUE KEY uk_event_id (event_id)
-)`,
+	outboxtable.DDLIfNotExists("bench.outbox_event"),
 	`CREATE TABLE IF NOT EXISTS bench.mq_outbox (
   id            BIGINT PRIMARY KEY AUTO_INCREMENT,
   msg_key       VARCHAR(64)  NOT NULL,

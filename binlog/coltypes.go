@@ -8,6 +8,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/replication"
 
 	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/internal/sqlident"
 )
 
 // Column is one column of a table as information_schema.COLUMNS describes it now (the
@@ -30,13 +31,11 @@ func (a *Assembler) checkColumnTypes(spec TableSpec, tm *replication.TableMapEve
 				"so outboxd would map it onto the wrong columns; outboxd stopped before that transaction and did not checkpoint it. "+
 				"Set binlog_row_metadata=FULL where the server has it (MySQL 8.0+, MariaDB 10.5+). For the rows written before the ALTER: undo the ALTER until outboxd "+
 				"has relayed them (it follows an ALTER it reads in the binlog), or start past them with --from-gtid",
-				spec.Schema, spec.Table, a.txnName(), i+1, binlogTypeName(typ, meta), quoteName(c.Name), c.ColumnType)
+				spec.Schema, spec.Table, a.txnName(), i+1, binlogTypeName(typ, meta), sqlident.Quote(c.Name), c.ColumnType)
 		}
 	}
 	return nil
 }
-
-func quoteName(n string) string { return "`" + strings.ReplaceAll(n, "`", "``") + "`" }
 
 // typeFits reports whether a column that information_schema describes as c is logged in a
 // TABLE_MAP as typ with metadata meta, as MySQL 5.6+ and MariaDB 10.x write them. Lengths are

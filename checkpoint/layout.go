@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/outboxd/outboxd/internal/sqlident"
 )
 
 // LayoutColumn is one column of an outbox table as information_schema.COLUMNS gives it: its
@@ -158,5 +160,5 @@ func AddColumnSQL(table, column string) string {
 		return ""
 	}
 	schema, name, _ := strings.Cut(table, ".")
-	return "ALTER TABLE " + quoteIdent(schema) + "." + quoteIdent(name) + " ADD COLUMN " + def
+	return "ALTER TABLE " + sqlident.Table(schema, name) + " ADD COLUMN " + def
 }

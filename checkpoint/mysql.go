@@ -13,6 +13,7 @@ import (
 	mysqldriver "github.com/go-sql-driver/mysql"
 
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/internal/sqlident"
 )
 
 // ErrUnreachable is wrapped by MySQLStore errors when the server could not be reached or the
@@ -70,19 +71,17 @@ func OpenMySQL(cfg MySQLConfig) (*MySQLStore, error) {
 	if !ok || schema == "" || table == "" || cfg.Name == "" || cfg.DB == nil {
 		return nil, fmt.Errorf("checkpoint: mysql store needs a pool, a schema.table and a name (got table %q, name %q)", cfg.Table, cfg.Name)
 	}
-	return &MySQLStore{cfg: cfg, quote: quoteIdent(schema) + "." + quoteIdent(table)}, nil
+	return &MySQLStore{cfg: cfg, quote: sqlident.Table(schema, table)}, nil
 }
 
 // quoteIdent quotes a MySQL identifier. Pure.
-func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
-
 // MySQLColumns are the table's columns, in DDL order; `outboxd check` verifies them.
 var MySQLColumns = []string{"name", "flavor", "gtid_set", "binlog_file", "binlog_pos", "commit_time", "saved_at", "epoch", "holder", MarkColumn, "layouts", "scope"}
 
 // CreateTableSQL is the DDL of the checkpoint table. Pure.
 func CreateTableSQL(table string) string {
 	schema, name, _ := strings.Cut(table, ".")
-	return "CREATE TABLE " + quoteIdent(schema) + "." + quoteIdent(name) + ` (
+	return "CREATE TABLE " + sqlident.Table(schema, name) + ` (
   name        VARCHAR(64)     NOT NULL PRIMARY KEY,
   flavor      VARCHAR(16)     NOT NULL,
   gtid_set    TEXT            NOT NULL,
@@ -102,7 +101,7 @@ func CreateTableSQL(table string) string {
 // prints it, such as 'outboxd'@'%'). Pure.
 func GrantSQL(table, account string) string {
 	schema, name, _ := strings.Cut(table, ".")
-	return fmt.Sprintf("GRANT SELECT, INSERT, UPDATE ON %s.%s TO %s", quoteIdent(schema), quoteIdent(name), account)
+	return fmt.Sprintf("GRANT SELECT, INSERT, UPDATE ON %s.%s TO %s", sqlident.Quote(schema), sqlident.Quote(name), account)
 }
 
 const timeLayout = "2006-01-02 15:04:05.999999"

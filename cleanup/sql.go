@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/outboxd/outboxd/internal/sqlident"
 )
 
 // statements builds one table's SQL. Identifiers are quoted once, at New.
@@ -19,20 +21,18 @@ type statements struct {
 	wall func(instant string) string
 }
 
-func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
-
 func newStatements(t Table) statements {
 	cols := make([]string, len(t.PK))
 	for i, c := range t.PK {
-		cols[i] = quoteIdent(c)
+		cols[i] = sqlident.Quote(c)
 	}
 	s := statements{
-		table: quoteIdent(t.Schema) + "." + quoteIdent(t.Name), pkList: strings.Join(cols, ", "),
-		eventID: quoteIdent(t.EventID), nPK: len(t.PK), pk: cols, label: t.Schema + "." + t.Name,
+		table: sqlident.Table(t.Schema, t.Name), pkList: strings.Join(cols, ", "),
+		eventID: sqlident.Quote(t.EventID), nPK: len(t.PK), pk: cols, label: t.Schema + "." + t.Name,
 	}
 	s.orderBy = s.pkList
 	if t.Settings.CreatedAt != "" {
-		s.createdAt = quoteIdent(t.Settings.CreatedAt)
+		s.createdAt = sqlident.Quote(t.Settings.CreatedAt)
 		s.wall = func(instant string) string { return instant }
 		instant := func(wall string) string { return wall }
 		if t.CreatedAtDatetime {

@@ -109,43 +109,24 @@ func MySQLAhead(start, executed gtid.Set) []string {
 // decides when the stream starts (ERROR 1236). A domain the server has never written is left to
 // MissingSources' counterpart on the server. Pure.
 func MariaDBAhead(start, pos gtid.Set, state string, strict bool) ([]string, error) {
-	startPos, err := mariaPositions(start)
-	if err != nil {
-		return nil, err
-	}
-	serverPos, err := mariaPositions(pos)
-	if err != nil {
-		return nil, err
-	}
-	last, err := parseBinlogState(state)
-	if err != nil {
-		return nil, err
-	}
-	var lines []string
-	for _, g := range orderedPositions(startPos) {
-		cur, known := serverPos[g.domain]
-		if m, ok := last[[2]uint32{g.domain, g.server}]; ok {
-			if g.seq > m {
-				lines = append(lines, fmt.Sprintf("domain %d: %s is ahead of server id %d's last transaction in it, %d-%d-%d", g.domain, g, g.server, g.domain, g.server, m))
-			}
-			continue
-		}
-		if strict && known && g.seq > cur.seq {
-			lines = append(lines, fmt.Sprintf("domain %d: %s is ahead of the domain's last transaction %s (gtid_strict_mode keeps its numbers increasing), and server id %d never wrote to it", g.domain, g, cur, g.server))
-		}
-	}
-	return lines, nil
-}
-
-// parseBinlogState parses @@gtid_binlog_state ("0-1-8,0-2-50,1-1-3") into (domain, server id) →
-// last sequence number.
-func parseBinlogState(state string) (map[[2]uint32]uint64, error) {
-	out := map[[2]uint32]uint64{}
-	err := eachMariaGTID(state, func(g mariaGTID) { out[[2]uint32{g.domain, g.server}] = g.seq })
+	last, err := gtid.ParseBinlogState(state)
 	if err != nil {
 		return nil, fmt.Errorf("gtid_binlog_state: %w", err)
 	}
-	return out, nil
+	var lines []string
+	for _, g := range start.Positions() {
+		cur, known := pos.Position(g.Domain)
+		if m, ok := last.Last(g.Domain, g.Server); ok {
+			if g.Seq > m {
+				lines = append(lines, fmt.Sprintf("domain %d: %s is ahead of server id %d's last transaction in it, %s", g.Domain, g, g.Server, gtid.FormatMariaDB(g.Domain, g.Server, m)))
+			}
+			continue
+		}
+		if strict && known && g.Seq > cur.Seq {
+			lines = append(lines, fmt.Sprintf("domain %d: %s is ahead of the domain's last transaction %s (gtid_strict_mode keeps its numbers increasing), and server id %d never wrote to it", g.Domain, g, cur, g.Server))
+		}
+	}
+	return lines, nil
 }
 
 // readServerPosition is server.Position with the error an operator reads at start.

@@ -39,39 +39,32 @@ func (m missingOn) lacks() bool { return len(m.Lines) > 0 }
 // "containing" 0-1-105 after a failover although the server never had 0-1-105. The shared
 // position of such a domain is d-s-m, server s's last there. Pure.
 func MariaDBMissing(pos gtid.Set, state string) (missingOn, error) {
-	want, err := mariaPositions(pos)
+	last, err := gtid.ParseBinlogState(state)
 	if err != nil {
-		return missingOn{}, err
+		return missingOn{}, fmt.Errorf("gtid_binlog_state: %w", err)
 	}
-	last, err := parseBinlogState(state)
-	if err != nil {
-		return missingOn{}, err
-	}
-	maxSeq := map[uint32]uint64{}
-	for k, n := range last {
-		maxSeq[k[0]] = max(maxSeq[k[0]], n)
-	}
+	want := pos.Positions()
 	var out missingOn
 	out.SharedOK = true
 	shared := make([]string, 0, len(want))
-	for _, g := range orderedPositions(want) {
-		m, ok := last[[2]uint32{g.domain, g.server}]
-		if ok && m >= g.seq {
+	for _, g := range want {
+		m, ok := last.Last(g.Domain, g.Server)
+		if ok && m >= g.Seq {
 			shared = append(shared, g.String())
 			continue
 		}
-		from := mariaGTID{g.domain, g.server, m + 1}
+		from := gtid.FormatMariaDB(g.Domain, g.Server, m+1)
 		out.Lines = append(out.Lines, fmt.Sprintf("domain %d: %s..%s (the server's last of server id %d there is %s)",
-			g.domain, from, g, g.server, lastText(g, m, ok)))
-		out.Count += g.seq - m
-		if maxSeq[g.domain] < g.seq {
+			g.Domain, from, g, g.Server, lastText(g, m, ok)))
+		out.Count += g.Seq - m
+		if last.MaxSeq(g.Domain) < g.Seq {
 			out.Behind = true // nothing newer in the domain: it may still replicate them
 		}
 		if !ok || m == 0 {
 			out.SharedOK = false
 			continue
 		}
-		shared = append(shared, mariaGTID{g.domain, g.server, m}.String())
+		shared = append(shared, gtid.FormatMariaDB(g.Domain, g.Server, m))
 	}
 	if !out.lacks() {
 		return missingOn{Shared: pos, SharedOK: true}, nil
@@ -84,11 +77,11 @@ func MariaDBMissing(pos gtid.Set, state string) (missingOn, error) {
 	return out, nil
 }
 
-func lastText(g mariaGTID, m uint64, ok bool) string {
+func lastText(g gtid.Position, m uint64, ok bool) string {
 	if !ok {
 		return "none"
 	}
-	return mariaGTID{g.domain, g.server, m}.String()
+	return gtid.FormatMariaDB(g.Domain, g.Server, m)
 }
 
 // MySQLMissing compares pos with a server's @@gtid_executed: what pos has beyond it is missing

@@ -17,6 +17,7 @@ import (
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/election"
 	"github.com/outboxd/outboxd/internal/logging"
+	"github.com/outboxd/outboxd/internal/sqlident"
 	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/pipeline"
 	"github.com/outboxd/outboxd/sink"
@@ -309,7 +310,7 @@ func (o *ops) status(context.Context) admin.Status {
 func (o *ops) heartbeatLoop(ctx context.Context, hb *config.Heartbeat) {
 	schema, table, _ := strings.Cut(hb.Table, ".")
 	stmt := fmt.Sprintf("INSERT INTO %s.%s (id, ts) VALUES (?, NOW(6)) ON DUPLICATE KEY UPDATE ts = NOW(6)",
-		quoteIdent(schema), quoteIdent(table))
+		sqlident.Quote(schema), sqlident.Quote(table))
 	log := o.log.With().Str("component", "heartbeat").Str("table", hb.Table).Logger()
 	var db *sql.DB
 	defer func() {
@@ -368,8 +369,6 @@ func (o *ops) heartbeatLoop(ctx context.Context, hb *config.Heartbeat) {
 		}
 	}
 }
-
-func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
 
 func sortedNames(m map[string]sink.Sink) []string {
 	names := make([]string, 0, len(m))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxd/outboxd/binlog/server"
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/internal/outboxtable"
 )
 
 // ErrPreflight: the source server or the account is not set up for outboxd (what `outboxd check`
@@ -37,17 +38,17 @@ func inspectRequest(cfg *config.Config) server.Request {
 			Name:  t.Table,
 			Field: fmt.Sprintf("tables[%d]", i),
 			Columns: []server.RoleColumn{
-				{Name: c.EventID, Role: "event_id", Required: true, Type: "VARCHAR(64) NOT NULL"},
-				{Name: c.Key, Role: "key", Required: true, Type: "VARCHAR(64) NOT NULL"},
-				{Name: c.Topic, Role: "topic", Required: true, Type: "VARCHAR(128) NOT NULL"},
-				{Name: c.Payload, Role: "payload", Required: true, Type: "JSON NOT NULL"},
-				{Name: c.EventType, Role: "event_type", Type: "VARCHAR(64) NULL"},
-				{Name: c.Headers, Role: "headers", Type: "JSON NULL"},
+				{Name: c.EventID, Role: "event_id", Required: true, Type: outboxtable.Type("event_id")},
+				{Name: c.Key, Role: "key", Required: true, Type: outboxtable.Type("key")},
+				{Name: c.Topic, Role: "topic", Required: true, Type: outboxtable.Type("topic")},
+				{Name: c.Payload, Role: "payload", Required: true, Type: outboxtable.Type("payload")},
+				{Name: c.EventType, Role: "event_type", Type: outboxtable.Type("event_type")},
+				{Name: c.Headers, Role: "headers", Type: outboxtable.Type("headers")},
 			},
 		})
 		last := &req.Tables[len(req.Tables)-1]
 		if c.CreatedAt != "" {
-			last.Columns = append(last.Columns, server.RoleColumn{Name: c.CreatedAt, Role: "created_at", Required: true, Type: "DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)"})
+			last.Columns = append(last.Columns, server.RoleColumn{Name: c.CreatedAt, Role: "created_at", Required: true, Type: outboxtable.Type("created_at")})
 		}
 		last.Columns = append(last.Columns, shapeColumns(t)...)
 	}

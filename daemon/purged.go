@@ -1,13 +1,10 @@
 package daemon
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/outboxd/outboxd/binlog/server"
@@ -45,34 +42,26 @@ func PurgedGap(start, purged gtid.Set) (lines []string, nearest gtid.Set, err er
 		}
 		return lines, nearest, err
 	}
-	startPos, err := mariaPositions(start)
-	if err != nil {
-		return nil, gtid.Set{}, err
-	}
-	purgedPos, err := mariaPositions(purged)
-	if err != nil {
-		return nil, gtid.Set{}, err
-	}
 	nearest = start.Clone()
 	if nearest.IsEmpty() {
 		nearest = gtid.Empty(gtid.MariaDB)
 	}
-	for _, p := range orderedPositions(purgedPos) {
-		if p.seq == 0 {
+	for _, p := range purged.Positions() {
+		if p.Seq == 0 {
 			continue
 		}
-		s, ok := startPos[p.domain]
-		if ok && s.seq >= p.seq {
+		s, ok := start.Position(p.Domain)
+		if ok && s.Seq >= p.Seq {
 			continue
 		}
 		last := p.String()
-		first := fmt.Sprintf("%d-%d-1", p.domain, p.server)
+		first := gtid.FormatMariaDB(p.Domain, p.Server, 1)
 		if ok {
-			first = fmt.Sprintf("%d-%d-%d", p.domain, p.server, s.seq+1)
+			first = gtid.FormatMariaDB(p.Domain, p.Server, s.Seq+1)
 		}
-		line := fmt.Sprintf("domain %d: %s … %s are purged; the oldest binlog starts after %s", p.domain, first, last, last)
+		line := fmt.Sprintf("domain %d: %s … %s are purged; the oldest binlog starts after %s", p.Domain, first, last, last)
 		if !ok {
-			line += fmt.Sprintf(" (the start set has no position for domain %d, so it would start at the domain's first transaction)", p.domain)
+			line += fmt.Sprintf(" (the start set has no position for domain %d, so it would start at the domain's first transaction)", p.Domain)
 		}
 		lines = append(lines, line)
 		if err := nearest.Add(last); err != nil {
@@ -83,53 +72,6 @@ func PurgedGap(start, purged gtid.Set) (lines []string, nearest gtid.Set, err er
 		return nil, start, nil
 	}
 	return lines, nearest, nil
-}
-
-// mariaGTID is one domain's position of a MariaDB set.
-type mariaGTID struct {
-	domain, server uint32
-	seq            uint64
-}
-
-func (g mariaGTID) String() string { return fmt.Sprintf("%d-%d-%d", g.domain, g.server, g.seq) }
-
-// mariaPositions splits a MariaDB set into its per-domain positions, in String order (the gtid
-// package exposes no per-domain access; String prints "d-s-n,..." and Parse accepts only that).
-func mariaPositions(s gtid.Set) (map[uint32]mariaGTID, error) {
-	out := map[uint32]mariaGTID{}
-	err := eachMariaGTID(s.String(), func(g mariaGTID) { out[g.domain] = g })
-	return out, err
-}
-
-// eachMariaGTID calls fn for each "domain-server-sequence" of a comma-separated list.
-func eachMariaGTID(list string, fn func(mariaGTID)) error {
-	for _, part := range strings.Split(list, ",") {
-		if part = strings.TrimSpace(part); part == "" {
-			continue
-		}
-		f := strings.Split(part, "-")
-		if len(f) != 3 {
-			return fmt.Errorf("MariaDB GTID %q: want domain-server-sequence", part)
-		}
-		d, err1 := strconv.ParseUint(f[0], 10, 32)
-		sv, err2 := strconv.ParseUint(f[1], 10, 32)
-		n, err3 := strconv.ParseUint(f[2], 10, 64)
-		if err := errors.Join(err1, err2, err3); err != nil {
-			return fmt.Errorf("MariaDB GTID %q: %w", part, err)
-		}
-		fn(mariaGTID{domain: uint32(d), server: uint32(sv), seq: n})
-	}
-	return nil
-}
-
-// orderedPositions is mariaPositions' result in domain order.
-func orderedPositions(m map[uint32]mariaGTID) []mariaGTID {
-	out := make([]mariaGTID, 0, len(m))
-	for _, g := range m {
-		out = append(out, g)
-	}
-	slices.SortFunc(out, func(a, b mariaGTID) int { return cmp.Compare(a.domain, b.domain) })
-	return out
 }
 
 // checkPurged returns an ErrStartPurged error when streaming from start needs binlogs the

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/internal/sqlident"
 	"github.com/outboxd/outboxd/router"
 )
 
@@ -84,7 +85,7 @@ const idChunk = 1000
 // makes each a lookup, without one each scans the table.
 func rowsWithIDs(ctx context.Context, db *sql.DB, t config.Table, ids []string) (map[string]int, error) {
 	out := make(map[string]int, len(ids))
-	col := quote(t.Columns.EventID)
+	col := sqlident.Quote(t.Columns.EventID)
 	for len(ids) > 0 {
 		n := min(len(ids), idChunk)
 		args := make([]any, n)
@@ -92,7 +93,7 @@ func rowsWithIDs(ctx context.Context, db *sql.DB, t config.Table, ids []string) 
 			args[i] = id
 		}
 		ids = ids[n:]
-		q := "SELECT BINARY " + col + ", COUNT(*) FROM " + quote(t.Schema()) + "." + quote(t.Name()) +
+		q := "SELECT BINARY " + col + ", COUNT(*) FROM " + sqlident.Table(t.Schema(), t.Name()) +
 			" WHERE " + col + " IN (" + strings.TrimSuffix(strings.Repeat("?, ", n), ", ") + ") GROUP BY BINARY " + col
 		rows, err := db.QueryContext(ctx, q, args...)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/outboxd/outboxd/binlog"
 	"github.com/outboxd/outboxd/binlog/server"
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/internal/sqlident"
 )
 
 // row is one outbox row of the window, as the router needs it.
@@ -164,10 +165,10 @@ func tableQuery(ctx context.Context, db *sql.DB, i int, t config.Table, zone str
 	}
 	q, missing := selectQuery(t, types, zone, extra)
 	where, _ := createdAtTerms(t.Columns.CreatedAt, zone)
-	from := " FROM " + quote(t.Schema()) + "." + quote(t.Name())
+	from := " FROM " + sqlident.Table(t.Schema(), t.Name())
 	return tableQ{table: t, query: q, missing: missing, nPK: len(extra),
 		count: "SELECT COUNT(*), " + digestSQL(t, types) + from + " WHERE " + where,
-		nulls: "SELECT COUNT(*)" + from + " WHERE " + quote(t.Columns.CreatedAt) + " IS NULL"}, nil
+		nulls: "SELECT COUNT(*)" + from + " WHERE " + sqlident.Quote(t.Columns.CreatedAt) + " IS NULL"}, nil
 }
 
 // ZoneFix is what to set for tables[i]'s DATETIME created_at without a time zone. Pure.
@@ -181,7 +182,7 @@ func ZoneFix(i int) string {
 // session's zone, are converted to that zone's wall clock, as cleanup's sweep does, and the
 // value back from it; without (a TIMESTAMP), none is needed. Pure.
 func createdAtTerms(col, zone string) (where, unix string) {
-	c := quote(col)
+	c := sqlident.Quote(col)
 	wall := func(x string) string { return x }
 	instant := c
 	if zone != "" {
@@ -224,7 +225,7 @@ func digestSQL(t config.Table, types map[string]string) string {
 	if !ok {
 		return "0"
 	}
-	col := quote(t.Columns.EventID)
+	col := sqlident.Quote(t.Columns.EventID)
 	switch typ {
 	case "binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob":
 	default:
@@ -249,7 +250,7 @@ func selectQuery(t config.Table, types map[string]string, zone string, extra []s
 			}
 			return "NULL"
 		}
-		return strings.ReplaceAll(expr, "?", quote(name))
+		return strings.ReplaceAll(expr, "?", sqlident.Quote(name))
 	}
 	where, unix := createdAtTerms(c.CreatedAt, zone)
 	cols := []string{
@@ -258,9 +259,9 @@ func selectQuery(t config.Table, types map[string]string, zone string, extra []s
 		unix,
 	}
 	for _, x := range extra {
-		cols = append(cols, quote(x))
+		cols = append(cols, sqlident.Quote(x))
 	}
-	q := "SELECT " + strings.Join(cols, ", ") + " FROM " + quote(t.Schema()) + "." + quote(t.Name()) + " WHERE " + where
+	q := "SELECT " + strings.Join(cols, ", ") + " FROM " + sqlident.Table(t.Schema(), t.Name()) + " WHERE " + where
 	return q, missing
 }
 
@@ -276,8 +277,6 @@ func field(v sql.Null[[]byte], missing bool) binlog.Field {
 	}
 	return binlog.Field{Bytes: v.V}
 }
-
-func quote(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
 
 // FROM_UNIXTIME takes Unix seconds in [0, 2^31-1] on MariaDB 10.11 and MySQL 8.0 (a wider
 // range only on newer servers) and returns NULL outside, which would compare as false for

@@ -9,6 +9,7 @@ import (
 
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/internal/servercheck"
+	"github.com/outboxd/outboxd/internal/sqlident"
 )
 
 // Stable names of the cleanup checks (run on the writer when cleanup is on); see servercheck.
@@ -93,7 +94,7 @@ func InspectCleanup(ctx context.Context, db *sql.DB, req CleanupRequest) ([]Prob
 			ps = append(ps, Problem{
 				Setting: "DELETE ON " + t.Name, Check: CheckCleanupGrants, Table: t.Name,
 				Found: "not granted to " + user + " (cleanup is on: it deletes delivered rows)",
-				Fix:   "GRANT DELETE ON " + quoteIdent(schema) + "." + quoteIdent(name) + " TO " + user + "; or turn cleanup off for the table",
+				Fix:   "GRANT DELETE ON " + sqlident.Table(schema, name) + " TO " + user + "; or turn cleanup off for the table",
 			})
 		}
 		pk, err := PrimaryKey(ctx, db, schema, name)
@@ -116,7 +117,7 @@ func InspectCleanup(ctx context.Context, db *sql.DB, req CleanupRequest) ([]Prob
 				ps = append(ps, Problem{
 					Setting: "column " + t.Name + "." + t.CreatedAt, Check: CheckCleanupTable, Table: t.Name,
 					Found: "missing (columns.created_at names it)",
-					Fix:   "name the table's insert-time column in columns.created_at, or add it: ALTER TABLE " + quoteIdent(schema) + "." + quoteIdent(name) + " ADD COLUMN " + quoteIdent(t.CreatedAt) + " DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)",
+					Fix:   "name the table's insert-time column in columns.created_at, or add it: ALTER TABLE " + sqlident.Table(schema, name) + " ADD COLUMN " + sqlident.Quote(t.CreatedAt) + " DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)",
 				})
 			case err != nil:
 				return nil, fmt.Errorf("read the type of %s.%s: %w", t.Name, t.CreatedAt, err)

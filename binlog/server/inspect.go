@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/internal/servercheck"
+	"github.com/outboxd/outboxd/internal/sqlident"
 )
 
 // Stable check names: what Problem.Check holds and source.skip_checks takes. The variable
@@ -241,7 +242,7 @@ const (
 // on it (it does not tell strangers what exists), and then a GRANT would fail (a table-level
 // GRANT needs the table), so the table name is what to check first.
 func checkTable(ctx context.Context, db *sql.DB, user, schema, table string, t Table) ([]Problem, error) {
-	q := quoteIdent(schema) + "." + quoteIdent(table)
+	q := sqlident.Table(schema, table)
 	nameField := "the table name in the outboxd config"
 	if t.Field != "" {
 		nameField = t.Field + ".table"
@@ -262,9 +263,9 @@ func checkTable(ctx context.Context, db *sql.DB, user, schema, table string, t T
 	if err != nil {
 		return nil, err
 	}
-	seen := "the account sees no table in " + quoteIdent(schema)
+	seen := "the account sees no table in " + sqlident.Quote(schema)
 	if len(visible) > 0 {
-		seen = "the tables of " + quoteIdent(schema) + " the account can see: " + strings.Join(visible, ", ")
+		seen = "the tables of " + sqlident.Quote(schema) + " the account can see: " + strings.Join(visible, ", ")
 	}
 	switch me.Number {
 	case erNoSuchTable, erBadDB:
@@ -278,14 +279,14 @@ func checkTable(ctx context.Context, db *sql.DB, user, schema, table string, t T
 			// The account has some privilege on the table, so it exists: the GRANT works.
 			return []Problem{{
 				Setting: "SELECT ON " + q, Check: CheckTableSelect, Found: "not granted to " + user,
-				Fix: "GRANT SELECT ON " + q + " TO " + user + "; (outboxd reads the outbox table's columns; or grant SELECT on " + quoteIdent(schema) + ".*)",
+				Fix: "GRANT SELECT ON " + q + " TO " + user + "; (outboxd reads the outbox table's columns; or grant SELECT on " + sqlident.Quote(schema) + ".*)",
 			}}, nil
 		}
 		return []Problem{{
 			Setting: "table " + schema + "." + table, Check: CheckTableExists,
 			Found: "missing or not visible to " + user + " (the server answers " + me.Message + ", which it also says for a table that does not exist)",
 			Fix: "check the table name first (" + nameField + "; " + seen + "); if the table exists, GRANT SELECT ON " + q + " TO " + user +
-				"; (or on " + quoteIdent(schema) + ".*; a GRANT on a table that does not exist fails)",
+				"; (or on " + sqlident.Quote(schema) + ".*; a GRANT on a table that does not exist fails)",
 		}}, nil
 	}
 	return nil, fmt.Errorf("check outbox table %s.%s: %w", schema, table, err)
@@ -307,7 +308,7 @@ func checkTableNameCase(ctx context.Context, db *sql.DB, schema, table, nameFiel
 	}
 	return []Problem{{
 		Setting: "table " + schema + "." + table, Check: CheckTableExists,
-		Found: "named " + quoteIdent(storedSchema) + "." + quoteIdent(storedTable) + " on the server (lower_case_table_names), and the binlog carries that name, so outboxd would match none of its rows",
+		Found: "named " + sqlident.Table(storedSchema, storedTable) + " on the server (lower_case_table_names), and the binlog carries that name, so outboxd would match none of its rows",
 		Fix:   "write the schema and table in the outboxd config (" + nameField + ") exactly as the server names them: " + storedSchema + "." + storedTable,
 	}}, nil
 }
@@ -350,7 +351,7 @@ func checkColumns(ctx context.Context, db *sql.DB, schema, table string, t Table
 // MissingColumns returns a problem (a warning for an optional one) for each column of t that
 // have lacks, with the ALTER TABLE and the config key as the two ways to fix it. Pure.
 func MissingColumns(schema, table string, t Table, have []string) []Problem {
-	q := quoteIdent(schema) + "." + quoteIdent(table)
+	q := sqlident.Table(schema, table)
 	field := t.Field
 	if field == "" {
 		field = "tables[]"
@@ -367,7 +368,7 @@ func MissingColumns(schema, table string, t Table, have []string) []Problem {
 		p := Problem{
 			Setting: "column " + schema + "." + table + "." + c.Name, Check: CheckTableColumns,
 			Found: "missing (configured as " + key + "; the table has " + strings.Join(have, ", ") + ")",
-			Fix:   "ALTER TABLE " + q + " ADD COLUMN " + quoteIdent(c.Name) + " " + c.Type + "; or set " + key + " to the column that holds the " + c.Role,
+			Fix:   "ALTER TABLE " + q + " ADD COLUMN " + sqlident.Quote(c.Name) + " " + c.Type + "; or set " + key + " to the column that holds the " + c.Role,
 		}
 		if c.Role == "created_at" {
 			p.Fix += " (reconcile selects rows by it)"

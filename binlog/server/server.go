@@ -263,8 +263,6 @@ func quoteString(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
 
-func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
-
 // ColumnReader reads outbox table columns from information_schema, in ordinal order. It is the
 // fallback when TABLE_MAP events carry no names (binlog_row_metadata=MINIMAL or NO_LOG): the
 // result is the table's current definition, which differs from the binlog's when an ALTER TABLE

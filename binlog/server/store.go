@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/internal/servercheck"
+	"github.com/outboxd/outboxd/internal/sqlident"
 )
 
 // Stable names of the mysql checkpoint store's checks (run on checkpoint.writer_addr); see
@@ -96,7 +97,7 @@ func InspectCheckpoint(ctx context.Context, db *sql.DB, t CheckpointTable) ([]Pr
 			Fix:   t.Grant(user) + ";",
 		})
 	}
-	rows, err := db.QueryContext(ctx, "SELECT * FROM "+quoteIdent(schema)+"."+quoteIdent(table)+" LIMIT 0")
+	rows, err := db.QueryContext(ctx, "SELECT * FROM "+sqlident.Table(schema, table)+" LIMIT 0")
 	if err == nil {
 		rows.Close()
 		have, err := (&ColumnReader{DB: db}).Columns(ctx, schema, table)
@@ -135,7 +136,7 @@ func InspectCheckpoint(ctx context.Context, db *sql.DB, t CheckpointTable) ([]Pr
 			ps = append(ps, Problem{
 				Setting: "table " + t.Name, Check: CheckCheckpointTable, Table: t.Name,
 				Found: "missing (" + me.Message + ")",
-				Fix:   "create it (CREATE DATABASE IF NOT EXISTS " + quoteIdent(schema) + "; first if needed): " + t.CreateTable + "; then " + t.Grant(user) + ";",
+				Fix:   "create it (CREATE DATABASE IF NOT EXISTS " + sqlident.Quote(schema) + "; first if needed): " + t.CreateTable + "; then " + t.Grant(user) + ";",
 			})
 		case erTableAccessDenied, erColumnAccessDenied:
 			if len(missing) == 0 {

@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/outboxd/outboxd/internal/outboxtable"
 )
 
 // SchemaStatements returns the statements that create the shop's tables in the current
@@ -22,18 +24,7 @@ CREATE TABLE orders (
   amount_cents BIGINT NOT NULL,
   status       VARCHAR(16) NOT NULL,
   created_at   DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
-)`, `
-CREATE TABLE outbox_event (
-  id         BIGINT PRIMARY KEY AUTO_INCREMENT,
-  event_id   VARCHAR(64)  NOT NULL,
-  biz_key    VARCHAR(64)  NOT NULL,
-  topic      VARCHAR(128) NOT NULL,
-  event_type VARCHAR(64)  NULL,
-  payload    JSON         NOT NULL,
-  headers    JSON         NULL,
-  created_at DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
-  UNIQUE KEY uk_event_id (event_id)
-)`}
+)`, outboxtable.DDL("outbox_event")}
 }
 
 // defaultCustomers are the customers a Plan takes turns with when it names none.

@@ -25,6 +25,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/outboxd/outboxd/internal/sqlident"
 	"github.com/outboxd/outboxd/testenv/internal/serverproc"
 )
 
@@ -261,7 +262,7 @@ func (s *Server) DB(ctx context.Context, db string) (*sql.DB, error) {
 		if err != nil {
 			return nil, err
 		}
-		_, err = admin.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+quoteIdent(db))
+		_, err = admin.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+sqlident.Quote(db))
 		admin.Close()
 		if err != nil {
 			return nil, fmt.Errorf("dolt %s: create database %s: %w", s.Addr, db, err)
@@ -280,8 +281,6 @@ func (s *Server) DB(ctx context.Context, db string) (*sql.DB, error) {
 	}
 	return pool, nil
 }
-
-func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
 
 // Stop shuts the server down with SIGTERM and waits for it to exit, sending SIGKILL after
 // stopTimeout. Stopping a stopped server is a no-op. Safe for concurrent use.

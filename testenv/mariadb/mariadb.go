@@ -23,6 +23,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/outboxd/outboxd/internal/sqlident"
 	"github.com/outboxd/outboxd/testenv/internal/serverproc"
 )
 
@@ -473,7 +474,7 @@ func (s *Server) DB(ctx context.Context, db string) (*sql.DB, error) {
 		var n int
 		err = admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = ?", db).Scan(&n)
 		if err == nil && n == 0 {
-			_, err = admin.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+quoteIdent(db))
+			_, err = admin.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+sqlident.Quote(db))
 		}
 		admin.Close()
 		if err != nil {
@@ -490,8 +491,6 @@ func (s *Server) DB(ctx context.Context, db string) (*sql.DB, error) {
 	}
 	return pool, nil
 }
-
-func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
 
 // Restart stops the server (gracefully; a server already stopped or killed is fine) and starts it
 // again on the same datadir and port with options o (o.Dir and o.Port are ignored). It blocks
