@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -27,6 +28,9 @@ type pkg struct {
 func goList(t *testing.T, args ...string) []pkg {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("no go command on PATH; the layout tests run `go list`")
+		}
 		t.Skip("no go command on PATH; the layout tests run `go list`")
 	}
 	cmd := exec.Command("go", append([]string{"list", "-json"}, args...)...)
