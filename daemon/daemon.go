@@ -22,7 +22,6 @@ import (
 
 	"github.com/outboxd/outboxd/binlog"
 	"github.com/outboxd/outboxd/binlog/server"
-	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/election"
 	"github.com/outboxd/outboxd/gtid"
@@ -263,91 +262,6 @@ func runSession(ctx context.Context, reader *binlog.Reader, pl *pipeline.Pipelin
 		return err
 	})
 	return g.Wait()
-}
-
-// ResolveStart picks the executed GTID set to resume from, and says where it came from:
-// --from-gtid, the checkpoint, or source.start (latest, earliest or a set) when there is no
-// checkpoint. A set that lacks a source the server has would replay that source from its very
-// beginning, so it is refused unless force. A start (from any origin but latest) that needs
-// binlogs the server has purged is refused with ErrStartPurged, force or not: going on means
-// losing events, which takes an explicit new position from the operator.
-func ResolveStart(ctx context.Context, db *sql.DB, cfg *config.Config, store checkpoint.Storage, fromGTID string, force bool) (gtid.Set, string, error) {
-	flavor := cfg.Source.Flavor
-	serverPos, err := readServerPosition(ctx, db, flavor)
-	if err != nil {
-		return gtid.Set{}, "", err
-	}
-	var start gtid.Set
-	var origin string
-	switch {
-	case fromGTID != "":
-		if start, err = gtid.Parse(flavor, fromGTID); err != nil {
-			return gtid.Set{}, "", fmt.Errorf("--from-gtid: %w", err)
-		}
-		origin = "--from-gtid"
-		// The set chooses where to read, not which checkpoint to trust: the first save would
-		// write over a lost checkpoint's last position or another config's checkpoint (the
-		// mysql store's claim refuses both too); `checkpoint set` replaces either on purpose.
-		cp, err := store.Load()
-		if err != nil {
-			return gtid.Set{}, "", err
-		}
-		if err := checkpoint.CheckScope(cfg.Checkpoint.Where(), cp, cfg.ScopeTables()); err != nil {
-			return gtid.Set{}, "", fmt.Errorf("--from-gtid does not replace this checkpoint: %w", err)
-		}
-	default:
-		cp, err := store.Load()
-		if err != nil {
-			return gtid.Set{}, "", err
-		}
-		// Trusted only by the config it was written for: a tombstone, or a checkpoint of other
-		// tables, stops here, at every start and every takeover.
-		if err := checkpoint.CheckScope(cfg.Checkpoint.Where(), cp, cfg.ScopeTables()); err != nil {
-			return gtid.Set{}, "", err
-		}
-		if cp != nil {
-			if cp.Flavor != flavor {
-				return gtid.Set{}, "", fmt.Errorf("checkpoint %s is for flavor %s but source.flavor is %s: point checkpoint.path (or checkpoint.name) elsewhere or fix source.flavor",
-					cfg.Checkpoint.Where(), cp.Flavor, flavor)
-			}
-			if start, err = cp.Set(); err != nil {
-				return gtid.Set{}, "", fmt.Errorf("checkpoint %s: %w", cfg.Checkpoint.Where(), err)
-			}
-			// Missing sources were checked when the set was first chosen; purges happen since,
-			// and a server restored from a backup or reset is behind its replicas' checkpoints.
-			if err := checkAhead(ctx, db, start, serverPos, "checkpoint"); err != nil {
-				return gtid.Set{}, "", err
-			}
-			if err := checkPurged(ctx, db, flavor, start, "checkpoint", cfg.Checkpoint.Where()); err != nil {
-				return gtid.Set{}, "", err
-			}
-			return start, originCheckpoint, nil
-		}
-		switch s := strings.TrimSpace(cfg.Source.Start); s {
-		case "", "latest":
-			return serverPos, "source.start: latest", nil
-		case "earliest":
-			// The oldest binlog's start: an empty set would ask for the first transaction ever,
-			// which the server refuses with ERROR 1236 once anything was purged.
-			purged, err := server.Purged(ctx, db, flavor)
-			if err != nil {
-				return gtid.Set{}, "", fmt.Errorf("source.start: earliest: find the oldest binlog's position: %w", err)
-			}
-			if purged.IsEmpty() {
-				return gtid.Empty(flavor), "source.start: earliest", nil
-			}
-			return purged, "source.start: earliest (the oldest binlog)", nil
-		default:
-			if start, err = gtid.Parse(flavor, s); err != nil {
-				return gtid.Set{}, "", fmt.Errorf("source.start: %w", err)
-			}
-			origin = "source.start"
-		}
-	}
-	if err := validateStart(ctx, db, cfg, start, serverPos, origin, force); err != nil {
-		return gtid.Set{}, "", err
-	}
-	return start, origin, nil
 }
 
 // OpenSinks creates every configured sink. On error none is left open, and the error names

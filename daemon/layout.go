@@ -17,6 +17,7 @@ import (
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/startpos"
 )
 
 // ErrLayoutChanged: an outbox table's column layout differs from the one the checkpoint was
@@ -214,7 +215,7 @@ func (r *relay) startLayouts(ctx context.Context, start gtid.Set, origin string)
 	var now checkpoint.Layouts
 	var err error
 	switch origin {
-	case originCheckpoint, originMissingContinue:
+	case startpos.OriginCheckpoint, originMissingContinue:
 		c, lerr := r.loadCheckpoint(ctx)
 		if lerr != nil {
 			return lerr

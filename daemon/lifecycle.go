@@ -13,6 +13,7 @@ import (
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/pipeline"
+	"github.com/outboxd/outboxd/startpos"
 )
 
 // savedStore is the checkpoint store as the daemon writes it: every save of a run (the start
@@ -113,7 +114,7 @@ func (s *savedStore) state() savedState {
 // without the flag goes on with the replay rather than jumping back to the old checkpoint.
 // It blocks on file I/O; an error means nothing may stream.
 func persistStart(saver pipeline.Saver, m *metrics.Metrics, start gtid.Set, origin string, log zerolog.Logger) error {
-	if origin == originCheckpoint {
+	if origin == startpos.OriginCheckpoint {
 		return nil
 	}
 	c := checkpoint.Checkpoint{Flavor: start.Flavor(), GTIDSet: start.String(), SavedAt: time.Now().UTC()}
@@ -130,9 +131,6 @@ func persistStart(saver pipeline.Saver, m *metrics.Metrics, start gtid.Set, orig
 	log.Info().Str("gtid_set", c.GTIDSet).Str("from", origin).Msg("start position saved as the checkpoint")
 	return nil
 }
-
-// originCheckpoint is ResolveStart's origin for a start read from the checkpoint file.
-const originCheckpoint = "checkpoint"
 
 // startupStopped turns the error of a start-up step that a requested shutdown (ctx ended)
 // interrupted into nil: stopping is not a failure, whichever step it cut short (the source
@@ -161,7 +159,7 @@ func newSavedStore(store checkpoint.Storage, m *metrics.Metrics) *savedStore {
 // prepare persists a start position that did not come from the checkpoint (persistStart). A
 // term that resumes from the checkpoint records what it read, for /status.
 func (s *savedStore) prepare(start gtid.Set, origin string, log zerolog.Logger) error {
-	if origin == originCheckpoint {
+	if origin == startpos.OriginCheckpoint {
 		if cp, err := s.store.Load(); err == nil && cp != nil {
 			s.loaded(cp)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/pipeline"
+	"github.com/outboxd/outboxd/startpos"
 )
 
 func openStore(t *testing.T) (*checkpoint.Store, string) {
@@ -61,7 +62,7 @@ func TestPrepareCheckpointKeepsALoadedCheckpoint(t *testing.T) {
 	before, _ := os.Stat(path)
 	start, _ := gtid.Parse(gtid.MariaDB, "0-1-5")
 	saved := newSavedStore(store, nil)
-	err := saved.prepare(start, originCheckpoint, zerolog.Nop())
+	err := saved.prepare(start, startpos.OriginCheckpoint, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/startpos"
 )
 
 func TestMariaDBMissing(t *testing.T) {
@@ -82,7 +83,7 @@ func TestTransientSQL(t *testing.T) {
 		{fmt.Errorf("load: %w", checkpoint.ErrUnreachable), true},
 		{&mysqldriver.MySQLError{Number: 1927, Message: "Connection was killed"}, true},
 		{&mysqldriver.MySQLError{Number: 1146, Message: "Table doesn't exist"}, false},
-		{fmt.Errorf("%w: checkpoint names transactions", ErrStartAhead), false},
+		{fmt.Errorf("%w: checkpoint names transactions", startpos.ErrAhead), false},
 		{errors.New("checkpoint is for flavor mysql"), false},
 	} {
 		if got := transientSQL(c.err); got != c.want {

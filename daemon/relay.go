@@ -24,6 +24,7 @@ import (
 	"github.com/outboxd/outboxd/pipeline"
 	"github.com/outboxd/outboxd/router"
 	"github.com/outboxd/outboxd/sink"
+	"github.com/outboxd/outboxd/startpos"
 )
 
 // relay is what a leader runs: everything Run wired, and the session loop over it. One relay
@@ -155,7 +156,7 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 		}
 		if errors.Is(err, binlog.ErrGTIDNotOnServer) {
 			// Purged while we were away (or streaming): name what is gone, as at start.
-			if perr := checkPurged(ctx, db, cfg.Source.Flavor, start, "the acknowledged position", cfg.Checkpoint.Where()); errors.Is(perr, ErrStartPurged) {
+			if perr := startpos.CheckPurged(ctx, startpos.SQL{DB: db}, cfg.Source.Flavor, start, "the acknowledged position", cfg.Checkpoint.Where()); errors.Is(perr, startpos.ErrPurged) {
 				err = fmt.Errorf("%w (the stream stopped with: %w)", perr, err)
 			}
 		}
@@ -217,9 +218,9 @@ func haltOnFence(ctx context.Context) (context.Context, func()) {
 
 // resolve picks the candidate to stream from and the start position: the first candidate
 // that has every transaction of the checkpoint (any candidate without one, or with
-// --from-gtid), then ResolveStart on it. When none has them: with on_missing_gtids: continue
+// --from-gtid), then startpos.Resolve on it. When none has them: with on_missing_gtids: continue
 // the newest position the first such candidate shares with the checkpoint (logged, counted);
-// with stop, ResolveStart's own refusal of a checkpoint ahead of the server, with what every
+// with stop, startpos.Resolve's own refusal of a checkpoint ahead of the server, with what every
 // candidate lacks. Unreachable candidates are waited for with the reconnect backoff.
 func (r *relay) resolve(ctx context.Context, fromGTID string) (gtid.Set, string, error) {
 	var cp gtid.Set
@@ -261,7 +262,7 @@ func (r *relay) resolve(ctx context.Context, fromGTID string) (gtid.Set, string,
 			r.gaveUp(cp, ch)
 			return ch.resume.Shared, originMissingContinue, nil
 		case err == nil:
-			start, origin, err := ResolveStart(ctx, ch.db, r.src.at(ch.addr), r.saver.store, fromGTID, r.o.Force)
+			start, origin, err := startpos.Resolve(ctx, startpos.SQL{DB: ch.db}, r.src.at(ch.addr), r.saver.store, startpos.Options{FromGTID: fromGTID, Force: r.o.Force})
 			if err == nil || !transientSQL(err) || ctx.Err() != nil {
 				return start, origin, err
 			}
@@ -273,9 +274,9 @@ func (r *relay) resolve(ctx context.Context, fromGTID string) (gtid.Set, string,
 			}
 			continue
 		case errors.Is(err, ErrMissingGTIDs):
-			// The refusal as for one server (ErrStartAhead, the fix), then every candidate.
+			// The refusal as for one server (startpos.ErrAhead, the fix), then every candidate.
 			addr, db := r.src.current()
-			if _, _, rerr := ResolveStart(ctx, db, r.src.at(addr), r.saver.store, fromGTID, r.o.Force); rerr != nil {
+			if _, _, rerr := startpos.Resolve(ctx, startpos.SQL{DB: db}, r.src.at(addr), r.saver.store, startpos.Options{FromGTID: fromGTID, Force: r.o.Force}); rerr != nil {
 				return gtid.Set{}, "", fmt.Errorf("%w\n%w", rerr, err)
 			}
 			return gtid.Set{}, "", err

@@ -17,6 +17,7 @@ import (
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/metrics"
+	"github.com/outboxd/outboxd/startpos"
 )
 
 // ErrMissingGTIDs: no source candidate has every transaction of the position outboxd resumes
@@ -190,11 +191,11 @@ func (s *sources) pick(ctx context.Context, pos gtid.Set, hasPos bool, verified 
 		if !m.lacks() {
 			// It has them; its binlogs must still reach back to them too (a replica
 			// restored from a backup, or one that purged sooner, may not).
-			err := checkPurged(cctx, db, s.cfg.Source.Flavor, pos, "checkpoint", s.cfg.Checkpoint.Where())
+			err := startpos.CheckPurged(cctx, startpos.SQL{DB: db}, s.cfg.Source.Flavor, pos, "checkpoint", s.cfg.Checkpoint.Where())
 			switch {
 			case err == nil:
 				return s.chose(addr, db, nil), nil
-			case errors.Is(err, ErrStartPurged):
+			case errors.Is(err, startpos.ErrPurged):
 				purged = fmt.Errorf("source %s: %w", addr, err)
 				ineligible = append(ineligible, purged.Error())
 				if len(s.cfg.Source.Addrs) > 1 {
@@ -283,7 +284,7 @@ func (s *sources) chose(addr string, db *sql.DB, resume *missingOn) choice {
 // gtid_executed. It blocks on one query.
 func missingAt(ctx context.Context, db *sql.DB, flavor gtid.Flavor, pos gtid.Set) (missingOn, error) {
 	if flavor == gtid.MySQL {
-		executed, err := readServerPosition(ctx, db, flavor)
+		executed, err := startpos.ServerPosition(ctx, startpos.SQL{DB: db}, flavor)
 		if err != nil {
 			return missingOn{}, err
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/daemon"
+	"github.com/outboxd/outboxd/startpos"
 	"github.com/outboxd/outboxd/testenv/mariadb"
 )
 
@@ -85,8 +86,8 @@ func TestPurgedStartIsRefused(t *testing.T) {
 	wantLine := fmt.Sprintf("domain 0: 0-1-%d … %s are purged; the oldest binlog starts after %s", gtidSeq(t, from)+1, last, last)
 	checkRefusal := func(t *testing.T, err error, origin string) {
 		t.Helper()
-		if !errors.Is(err, daemon.ErrStartPurged) {
-			t.Fatalf("err = %v, want ErrStartPurged", err)
+		if !errors.Is(err, startpos.ErrPurged) {
+			t.Fatalf("err = %v, want startpos.ErrPurged", err)
 		}
 		for _, want := range []string{origin, wantLine, "--from-gtid '" + last + "'", "source.start: latest", "data loss"} {
 			if !strings.Contains(err.Error(), want) {

@@ -12,6 +12,7 @@ import (
 	"github.com/outboxd/outboxd/daemon"
 	"github.com/outboxd/outboxd/election"
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/startpos"
 )
 
 // openCLIStore opens the configured checkpoint store once, without the daemon's wait for a
@@ -192,7 +193,7 @@ func validateAgainstSource(ctx context.Context, cfg *config.Config, set gtid.Set
 		return fmt.Errorf("connect to source to validate the checkpoint (pass --force to skip): %w", err)
 	}
 	defer db.Close()
-	return daemon.ValidateStart(ctx, db, cfg, set, daemon.OriginCheckpointSet, false)
+	return startpos.Validate(ctx, startpos.SQL{DB: db}, cfg, set, startpos.OriginCheckpointSet, false)
 }
 
 // currentLayouts reads the outbox tables' layouts on the source for checkpoint set

@@ -1,40 +1,38 @@
-package daemon
+package startpos
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
 
-	"github.com/outboxd/outboxd/binlog/server"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/gtid"
 )
 
-// ErrStartAhead: the start set names transactions the server has not written. On MySQL the
+// ErrAhead: the start set names transactions the server has not written. On MySQL the
 // server would then skip its next transactions up to those numbers as already seen (silent loss);
 // on MariaDB it may wait for them or stream from elsewhere. It comes from another server, a reset
 // binlog or a typo; outboxd refuses it, with or without --force.
-var ErrStartAhead = errors.New("start position is ahead of the server")
+var ErrAhead = errors.New("start position is ahead of the server")
 
 // Origin labels used for a start set given to `checkpoint set`.
 const OriginCheckpointSet = "checkpoint set --gtid"
 
-// ValidateStart checks a start set given by origin (--from-gtid, source.start, checkpoint set
+// Validate checks a start set given by origin (--from-gtid, source.start, checkpoint set
 // --gtid) before it is used or saved: it must not lack a source the server has (unless force),
 // must not be ahead of the server, and must not need purged binlogs. It blocks on a few
 // queries; the error says what to change, in terms of the command that gave the set.
-func ValidateStart(ctx context.Context, db *sql.DB, cfg *config.Config, start gtid.Set, origin string, force bool) error {
-	serverPos, err := readServerPosition(ctx, db, cfg.Source.Flavor)
+func Validate(ctx context.Context, srv Server, cfg *config.Config, start gtid.Set, origin string, force bool) error {
+	serverPos, err := ServerPosition(ctx, srv, cfg.Source.Flavor)
 	if err != nil {
 		return err
 	}
-	return validateStart(ctx, db, cfg, start, serverPos, origin, force)
+	return validate(ctx, srv, cfg, start, serverPos, origin, force)
 }
 
-// validateStart is ValidateStart against serverPos, the server's position as already read.
-func validateStart(ctx context.Context, db *sql.DB, cfg *config.Config, start, serverPos gtid.Set, origin string, force bool) error {
+// validate is Validate against serverPos, the server's position as already read.
+func validate(ctx context.Context, srv Server, cfg *config.Config, start, serverPos gtid.Set, origin string, force bool) error {
 	flavor := cfg.Source.Flavor
 	if missing := start.MissingSources(serverPos); len(missing) > 0 && !force {
 		what := "server UUIDs"
@@ -44,26 +42,24 @@ func validateStart(ctx context.Context, db *sql.DB, cfg *config.Config, start, s
 		return fmt.Errorf("%s %s lacks %s %s that the server has (%s): starting there would replay them from their first transaction; add their current positions to the set, or pass --force to do exactly that",
 			origin, start, what, strings.Join(missing, ", "), serverPos)
 	}
-	if err := checkAhead(ctx, db, start, serverPos, origin); err != nil {
+	if err := checkAhead(ctx, srv, start, serverPos, origin); err != nil {
 		return err
 	}
-	return checkPurged(ctx, db, flavor, start, origin, cfg.Checkpoint.Where())
+	return CheckPurged(ctx, srv, flavor, start, origin, cfg.Checkpoint.Where())
 }
 
-// checkAhead returns an ErrStartAhead error when start names transactions the server has not
+// checkAhead returns an ErrAhead error when start names transactions the server has not
 // written. It blocks on one query for MariaDB.
-func checkAhead(ctx context.Context, db *sql.DB, start, serverPos gtid.Set, origin string) error {
+func checkAhead(ctx context.Context, srv Server, start, serverPos gtid.Set, origin string) error {
 	var lines []string
 	var err error
 	if start.Flavor() == gtid.MySQL {
 		lines = MySQLAhead(start, serverPos)
 	} else {
-		var state string
-		var strict sql.NullString
-		if qerr := db.QueryRowContext(ctx, "SELECT @@GLOBAL.gtid_binlog_state, @@GLOBAL.gtid_strict_mode").Scan(&state, &strict); qerr != nil {
+		state, strictOn, qerr := srv.BinlogState(ctx)
+		if qerr != nil {
 			return fmt.Errorf("read the server's gtid_binlog_state to check %s %s: %w", origin, start, qerr)
 		}
-		strictOn := strict.String == "1" || strings.EqualFold(strict.String, "ON")
 		if lines, err = MariaDBAhead(start, serverPos, state, strictOn); err != nil {
 			return fmt.Errorf("check %s %s against the server's position: %w", origin, start, err)
 		}
@@ -74,7 +70,7 @@ func checkAhead(ctx context.Context, db *sql.DB, start, serverPos gtid.Set, orig
 	pos := strings.ReplaceAll(serverPos.String(), "\n", "")
 	return fmt.Errorf("%w: %s %s names transactions the server has not written (the server's position is %s):\n  %s\n"+
 		"such a set comes from another server, a binlog that was reset, or a typo; check source.addr, then %s. --force does not bypass this check",
-		ErrStartAhead, origin, start, pos, strings.Join(lines, "\n  "), startFix(origin, pos))
+		ErrAhead, origin, start, pos, strings.Join(lines, "\n  "), startFix(origin, pos))
 }
 
 // startFix says how to give a better start set, in terms of the command that gave this one.
@@ -84,7 +80,7 @@ func startFix(origin, pos string) string {
 		return fmt.Sprintf("give a set the server has, such as its position: outboxd checkpoint set --gtid '%s'", pos)
 	case strings.HasPrefix(origin, "source.start"):
 		return fmt.Sprintf("set source.start to a set the server has, such as its position '%s', or to latest", pos)
-	case origin == "checkpoint":
+	case origin == OriginCheckpoint:
 		return fmt.Sprintf("if this is the right server, replace the checkpoint: outboxd checkpoint set --gtid '%s' (its position; events since the checkpoint's true position are skipped)", pos)
 	}
 	return fmt.Sprintf("pass a set the server has, such as its position: --from-gtid '%s'", pos)
@@ -129,9 +125,10 @@ func MariaDBAhead(start, pos gtid.Set, state string, strict bool) ([]string, err
 	return lines, nil
 }
 
-// readServerPosition is server.Position with the error an operator reads at start.
-func readServerPosition(ctx context.Context, db *sql.DB, flavor gtid.Flavor) (gtid.Set, error) {
-	pos, err := server.Position(ctx, db, flavor)
+// ServerPosition is srv's Position with the error an operator reads at start. It blocks on
+// srv; on error the Set is the zero Set.
+func ServerPosition(ctx context.Context, srv Server, flavor gtid.Flavor) (gtid.Set, error) {
+	pos, err := srv.Position(ctx, flavor)
 	if err != nil {
 		return gtid.Set{}, fmt.Errorf("read the server's GTID position: %w", err)
 	}

@@ -1,20 +1,18 @@
-package daemon
+package startpos
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
 
-	"github.com/outboxd/outboxd/binlog/server"
 	"github.com/outboxd/outboxd/gtid"
 )
 
-// ErrStartPurged: the start position needs binlogs the server has purged. Streaming from it
+// ErrPurged: the start position needs binlogs the server has purged. Streaming from it
 // would fail (MariaDB/MySQL ERROR 1236) or, after a jump, skip events; only an operator can
 // decide to accept that loss, so outboxd refuses to start. No flag bypasses it, not --force.
-var ErrStartPurged = errors.New("start position needs purged binlogs")
+var ErrPurged = errors.New("start position needs purged binlogs")
 
 // PurgedGap describes the transactions after start that the server no longer has, one line per
 // source, and returns the nearest start set the server can still serve (start moved forward
@@ -74,12 +72,12 @@ func PurgedGap(start, purged gtid.Set) (lines []string, nearest gtid.Set, err er
 	return lines, nearest, nil
 }
 
-// checkPurged returns an ErrStartPurged error when streaming from start needs binlogs the
+// CheckPurged returns an ErrPurged error when streaming from start needs binlogs the
 // server has purged. The error names the missing transactions and both ways out, each of which
 // is an explicit decision to lose those events. It blocks on a few queries; on a query failure
 // it returns that error (the start is not known to be safe).
-func checkPurged(ctx context.Context, db *sql.DB, flavor gtid.Flavor, start gtid.Set, origin, checkpointPath string) error {
-	purged, err := server.Purged(ctx, db, flavor)
+func CheckPurged(ctx context.Context, srv Server, flavor gtid.Flavor, start gtid.Set, origin, checkpointPath string) error {
+	purged, err := srv.Purged(ctx, flavor)
 	if err != nil {
 		return fmt.Errorf("check that the server still has the binlogs after %s %s: %w", origin, start, err)
 	}
@@ -99,5 +97,5 @@ func checkPurged(ctx context.Context, db *sql.DB, flavor gtid.Flavor, start gtid
 		"start at the oldest position the server still has: %s '%s'; "+
 		"or delete the checkpoint %s and set source.start: latest, which also skips everything up to the server's current position. "+
 		"--force does not bypass this check",
-		ErrStartPurged, origin, start, strings.Join(lines, "\n  "), retry, strings.ReplaceAll(nearest.String(), "\n", ""), checkpointPath)
+		ErrPurged, origin, start, strings.Join(lines, "\n  "), retry, strings.ReplaceAll(nearest.String(), "\n", ""), checkpointPath)
 }
