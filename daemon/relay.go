@@ -19,6 +19,7 @@ import (
 	"github.com/outboxd/outboxd/cleanup"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/election"
+	"github.com/outboxd/outboxd/failover"
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/pipeline"
@@ -358,13 +359,13 @@ func (r *relay) lostBehind(ctx context.Context, prev checkpoint.Checkpoint, pick
 	if err != nil || pos.IsEmpty() || pos.Equal(picked) {
 		return // the position pick judged (and gaveUp reported) already
 	}
-	cctx, cancel := context.WithTimeout(ctx, candidateTimeout)
+	cctx, cancel := context.WithTimeout(ctx, failover.CandidateTimeout)
 	defer cancel()
 	m, err := missingAt(cctx, ch.db, r.cfg.Source.Flavor, pos)
-	if err != nil || !m.lacks() {
+	if err != nil || !m.Lacks() {
 		return
 	}
-	if m.Behind || r.cfg.Source.Flavor == gtid.MySQL {
+	if m.MayCatchUp(r.cfg.Source.Flavor) {
 		// A replica still catching up may have them yet (after a checkpoint set rewound the
 		// store): no report.
 		if repl, err := server.Replicating(cctx, ch.db, r.cfg.Source.Flavor); err != nil || repl {

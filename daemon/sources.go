@@ -5,9 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
-	"time"
 
 	mysqldriver "github.com/go-sql-driver/mysql"
 	"github.com/rs/zerolog"
@@ -15,15 +13,15 @@ import (
 	"github.com/outboxd/outboxd/binlog"
 	"github.com/outboxd/outboxd/binlog/server"
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/failover"
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/startpos"
 )
 
-// ErrMissingGTIDs: no source candidate has every transaction of the position outboxd resumes
-// from (transactions it delivered that the database no longer has, after an asynchronous
-// failover), and source.on_missing_gtids is stop.
-var ErrMissingGTIDs = errors.New("no source candidate has every transaction outboxd already delivered")
+// ErrMissingGTIDs is failover.ErrMissingGTIDs: no source candidate has every transaction of the
+// position outboxd resumes from, and source.on_missing_gtids is stop.
+var ErrMissingGTIDs = failover.ErrMissingGTIDs
 
 // sources are the candidate servers of source.addrs, each with its pool and binlog reader, and
 // the one streaming now. Safe for concurrent use.
@@ -127,135 +125,87 @@ func (s *sources) close() {
 	}
 }
 
-// candidateTimeout bounds pick's queries of one candidate (connect, checks, history).
-const candidateTimeout = 10 * time.Second
-
 // choice is the candidate pick chose.
 type choice struct {
 	addr string
 	db   *sql.DB
 	// resume, when set, is where to stream from instead of the position asked for: the newest
 	// position this candidate shares with it (on_missing_gtids: continue), with what it lacks.
-	resume *missingOn
+	resume *failover.Missing
 }
 
-// pick tries the candidates in order and returns the first that is reachable, passes the
-// start-up checks and has every transaction of pos (any with hasPos false), with the binlogs
-// after it (not purged). The error wraps
-// binlog.ErrDisconnected when the caller should wait and try again (none reachable, or one
-// that lacks pos is a replica still catching up), ErrPreflight when every reachable one fails
-// the checks, ErrMissingGTIDs when every reachable, eligible one lacks part of pos and
-// on_missing_gtids is stop (without the mysql store). Otherwise (goesOn) it returns the first such candidate whose shared
-// position is known, in resume. verified names a candidate whose checks just passed (Run's
-// start-up preflight), which are not run again. It blocks on a few queries per candidate.
+// pick chooses the candidate to stream from for pos (any with hasPos false) with
+// failover.Choose, which asks the candidates in order over their pools. The error wraps
+// binlog.ErrDisconnected when the caller should wait and try again, ErrPreflight when every
+// reachable candidate fails the checks, ErrMissingGTIDs when every reachable, eligible one
+// lacks part of pos and on_missing_gtids is stop (without the mysql store). verified names a
+// candidate whose checks just passed (Run's start-up preflight), which are not run again. It
+// blocks on a few queries per candidate.
 func (s *sources) pick(ctx context.Context, pos gtid.Set, hasPos bool, verified string) (choice, error) {
-	type lack struct {
-		addr string
-		db   *sql.DB
-		m    missingOn
+	rules := failover.Rules{
+		Addrs: s.cfg.Source.Addrs, Flavor: s.cfg.Source.Flavor, GoesOn: goesOn(s.cfg),
+		Wait: binlog.ErrDisconnected, Ineligible: ErrPreflight,
 	}
-	var lacking []lack
-	var away, ineligible []string
-	var refused, purged error
-	for _, addr := range s.cfg.Source.Addrs {
-		// Bounded per candidate: one cut off without a FIN must not hold up the next.
-		cctx, cancel := context.WithTimeout(ctx, candidateTimeout)
-		defer cancel()
-		db, err := s.open(cctx, addr)
-		if err == nil && addr != verified {
-			err = preflight(cctx, db, s.at(addr), s.log)
-		}
-		var me *mysqldriver.MySQLError
-		switch {
-		case ctx.Err() != nil:
-			return choice{}, ctx.Err()
-		case errors.Is(err, ErrPreflight):
-			ineligible = append(ineligible, fmt.Sprintf("%s: %v", addr, err))
-			continue
-		case errors.As(err, &me) && me.Number == 1045:
-			refused = fmt.Errorf("source %s refused the login: %w", addr, err)
-			ineligible = append(ineligible, refused.Error())
-			continue
-		case err != nil:
-			away = append(away, fmt.Sprintf("%s: %v", addr, err))
-			continue
-		}
-		if !hasPos {
-			return s.chose(addr, db, nil), nil
-		}
-		m, err := missingAt(cctx, db, s.cfg.Source.Flavor, pos)
-		if err != nil {
-			away = append(away, fmt.Sprintf("%s: %v", addr, err))
-			continue
-		}
-		if !m.lacks() {
-			// It has them; its binlogs must still reach back to them too (a replica
-			// restored from a backup, or one that purged sooner, may not).
-			err := startpos.CheckPurged(cctx, startpos.SQL{DB: db}, s.cfg.Source.Flavor, pos, "checkpoint", s.cfg.Checkpoint.Where())
-			switch {
-			case err == nil:
-				return s.chose(addr, db, nil), nil
-			case errors.Is(err, startpos.ErrPurged):
-				purged = fmt.Errorf("source %s: %w", addr, err)
-				ineligible = append(ineligible, purged.Error())
-				if len(s.cfg.Source.Addrs) > 1 {
-					s.log.Warn().Str("source", addr).Err(err).Msg("source candidate skipped: its binlogs no longer reach back to the checkpoint")
-				}
-			default:
-				away = append(away, fmt.Sprintf("%s: %v", addr, err))
-			}
-			continue
-		}
-		// Only a running replica may still receive what it lacks; a primary (a replica
-		// promoted after a crash) never will. MariaDB also needs nothing newer in the domain.
-		repl, err := server.Replicating(cctx, db, s.cfg.Source.Flavor)
-		if err != nil {
-			away = append(away, fmt.Sprintf("%s: %v", addr, err))
-			continue
-		}
-		m.Behind = repl && (m.Behind || s.cfg.Source.Flavor == gtid.MySQL)
-		lacking = append(lacking, lack{addr, db, m})
+	ch, err := failover.Choose(ctx, rules, inspector{s: s, verified: verified}, pos, hasPos)
+	if err != nil {
+		return choice{}, err
 	}
-	if len(lacking) == 0 {
-		if len(ineligible) > 0 && len(away) == 0 {
-			if refused != nil && len(ineligible) == 1 {
-				return choice{}, refused
-			}
-			if purged != nil && len(ineligible) == 1 {
-				return choice{}, purged
-			}
-			return choice{}, fmt.Errorf("%w: no source candidate passes the checks:\n  %s", ErrPreflight, strings.Join(ineligible, "\n  "))
+	s.mu.Lock()
+	db := s.dbs[ch.Addr]
+	s.mu.Unlock()
+	return s.chose(ch.Addr, db, ch.Resume), nil
+}
+
+// inspector reads the facts failover.Choose asks of a candidate, over the candidate's pool.
+type inspector struct {
+	s        *sources
+	verified string // a candidate whose start-up checks passed already
+}
+
+// Reach opens addr's pool (one attempt) and runs the start-up checks unless addr is verified.
+func (in inspector) Reach(ctx context.Context, addr string) (failover.Reach, error) {
+	db, err := in.s.open(ctx, addr)
+	if err == nil && addr != in.verified {
+		err = preflight(ctx, db, in.s.at(addr), in.s.log)
+	}
+	var me *mysqldriver.MySQLError
+	switch {
+	case err == nil:
+		return failover.Reachable, nil
+	case errors.Is(err, ErrPreflight):
+		return failover.Ineligible, err
+	case errors.As(err, &me) && me.Number == 1045:
+		return failover.Refused, err
+	default:
+		return failover.Away, err
+	}
+}
+
+// History compares pos with addr's history; when addr has all of pos, it checks that addr's
+// binlogs still reach back to it, and when it lacks some, whether addr is a running replica.
+func (in inspector) History(ctx context.Context, addr string, pos gtid.Set) (failover.Facts, error) {
+	cfg := in.s.cfg
+	db, err := in.s.open(ctx, addr)
+	if err != nil {
+		return failover.Facts{}, err
+	}
+	m, err := missingAt(ctx, db, cfg.Source.Flavor, pos)
+	if err != nil {
+		return failover.Facts{}, err
+	}
+	f := failover.Facts{Missing: m}
+	if m.Lacks() {
+		f.Replicating, err = server.Replicating(ctx, db, cfg.Source.Flavor)
+		return f, err
+	}
+	err = startpos.CheckPurged(ctx, startpos.SQL{DB: db}, cfg.Source.Flavor, pos, "checkpoint", cfg.Checkpoint.Where())
+	if errors.Is(err, startpos.ErrPurged) {
+		if len(cfg.Source.Addrs) > 1 {
+			in.s.log.Warn().Str("source", addr).Err(err).Msg("source candidate skipped: its binlogs no longer reach back to the checkpoint")
 		}
-		return choice{}, fmt.Errorf("%w: no source candidate is reachable and eligible: %s", binlog.ErrDisconnected, strings.Join(append(away, ineligible...), "; "))
+		f.Purged, err = err, nil
 	}
-	var lines []string
-	for _, l := range lacking {
-		if l.m.Behind {
-			return choice{}, fmt.Errorf("%w: source %s lacks transactions outboxd already delivered but has nothing newer in their domain (a replica catching up?), waiting: %s",
-				binlog.ErrDisconnected, l.addr, strings.Join(l.m.Lines, "; "))
-		}
-		lines = append(lines, fmt.Sprintf("%s lacks %s", l.addr, strings.Join(l.m.Lines, "; ")))
-	}
-	if goesOn(s.cfg) {
-		for _, l := range lacking {
-			if l.m.SharedOK {
-				m := l.m
-				return s.chose(l.addr, l.db, &m), nil
-			}
-		}
-		return choice{}, fmt.Errorf("%w, and none shares a known position with it (on_missing_gtids: continue needs one):\n  %s\nset the position by hand: outboxd checkpoint set --gtid SET",
-			ErrMissingGTIDs, strings.Join(lines, "\n  "))
-	}
-	shared := ""
-	if m := lacking[0].m; m.SharedOK {
-		shared = fmt.Sprintf(" (%s on %s)", m.Shared, lacking[0].addr)
-	}
-	return choice{}, fmt.Errorf("%w: position %s:\n  %s\n"+
-		"outboxd delivered these transactions and the database no longer has them (an asynchronous failover discarded them?). "+
-		"Either bring back a server that has them and list it in source.addrs, or accept their loss: set source.on_missing_gtids: continue "+
-		"(outboxd logs and counts them, then resumes from the newest transaction both histories share%s and re-delivers what follows it there), "+
-		"or give a position by hand with outboxd checkpoint set --gtid SET",
-		ErrMissingGTIDs, pos, strings.Join(lines, "\n  "), shared)
+	return f, err
 }
 
 // goesOn reports whether a position no candidate has is given up for the newest one both
@@ -269,7 +219,7 @@ func goesOn(cfg *config.Config) bool {
 	return cfg.Source.OnMissingGTIDs == config.OnMissingContinue || cfg.Checkpoint.MySQL()
 }
 
-func (s *sources) chose(addr string, db *sql.DB, resume *missingOn) choice {
+func (s *sources) chose(addr string, db *sql.DB, resume *failover.Missing) choice {
 	s.mu.Lock()
 	prev := s.cur
 	s.cur = addr
@@ -282,17 +232,17 @@ func (s *sources) chose(addr string, db *sql.DB, resume *missingOn) choice {
 
 // missingAt is what of pos the server lacks: MariaDB by its gtid_binlog_state, MySQL by its
 // gtid_executed. It blocks on one query.
-func missingAt(ctx context.Context, db *sql.DB, flavor gtid.Flavor, pos gtid.Set) (missingOn, error) {
+func missingAt(ctx context.Context, db *sql.DB, flavor gtid.Flavor, pos gtid.Set) (failover.Missing, error) {
 	if flavor == gtid.MySQL {
 		executed, err := startpos.ServerPosition(ctx, startpos.SQL{DB: db}, flavor)
 		if err != nil {
-			return missingOn{}, err
+			return failover.Missing{}, err
 		}
-		return MySQLMissing(pos, executed), nil
+		return failover.MySQLMissing(pos, executed), nil
 	}
 	var state string
 	if err := db.QueryRowContext(ctx, "SELECT @@GLOBAL.gtid_binlog_state").Scan(&state); err != nil {
-		return missingOn{}, fmt.Errorf("read gtid_binlog_state: %w", err)
+		return failover.Missing{}, fmt.Errorf("read gtid_binlog_state: %w", err)
 	}
-	return MariaDBMissing(pos, state)
+	return failover.MariaDBMissing(pos, state)
 }

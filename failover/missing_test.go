@@ -1,17 +1,10 @@
-package daemon
+package failover
 
 import (
-	"database/sql/driver"
-	"errors"
-	"fmt"
 	"strings"
 	"testing"
 
-	mysqldriver "github.com/go-sql-driver/mysql"
-
-	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/gtid"
-	"github.com/outboxd/outboxd/startpos"
 )
 
 func TestMariaDBMissing(t *testing.T) {
@@ -41,7 +34,7 @@ func TestMariaDBMissing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if m.lacks() != c.lacks || m.Behind != c.behind || m.SharedOK != c.sok || m.Count != c.count {
+			if m.Lacks() != c.lacks || m.Behind != c.behind || m.SharedOK != c.sok || m.Count != c.count {
 				t.Fatalf("%+v", m)
 			}
 			if c.sok && m.Shared.String() != c.shared {
@@ -59,7 +52,7 @@ func TestMySQLMissing(t *testing.T) {
 	pos, _ := gtid.Parse(gtid.MySQL, a+":1-105,"+b+":1-7")
 	exec, _ := gtid.Parse(gtid.MySQL, a+":1-100,"+b+":1-20")
 	m := MySQLMissing(pos, exec)
-	if !m.lacks() || m.Count != 5 || !m.SharedOK || m.Behind {
+	if !m.Lacks() || m.Count != 5 || !m.SharedOK || m.Behind {
 		t.Fatalf("%+v", m)
 	}
 	if want, _ := gtid.Parse(gtid.MySQL, a+":1-100,"+b+":1-7"); !m.Shared.Equal(want) {
@@ -68,27 +61,8 @@ func TestMySQLMissing(t *testing.T) {
 	if !strings.Contains(m.Lines[0], a+":101-105") {
 		t.Fatalf("lines %q", m.Lines)
 	}
-	if m := MySQLMissing(exec.Subtract(exec), exec); m.lacks() {
+	if m := MySQLMissing(exec.Subtract(exec), exec); m.Lacks() {
 		t.Fatalf("empty position lacks %+v", m)
-	}
-}
-
-func TestTransientSQL(t *testing.T) {
-	for _, c := range []struct {
-		err  error
-		want bool
-	}{
-		{fmt.Errorf("read the server's GTID position: %w", mysqldriver.ErrInvalidConn), true},
-		{fmt.Errorf("x: %w", driver.ErrBadConn), true},
-		{fmt.Errorf("load: %w", checkpoint.ErrUnreachable), true},
-		{&mysqldriver.MySQLError{Number: 1927, Message: "Connection was killed"}, true},
-		{&mysqldriver.MySQLError{Number: 1146, Message: "Table doesn't exist"}, false},
-		{fmt.Errorf("%w: checkpoint names transactions", startpos.ErrAhead), false},
-		{errors.New("checkpoint is for flavor mysql"), false},
-	} {
-		if got := transientSQL(c.err); got != c.want {
-			t.Errorf("transientSQL(%v) = %v, want %v", c.err, got, c.want)
-		}
 	}
 }
 

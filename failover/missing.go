@@ -1,4 +1,8 @@
-package daemon
+// Package failover decides which candidate of source.addrs outboxd streams from, and compares
+// histories: which transactions of the position outboxd resumes from (what it already
+// delivered) a server lacks. It does no I/O: the caller reads each candidate's facts (daemon
+// does, over its pools) and Choose asks for them in order, only as far as a decision needs.
+package failover
 
 import (
 	"fmt"
@@ -7,18 +11,18 @@ import (
 	"github.com/outboxd/outboxd/gtid"
 )
 
-// missingOn is what of a position (the acknowledged set: transactions outboxd already
+// Missing is what of a position (the acknowledged set: transactions outboxd already
 // delivered) a server's history lacks. After an asynchronous failover the promoted replica may
 // lack the old primary's last transactions: outboxd delivered them, the database no longer has
 // them.
-type missingOn struct {
+type Missing struct {
 	// Lines name the lacking transactions, one line per domain or source, for messages.
 	Lines []string
 	// Count is how many transactions that is (MariaDB: sequence numbers of the old server in
 	// the domain, an upper bound when another server wrote in between).
 	Count uint64
 	// Behind is set when the server may get what it lacks yet. MariaDBMissing sets it when
-	// the history has not moved past it (no later sequence number in the domain); pick keeps
+	// the history has not moved past it (no later sequence number in the domain); Choose keeps
 	// it only for a running replica (and sets it for any running MySQL replica).
 	Behind bool
 	// Shared is the newest position both histories share: the position with each lacking
@@ -29,8 +33,15 @@ type missingOn struct {
 	SharedOK bool
 }
 
-// lacks reports whether anything is missing.
-func (m missingOn) lacks() bool { return len(m.Lines) > 0 }
+// Lacks reports whether anything is missing.
+func (m Missing) Lacks() bool { return len(m.Lines) > 0 }
+
+// MayCatchUp reports whether the server may still get what it lacks if it replicates: MariaDB
+// when its history has not moved past the position (Behind), MySQL always (its sets cannot tell).
+// Whether it does replicate is a fact of the server, asked only when this holds.
+func (m Missing) MayCatchUp(flavor gtid.Flavor) bool {
+	return m.Behind || flavor == gtid.MySQL
+}
 
 // MariaDBMissing compares pos with a server's @@gtid_binlog_state (the last sequence number each
 // server id wrote in each domain). A GTID d-s-n of pos is on the server when server s's last in
@@ -38,13 +49,13 @@ func (m missingOn) lacks() bool { return len(m.Lines) > 0 }
 // numbers do too): this sees a diverged history that a set comparison cannot, such as 0-2-105
 // "containing" 0-1-105 after a failover although the server never had 0-1-105. The shared
 // position of such a domain is d-s-m, server s's last there. Pure.
-func MariaDBMissing(pos gtid.Set, state string) (missingOn, error) {
+func MariaDBMissing(pos gtid.Set, state string) (Missing, error) {
 	last, err := gtid.ParseBinlogState(state)
 	if err != nil {
-		return missingOn{}, fmt.Errorf("gtid_binlog_state: %w", err)
+		return Missing{}, fmt.Errorf("gtid_binlog_state: %w", err)
 	}
 	want := pos.Positions()
-	var out missingOn
+	var out Missing
 	out.SharedOK = true
 	shared := make([]string, 0, len(want))
 	for _, g := range want {
@@ -66,12 +77,12 @@ func MariaDBMissing(pos gtid.Set, state string) (missingOn, error) {
 		}
 		shared = append(shared, gtid.FormatMariaDB(g.Domain, g.Server, m))
 	}
-	if !out.lacks() {
-		return missingOn{Shared: pos, SharedOK: true}, nil
+	if !out.Lacks() {
+		return Missing{Shared: pos, SharedOK: true}, nil
 	}
 	if out.SharedOK {
 		if out.Shared, err = gtid.Parse(gtid.MariaDB, strings.Join(shared, ",")); err != nil {
-			return missingOn{}, err
+			return Missing{}, err
 		}
 	}
 	return out, nil
@@ -88,12 +99,12 @@ func lastText(g gtid.Position, m uint64, ok bool) string {
 // (server UUIDs tell histories apart, so set difference is exact), and the shared position is
 // their intersection. Whether the server is a replica still catching up cannot be told from
 // the sets: Behind stays false. Pure.
-func MySQLMissing(pos, executed gtid.Set) missingOn {
+func MySQLMissing(pos, executed gtid.Set) Missing {
 	extra := pos.Subtract(executed)
 	if extra.IsEmpty() {
-		return missingOn{Shared: pos, SharedOK: true}
+		return Missing{Shared: pos, SharedOK: true}
 	}
-	return missingOn{
+	return Missing{
 		Lines:    []string{strings.ReplaceAll(extra.String(), "\n", "") + " (not in @@gtid_executed)"},
 		Count:    extra.Count(),
 		Shared:   pos.Subtract(extra),
