@@ -16,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	mysqldriver "github.com/go-sql-driver/mysql"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
@@ -25,6 +24,8 @@ import (
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/election"
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/internal/sqlerr"
+	"github.com/outboxd/outboxd/internal/wait"
 	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/pipeline"
 	"github.com/outboxd/outboxd/router"
@@ -491,76 +492,73 @@ func openSource(ctx context.Context, cfg *config.Config, log zerolog.Logger) (st
 		db, err := openWithBackoff(ctx, sourceConn(cfg), "source", log)
 		return cfg.Source.Addr, db, err
 	}
-	backoff := reconnectInitial
-	for {
+	var (
+		reached string
+		db      *sql.DB
+		stop    bool // a candidate answered with an error, or ctx ended: not retried
+	)
+	r := reconnectRetry(func(error) bool { return !stop })
+	r.OnRetry = func(err error, in time.Duration) {
+		log.Warn().Err(err).Stringer("backoff", in).Msg("no source candidate reachable at start, retrying")
+	}
+	err := r.Do(ctx, func() error {
 		var errs []error
 		for _, addr := range cfg.Source.Addrs {
-			db, err := server.Open(ctx, sourceConn(cfgAt(cfg, addr)))
+			d, err := server.Open(ctx, sourceConn(cfgAt(cfg, addr)))
 			if err == nil {
-				return addr, db, nil
+				reached, db = addr, d
+				return nil
 			}
-			var me *mysqldriver.MySQLError
-			if errors.As(err, &me) || ctx.Err() != nil {
-				return "", nil, fmt.Errorf("%s: %w", addr, err)
+			if sqlerr.Answered(err) || ctx.Err() != nil {
+				stop = true
+				return fmt.Errorf("%s: %w", addr, err)
 			}
 			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
 		}
-		err := errors.Join(errs...)
-		log.Warn().Err(err).Stringer("backoff", backoff).Msg("no source candidate reachable at start, retrying")
-		if !waitBackoff(ctx, &backoff) {
-			return "", nil, err
-		}
-	}
+		return errors.Join(errs...)
+	})
+	return reached, db, err
 }
 
 // openWithBackoff is openSource for any server; what names it in the log.
 func openWithBackoff(ctx context.Context, conn server.Conn, what string, log zerolog.Logger) (*sql.DB, error) {
-	backoff := reconnectInitial
-	for {
-		db, err := server.Open(ctx, conn)
-		if err == nil {
-			return db, nil
-		}
-		var me *mysqldriver.MySQLError
-		if errors.As(err, &me) || ctx.Err() != nil {
-			return nil, err // the server answered (access denied, unknown database …)
-		}
-		log.Warn().Err(err).Stringer("backoff", backoff).Msg(what + " not reachable at start, retrying")
-		if !waitBackoff(ctx, &backoff) {
-			return nil, err
-		}
+	var db *sql.DB
+	// The server answered (access denied, unknown database …): not retried.
+	r := reconnectRetry(func(err error) bool { return !sqlerr.Answered(err) && ctx.Err() == nil })
+	r.OnRetry = func(err error, in time.Duration) {
+		log.Warn().Err(err).Stringer("backoff", in).Msg(what + " not reachable at start, retrying")
 	}
+	err := r.Do(ctx, func() (err error) {
+		db, err = server.Open(ctx, conn)
+		return err
+	})
+	return db, err
 }
 
 // retryTransient calls f until it returns nil or an error that is an answer rather than a
-// broken connection (transientSQL), waiting the reconnect backoff between tries and logging
+// broken connection (sqlerr.Transient), waiting the reconnect backoff between tries and logging
 // msg at each; when ctx ends while it waits, it returns ctx's error. For start-up queries, which wait for a
 // server that is restarting (or a reset path) rather than exit.
 func retryTransient(ctx context.Context, log zerolog.Logger, msg string, f func() error) error {
-	backoff := reconnectInitial
-	for {
-		err := f()
-		if err == nil || !transientSQL(err) {
-			return err
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		log.Warn().Err(err).Stringer("retry_in", backoff).Msg(msg)
-		if !waitBackoff(ctx, &backoff) {
-			return ctx.Err()
-		}
+	r := reconnectRetry(func(err error) bool { return sqlerr.Transient(err) && ctx.Err() == nil })
+	r.OnRetry = func(err error, in time.Duration) {
+		log.Warn().Err(err).Stringer("retry_in", in).Msg(msg)
 	}
+	err := r.Do(ctx, f)
+	if err != nil && sqlerr.Transient(err) && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
 }
 
-// waitBackoff sleeps for *backoff, then doubles it up to reconnectMax. It returns false, at
-// once, when ctx ends first.
-func waitBackoff(ctx context.Context, backoff *time.Duration) bool {
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(*backoff):
-	}
-	*backoff = min(2**backoff, reconnectMax)
-	return true
+// reconnectRetry is the reconnect backoff (reconnectInitial doubling to reconnectMax) that
+// retries the errors again accepts; the caller sets the log line (OnRetry).
+func reconnectRetry(again func(error) bool) wait.Retry {
+	return wait.Retry{Backoff: reconnectBackoff(), Again: again}
+}
+
+// reconnectBackoff is the backoff after a lost source connection, shared by every loop that
+// waits for a server or the checkpoint writer.
+func reconnectBackoff() wait.Backoff {
+	return wait.Backoff{Initial: reconnectInitial, Max: reconnectMax}
 }

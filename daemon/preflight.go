@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	mysqldriver "github.com/go-sql-driver/mysql"
 	"github.com/rs/zerolog"
 
 	"github.com/outboxd/outboxd/binlog/server"
@@ -144,8 +143,8 @@ func startPreflight(ctx context.Context, db *sql.DB, cfg *config.Config, log zer
 
 // startPreflightWaiting is startPreflight that waits, with the reconnect backoff, while the
 // server cannot be inspected because the connection fails (a restart or a reset right after
-// the connection was opened), as reverify does; it returns ctx's error when ctx ends (Run
-// turns a stop during start-up into nil).
+// the connection was opened); it returns ctx's error when ctx ends (Run turns a stop during
+// start-up into nil).
 func startPreflightWaiting(ctx context.Context, db *sql.DB, cfg *config.Config, log zerolog.Logger) error {
 	check := startPreflight
 	return retryTransient(ctx, log, "source not inspectable at start, retrying", func() error {
@@ -153,30 +152,4 @@ func startPreflightWaiting(ctx context.Context, db *sql.DB, cfg *config.Config, 
 		check = preflight // the skipped checks are named once
 		return err
 	})
-}
-
-// reverify runs the preflight again before a reconnect, since a server restarted with other
-// settings (binlog_format=STATEMENT, log_bin off) would be streamed from without an error. A
-// server that cannot be inspected yet (still restarting) is retried with the reconnect backoff
-// until it answers or ctx ends (then it returns nil: Run sees ctx). It returns an ErrPreflight
-// error when the server answers with problems.
-func reverify(ctx context.Context, db *sql.DB, cfg *config.Config, log zerolog.Logger) error {
-	backoff := reconnectInitial
-	for {
-		err := preflight(ctx, db, cfg, log)
-		var me *mysqldriver.MySQLError
-		if errors.As(err, &me) && me.Number == 1045 {
-			return fmt.Errorf("source %s refused the login on reconnect: %w", cfg.Source.Addr, err)
-		}
-		if err == nil || errors.Is(err, ErrPreflight) || ctx.Err() != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		log.Warn().Err(err).Stringer("retry_in", backoff).Msg("source not inspectable before reconnecting, retrying")
-		if !waitBackoff(ctx, &backoff) {
-			return nil
-		}
-	}
 }

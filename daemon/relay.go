@@ -2,15 +2,11 @@ package daemon
 
 import (
 	"context"
-	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"sync/atomic"
 	"time"
 
-	mysqldriver "github.com/go-sql-driver/mysql"
 	"github.com/rs/zerolog"
 
 	"github.com/outboxd/outboxd/binlog"
@@ -21,6 +17,8 @@ import (
 	"github.com/outboxd/outboxd/election"
 	"github.com/outboxd/outboxd/failover"
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/internal/sqlerr"
+	"github.com/outboxd/outboxd/internal/wait"
 	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/pipeline"
 	"github.com/outboxd/outboxd/router"
@@ -85,25 +83,23 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 		Str("from", origin).Msg("starting")
 	// A writer that is away (mysql store) is waited for: nothing streams before the start is
 	// saved, and the start does not change meanwhile.
-	for backoff := reconnectInitial; ; {
-		err := r.saver.prepare(start, origin, log)
-		if err == nil {
-			break
+	prepare := reconnectRetry(func(err error) bool { return errors.Is(err, checkpoint.ErrUnreachable) && ctx.Err() == nil })
+	prepare.OnRetry = func(err error, in time.Duration) {
+		log.Warn().Err(err).Stringer("retry_in", in).Msg("start position not saved: the checkpoint writer is not reachable, retrying")
+	}
+	if err := prepare.Do(ctx, func() error { return r.saver.prepare(start, origin, log) }); err != nil {
+		var ended *wait.Ended
+		if errors.As(err, &ended) {
+			return startupStopped(ctx, ended.Last, log)
 		}
-		if !errors.Is(err, checkpoint.ErrUnreachable) || ctx.Err() != nil {
-			return err
-		}
-		log.Warn().Err(err).Stringer("retry_in", backoff).Msg("start position not saved: the checkpoint writer is not reachable, retrying")
-		if !waitBackoff(ctx, &backoff) {
-			return startupStopped(ctx, err, log)
-		}
+		return err
 	}
 	r.replayed = r.replayed || fromGTID != ""
 
 	stopCleanup := r.runCleanup(ctx) // a leader's duty: only for this term
 	defer stopCleanup()
 	r.streamed.Store(true)
-	backoff := reconnectInitial
+	backoff := reconnectBackoff()
 	var sameIDDrops serverIDDrops
 	for {
 		pl, err := pipeline.New(pipeline.Config{
@@ -172,9 +168,9 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 			}
 		}
 		if time.Since(began) >= reconnectReset {
-			backoff = reconnectInitial
+			backoff.Reset()
 		}
-		log.Warn().Err(err).Stringer("retry_in", backoff).Str("gtid_set", start.String()).
+		log.Warn().Err(err).Stringer("retry_in", backoff.Next()).Str("gtid_set", start.String()).
 			Msg("source connection lost; in-flight sends drained, reconnecting from the acknowledged position")
 		next, err := r.reconnect(ctx, start, &backoff)
 		if err != nil || ctx.Err() != nil {
@@ -249,7 +245,7 @@ func (r *relay) resolve(ctx context.Context, fromGTID string) (gtid.Set, string,
 			}
 		}
 	}
-	backoff := reconnectInitial
+	backoff := reconnectBackoff()
 	verified := r.src.verified // Run's preflight checked it, for the first term only
 	r.src.verified = ""
 	for {
@@ -264,13 +260,13 @@ func (r *relay) resolve(ctx context.Context, fromGTID string) (gtid.Set, string,
 			return ch.resume.Shared, originMissingContinue, nil
 		case err == nil:
 			start, origin, err := startpos.Resolve(ctx, startpos.SQL{DB: ch.db}, r.src.at(ch.addr), r.saver.store, startpos.Options{FromGTID: fromGTID, Force: r.o.Force})
-			if err == nil || !transientSQL(err) || ctx.Err() != nil {
+			if err == nil || !sqlerr.Transient(err) || ctx.Err() != nil {
 				return start, origin, err
 			}
 			// The connection broke between the pick and the start-up queries (a server
 			// restarting, a reset): as for a lost stream, wait and try again.
-			r.log.Warn().Err(err).Stringer("retry_in", backoff).Msg("start position not resolved: the source connection failed, retrying")
-			if !waitBackoff(ctx, &backoff) {
+			r.log.Warn().Err(err).Stringer("retry_in", backoff.Next()).Msg("start position not resolved: the source connection failed, retrying")
+			if !backoff.Wait(ctx) {
 				return gtid.Set{}, "", ctx.Err()
 			}
 			continue
@@ -284,8 +280,8 @@ func (r *relay) resolve(ctx context.Context, fromGTID string) (gtid.Set, string,
 		case !errors.Is(err, binlog.ErrDisconnected) || ctx.Err() != nil:
 			return gtid.Set{}, "", err
 		}
-		r.log.Warn().Err(err).Stringer("retry_in", backoff).Msg("no source candidate to start from yet, retrying")
-		if !waitBackoff(ctx, &backoff) {
+		r.log.Warn().Err(err).Stringer("retry_in", backoff.Next()).Msg("no source candidate to start from yet, retrying")
+		if !backoff.Wait(ctx) {
 			return gtid.Set{}, "", ctx.Err()
 		}
 	}
@@ -312,9 +308,9 @@ const originMissingContinue = "the newest position shared with a source that lac
 // position under on_missing_gtids: continue, saved as the checkpoint before anything
 // streams). It waits while no candidate is reachable; other errors end the run. It returns
 // start and nil when ctx ends.
-func (r *relay) reconnect(ctx context.Context, start gtid.Set, backoff *time.Duration) (gtid.Set, error) {
+func (r *relay) reconnect(ctx context.Context, start gtid.Set, backoff *wait.Backoff) (gtid.Set, error) {
 	for {
-		if !waitBackoff(ctx, backoff) {
+		if !backoff.Wait(ctx) {
 			return start, nil
 		}
 		pingWriter(ctx, r.saver.store, r.log)
@@ -338,7 +334,7 @@ func (r *relay) reconnect(ctx context.Context, start gtid.Set, backoff *time.Dur
 		if len(r.cfg.Source.Addrs) == 1 {
 			msg = "source not inspectable before reconnecting, retrying"
 		}
-		r.log.Warn().Err(err).Stringer("retry_in", *backoff).Msg(msg)
+		r.log.Warn().Err(err).Stringer("retry_in", backoff.Next()).Msg(msg)
 	}
 }
 
@@ -398,17 +394,4 @@ func (r *relay) gaveUpPrefix() string {
 		return "on_missing_gtids: continue"
 	}
 	return "checkpoint.store: mysql"
-}
-
-// transientSQL reports whether err is a connection that failed (a dropped or reset connection,
-// a timeout, a writer away) rather than an answer: worth a retry with backoff, not an exit.
-func transientSQL(err error) bool {
-	var me *mysqldriver.MySQLError
-	if errors.As(err, &me) {
-		return me.Number == 1053 || me.Number == 1927 // server shutdown, connection killed
-	}
-	var ne net.Error
-	return errors.Is(err, mysqldriver.ErrInvalidConn) || errors.Is(err, driver.ErrBadConn) ||
-		errors.Is(err, checkpoint.ErrUnreachable) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne)
 }

@@ -176,17 +176,19 @@ func (r *relay) claimAlone(ctx context.Context) (uint64, error) {
 		return 0, nil
 	}
 	holder := election.NewHolderID()
-	backoff := reconnectInitial
-	for {
-		epoch, err := ms.Claim(holder)
-		if err == nil || errors.Is(err, checkpoint.ErrStoreMisconfigured) {
-			return epoch, err
-		}
-		r.log.Warn().Err(err).Stringer("retry_in", backoff).Msg("checkpoint row not claimed (writer unreachable, or a lock wait), retrying")
-		if !waitBackoff(ctx, &backoff) {
-			return 0, nil
-		}
+	var epoch uint64
+	retry := reconnectRetry(func(err error) bool { return !errors.Is(err, checkpoint.ErrStoreMisconfigured) })
+	retry.OnRetry = func(err error, in time.Duration) {
+		r.log.Warn().Err(err).Stringer("retry_in", in).Msg("checkpoint row not claimed (writer unreachable, or a lock wait), retrying")
 	}
+	err := retry.Do(ctx, func() (err error) {
+		epoch, err = ms.Claim(holder)
+		return err
+	})
+	if err == nil || errors.Is(err, checkpoint.ErrStoreMisconfigured) {
+		return epoch, err
+	}
+	return 0, nil // ctx ended while the writer was away
 }
 
 // holder names this process in a tombstone: its token's holder with the mysql store, its host

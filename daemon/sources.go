@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"sync"
 
-	mysqldriver "github.com/go-sql-driver/mysql"
 	"github.com/rs/zerolog"
 
 	"github.com/outboxd/outboxd/binlog"
@@ -15,6 +14,7 @@ import (
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/failover"
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/internal/sqlerr"
 	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/startpos"
 )
@@ -168,13 +168,12 @@ func (in inspector) Reach(ctx context.Context, addr string) (failover.Reach, err
 	if err == nil && addr != in.verified {
 		err = preflight(ctx, db, in.s.at(addr), in.s.log)
 	}
-	var me *mysqldriver.MySQLError
 	switch {
 	case err == nil:
 		return failover.Reachable, nil
 	case errors.Is(err, ErrPreflight):
 		return failover.Ineligible, err
-	case errors.As(err, &me) && me.Number == 1045:
+	case sqlerr.LoginRefused(err):
 		return failover.Refused, err
 	default:
 		return failover.Away, err

@@ -155,15 +155,14 @@ func pingWriter(ctx context.Context, store checkpoint.Storage, log zerolog.Logge
 	if !ok {
 		return
 	}
-	backoff := reconnectInitial
-	for ctx.Err() == nil {
-		err := ms.Ping(ctx)
-		if err == nil {
-			return
-		}
-		log.Warn().Err(err).Stringer("retry_in", backoff).Msg("checkpoint writer not reachable, waiting")
-		waitBackoff(ctx, &backoff)
+	if ctx.Err() != nil {
+		return
 	}
+	r := reconnectRetry(nil) // every failed ping is waited out, until ctx ends
+	r.OnRetry = func(err error, in time.Duration) {
+		log.Warn().Err(err).Stringer("retry_in", in).Msg("checkpoint writer not reachable, waiting")
+	}
+	_ = r.Do(ctx, func() error { return ms.Ping(ctx) }) // it fails only when ctx ended
 }
 
 // resumeSaved writes the acknowledged position before the next session when the last save did
@@ -175,17 +174,18 @@ func resumeSaved(ctx context.Context, saver *savedStore, start gtid.Set, log zer
 	if _, mysql := saver.store.(*checkpoint.MySQLStore); !mysql || saver.state().last.GTIDSet == start.String() {
 		return nil // the file store's failed saves end the run (pipeline's SaveFailureLimit)
 	}
-	backoff := reconnectInitial
-	for ctx.Err() == nil {
-		err := saver.Save(checkpoint.Checkpoint{Flavor: start.Flavor(), GTIDSet: start.String(), SavedAt: time.Now().UTC()})
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, checkpoint.ErrUnreachable) {
-			return fmt.Errorf("save the acknowledged position %s before reconnecting: %w: %w", start, pipeline.ErrCheckpointSave, err)
-		}
-		log.Warn().Err(err).Stringer("retry_in", backoff).Msg("checkpoint writer not reachable, waiting")
-		waitBackoff(ctx, &backoff)
+	if ctx.Err() != nil {
+		return nil
 	}
-	return nil
+	r := reconnectRetry(func(err error) bool { return errors.Is(err, checkpoint.ErrUnreachable) })
+	r.OnRetry = func(err error, in time.Duration) {
+		log.Warn().Err(err).Stringer("retry_in", in).Msg("checkpoint writer not reachable, waiting")
+	}
+	err := r.Do(ctx, func() error {
+		return saver.Save(checkpoint.Checkpoint{Flavor: start.Flavor(), GTIDSet: start.String(), SavedAt: time.Now().UTC()})
+	})
+	if err != nil && !errors.Is(err, checkpoint.ErrUnreachable) {
+		return fmt.Errorf("save the acknowledged position %s before reconnecting: %w: %w", start, pipeline.ErrCheckpointSave, err)
+	}
+	return nil // saved, or ctx ended while the writer was away
 }

@@ -151,26 +151,37 @@ func (e *Elector) setWaitErr(err error) {
 // killed on the server is simply waited again.
 func (e *Elector) Acquire(ctx context.Context) (*Term, error) {
 	log := e.cfg.Logger
-	backoff := time.Second
-	for {
-		t, err := e.tryAcquire(ctx)
-		if t != nil {
-			e.setWaitErr(nil)
-			return t, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		e.setWaitErr(err)
-		log.Warn().Err(err).Stringer("retry_in", backoff).Str("lock_name", e.cfg.LockName).Msg("cannot wait for the leader lock: writer not reachable, retrying")
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 10*time.Second)
+	var t *Term
+	r := wait.Retry{
+		Backoff: wait.Backoff{Initial: retryInitial, Max: retryMax},
+		Again:   func(error) bool { return ctx.Err() == nil },
+		OnRetry: func(err error, in time.Duration) {
+			e.setWaitErr(err)
+			log.Warn().Err(err).Stringer("retry_in", in).Str("lock_name", e.cfg.LockName).Msg("cannot wait for the leader lock: writer not reachable, retrying")
+		},
 	}
+	_ = r.Do(ctx, func() (err error) {
+		t, err = e.tryAcquire(ctx)
+		if t != nil {
+			return nil
+		}
+		if err == nil {
+			err = ctx.Err() // tryAcquire's (nil, nil): ctx ended
+		}
+		return err
+	})
+	if t == nil {
+		return nil, ctx.Err()
+	}
+	e.setWaitErr(nil)
+	return t, nil
 }
+
+// The backoff between tries while the writer cannot be reached: the daemon's reconnect backoff.
+const (
+	retryInitial = time.Second
+	retryMax     = 10 * time.Second
+)
 
 // nullPause is how long a standby waits before it asks again after GET_LOCK returned NULL, so
 // a max_statement_time that kills every wait at once does not make it spin.

@@ -166,25 +166,26 @@ func (r *Roles) lead(ctx context.Context, t *Term, epoch uint64) (bool, error) {
 // checkSuperseded asks Superseded until the writer answers; it returns the error that ends Run,
 // or nil to stand by again (also when ctx ends).
 func (r *Roles) checkSuperseded(ctx context.Context, epoch uint64) error {
-	backoff := time.Second
-	for {
-		err := r.Superseded(ctx)
-		switch {
-		case err == nil || ctx.Err() != nil:
-			return nil
-		case errors.Is(err, checkpoint.ErrSuperseded):
-			return fmt.Errorf("superseded: this process (holder %s, epoch %d) lost leader lock %q and another holder took over the checkpoint since; "+
-				"it stopped without saving anything after the fence (the new leader resends what was not saved): %w",
-				r.Elector.Holder(), epoch, r.Elector.LockName(), err)
-		case !errors.Is(err, checkpoint.ErrUnreachable):
-			return err
-		}
-		r.Logger.Warn().Err(err).Stringer("retry_in", backoff).Msg("fenced: cannot read the checkpoint row to tell whether another leader took over, retrying")
-		if !wait.Sleep(ctx, backoff) {
-			return nil
-		}
-		backoff = min(2*backoff, 10*time.Second)
+	retry := wait.Retry{
+		Backoff: wait.Backoff{Initial: retryInitial, Max: retryMax},
+		Again: func(err error) bool {
+			return ctx.Err() == nil && errors.Is(err, checkpoint.ErrUnreachable) && !errors.Is(err, checkpoint.ErrSuperseded)
+		},
+		OnRetry: func(err error, in time.Duration) {
+			r.Logger.Warn().Err(err).Stringer("retry_in", in).Msg("fenced: cannot read the checkpoint row to tell whether another leader took over, retrying")
+		},
 	}
+	err := retry.Do(ctx, func() error { return r.Superseded(ctx) })
+	var ended *wait.Ended
+	switch {
+	case err == nil || ctx.Err() != nil || errors.As(err, &ended):
+		return nil
+	case errors.Is(err, checkpoint.ErrSuperseded):
+		return fmt.Errorf("superseded: this process (holder %s, epoch %d) lost leader lock %q and another holder took over the checkpoint since; "+
+			"it stopped without saving anything after the fence (the new leader resends what was not saved): %w",
+			r.Elector.Holder(), epoch, r.Elector.LockName(), err)
+	}
+	return err
 }
 
 func (r *Roles) change(c Change) {

@@ -1,4 +1,4 @@
-// Package wait holds the one context-aware sleep the daemon's loops share.
+// Package wait holds the context-aware sleep and the retry backoff the daemon's loops share.
 package wait
 
 import (
