@@ -7,21 +7,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/outboxd/outboxd/binlog/server"
-	"github.com/outboxd/outboxd/checkpoint"
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/logging"
 	"github.com/outboxd/outboxd/reconcile"
 )
-
-// CheckReconcile is the CheckItem.Check of check's line about the periodic reconcile.
-const CheckReconcile = "reconcile"
 
 // maxLoggedEvents bounds the event ids a reconcile log line names; the full list goes to
 // reconcile.out.
@@ -193,34 +187,6 @@ func (o *ops) clock() func() time.Time {
 	return time.Now
 }
 
-// loadMark reads the reconcile mark from the checkpoint store.
-func (s *savedStore) loadMark(ctx context.Context) (time.Time, bool, error) {
-	m, ok := s.store.(checkpoint.ReconcileMark)
-	if !ok {
-		return time.Time{}, false, fmt.Errorf("the checkpoint store %T keeps no reconcile mark", s.store)
-	}
-	return m.LoadMark(ctx)
-}
-
-// saveMark moves the reconcile mark, only while this process may save the checkpoint (the
-// leader's guard, as for Save): a fenced leader must not move it past rows its successor has
-// not checked. The mysql store fences the write itself too.
-func (s *savedStore) saveMark(ctx context.Context, t time.Time) error {
-	s.mu.Lock()
-	guard := s.guard
-	s.mu.Unlock()
-	if guard != nil {
-		if err := guard(); err != nil {
-			return fmt.Errorf("reconcile mark not saved: %w", err)
-		}
-	}
-	m, ok := s.store.(checkpoint.ReconcileMark)
-	if !ok {
-		return fmt.Errorf("the checkpoint store %T keeps no reconcile mark", s.store)
-	}
-	return m.SaveMark(ctx, t)
-}
-
 // writeReport replaces path with rep as JSON (a temporary file renamed over it, so a reader
 // never sees half a report).
 func writeReport(path string, rep reconcile.Report) error {
@@ -242,61 +208,4 @@ func writeReport(path string, rep reconcile.Report) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
-}
-
-// createdAtProblems reports each configured tables[].columns.created_at that exists but is not
-// a DATETIME or TIMESTAMP column (a missing one is the table_columns check's), so check and
-// run refuse it with the same line reconcile would fail with later. It blocks on one query per
-// table with the column configured.
-func createdAtProblems(ctx context.Context, db *sql.DB, cfg *config.Config) ([]server.Problem, error) {
-	var ps []server.Problem
-	for i, t := range cfg.Tables {
-		col := t.Columns.CreatedAt
-		if col == "" {
-			continue
-		}
-		defs, err := (&server.ColumnReader{DB: db}).Definitions(ctx, t.Schema(), t.Name())
-		if err != nil {
-			continue // a missing or unreadable table is the table checks' problem
-		}
-		for _, d := range defs {
-			if !strings.EqualFold(d.Name, col) {
-				continue
-			}
-			switch typ := strings.ToLower(d.DataType); {
-			case typ != "datetime" && typ != "timestamp":
-				ps = append(ps, server.Problem{
-					Setting: "column " + t.Table + "." + d.Name, Check: server.CheckTableColumns, Table: t.Table,
-					Found: d.ColumnType + " (configured as " + fmt.Sprintf("tables[%d].columns.created_at", i) + ")",
-					Fix:   "set tables[" + strconv.Itoa(i) + "].columns.created_at to the table's DATETIME or TIMESTAMP insert-time column (reconcile selects rows by it)",
-				})
-			case typ == "datetime" && cfg.Reconcile != nil && cfg.CreatedAtTimeZone(i) == "" && !sweeps(cfg, i):
-				// The sweep's own check (cleanup_table) says the same for a swept table.
-				ps = append(ps, server.Problem{
-					Setting: "column " + t.Table + "." + d.Name, Check: server.CheckTableColumns, Table: t.Table,
-					Found: "a DATETIME (wall-clock time in whatever time_zone the inserting session had) without cleanup.time_zone, which reconcile reads it in",
-					Fix:   reconcile.ZoneFix(i),
-				})
-			}
-		}
-	}
-	return ps, nil
-}
-
-// sweeps reports whether tables[i] is cleaned by the created_at sweep. Pure.
-func sweeps(cfg *config.Config, i int) bool {
-	s, ok := cfg.CleanupFor(i)
-	return ok && s.Sweeps()
-}
-
-// reconcileItem is check's line for the periodic reconcile: what it reads, with which
-// privileges (the table SELECT is verified above with the tables; the brokers' read
-// permissions only show at the first run).
-func reconcileItem(cfg *config.Config) (CheckItem, bool) {
-	if cfg.Reconcile == nil {
-		return CheckItem{}, false
-	}
-	msg := fmt.Sprintf("every %s on the leader, from the mark kept with the checkpoint to the database's NOW()-%s, in windows of at most %s (the first run starts at NOW()-%s-%s); read-only: SELECT on the outbox tables, Kafka Describe and Read on the route topics, RocketMQ SUB on them and on group %s (no offset committed)",
-		cfg.Reconcile.Interval, cfg.Reconcile.Delay, cfg.Reconcile.Window, cfg.Reconcile.Delay, cfg.Reconcile.Window, reconcile.ReconcileGroup)
-	return CheckItem{Check: CheckReconcile, Subject: "reconcile", Message: msg, line: "reconcile: " + msg}, true
 }
