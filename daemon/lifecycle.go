@@ -106,8 +106,9 @@ func (s *savedStore) state() savedState {
 	return savedState{last: s.last, ok: s.last.Flavor != "", failingSince: s.failingSince, lastErr: s.lastErr}
 }
 
-// loadMark reads the reconcile mark from the checkpoint store.
-func (s *savedStore) loadMark(ctx context.Context) (time.Time, bool, error) {
+// LoadMark reads the reconcile mark from the checkpoint store (checkpoint.ReconcileMark). It
+// blocks on the store.
+func (s *savedStore) LoadMark(ctx context.Context) (time.Time, bool, error) {
 	m, ok := s.store.(checkpoint.ReconcileMark)
 	if !ok {
 		return time.Time{}, false, fmt.Errorf("the checkpoint store %T keeps no reconcile mark", s.store)
@@ -115,10 +116,10 @@ func (s *savedStore) loadMark(ctx context.Context) (time.Time, bool, error) {
 	return m.LoadMark(ctx)
 }
 
-// saveMark moves the reconcile mark, only while this process may save the checkpoint (the
+// SaveMark moves the reconcile mark, only while this process may save the checkpoint (the
 // leader's guard, as for Save): a fenced leader must not move it past rows its successor has
-// not checked. The mysql store fences the write itself too.
-func (s *savedStore) saveMark(ctx context.Context, t time.Time) error {
+// not checked. The mysql store fences the write itself too. It blocks on the store.
+func (s *savedStore) SaveMark(ctx context.Context, t time.Time) error {
 	s.mu.Lock()
 	guard := s.guard
 	s.mu.Unlock()
