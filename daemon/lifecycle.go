@@ -106,6 +106,35 @@ func (s *savedStore) state() savedState {
 	return savedState{last: s.last, ok: s.last.Flavor != "", failingSince: s.failingSince, lastErr: s.lastErr}
 }
 
+// LoadMark reads the reconcile mark from the checkpoint store (checkpoint.ReconcileMark). It
+// blocks on the store.
+func (s *savedStore) LoadMark(ctx context.Context) (time.Time, bool, error) {
+	m, ok := s.store.(checkpoint.ReconcileMark)
+	if !ok {
+		return time.Time{}, false, fmt.Errorf("the checkpoint store %T keeps no reconcile mark", s.store)
+	}
+	return m.LoadMark(ctx)
+}
+
+// SaveMark moves the reconcile mark, only while this process may save the checkpoint (the
+// leader's guard, as for Save): a fenced leader must not move it past rows its successor has
+// not checked. The mysql store fences the write itself too. It blocks on the store.
+func (s *savedStore) SaveMark(ctx context.Context, t time.Time) error {
+	s.mu.Lock()
+	guard := s.guard
+	s.mu.Unlock()
+	if guard != nil {
+		if err := guard(); err != nil {
+			return fmt.Errorf("reconcile mark not saved: %w", err)
+		}
+	}
+	m, ok := s.store.(checkpoint.ReconcileMark)
+	if !ok {
+		return fmt.Errorf("the checkpoint store %T keeps no reconcile mark", s.store)
+	}
+	return m.SaveMark(ctx, t)
+}
+
 // persistStart writes the resolved start position as the checkpoint before anything streams,
 // unless it came from the checkpoint itself. Without it a first run that stops before its
 // first acknowledgement (no traffic, a broker that is down, a poison first row) leaves no

@@ -20,6 +20,7 @@ import (
 	"github.com/outboxd/outboxd/internal/sqlident"
 	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/pipeline"
+	"github.com/outboxd/outboxd/reconcile"
 	"github.com/outboxd/outboxd/sink"
 )
 
@@ -116,9 +117,20 @@ func (o *ops) start(ctx context.Context) (*sync.WaitGroup, error) {
 		wg.Go(func() { o.heartbeatLoop(ctx, hb) })
 	}
 	if o.cfg.Reconcile != nil {
-		wg.Go(func() { o.reconcileLoop(ctx) })
+		p := &reconcile.Periodic{Config: o.cfg, Host: reconcileHost{o}, Marks: o.saved, Metrics: o.m, Log: o.log, Now: o.now}
+		wg.Go(func() { p.Run(ctx) })
 	}
 	return wg, nil
+}
+
+// reconcileHost is what the periodic reconcile reads of the daemon.
+type reconcileHost struct{ o *ops }
+
+func (h reconcileHost) Leading() bool             { return h.o.role.leading() }
+func (h reconcileHost) Source() (string, *sql.DB) { return h.o.src.current() }
+func (h reconcileHost) Checkpointed() (time.Time, bool) {
+	st := h.o.saved.state()
+	return st.last.CommitTime, st.ok && !st.last.CommitTime.IsZero()
 }
 
 // sampleLoop reads the server's position every sampleInterval to count the transactions not
