@@ -86,7 +86,7 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 	// A writer that is away (mysql store) is waited for: nothing streams before the start is
 	// saved, and the start does not change meanwhile.
 	for backoff := reconnectInitial; ; {
-		err := r.saver.prepare(start, origin, log)
+		err := r.saver.prepare(ctx, start, origin, log)
 		if err == nil {
 			break
 		}
@@ -236,7 +236,7 @@ func (r *relay) resolve(ctx context.Context, fromGTID string) (gtid.Set, string,
 			// This process loaded or saved a position, and the checkpoint is gone now (a row
 			// deleted while it stood by, or since its last term): source.start is only for a
 			// first start that never had one.
-			return gtid.Set{}, "", markLost(r.saver.store, r.cfg, earlier.last, r.holder(),
+			return gtid.Set{}, "", markLost(ctx, r.saver.store, r.cfg, earlier.last, r.holder(),
 				"the checkpoint was missing when this process took over, after it had read "+earlier.last.GTIDSet)
 		}
 		if c != nil && c.Scope == nil {
@@ -297,7 +297,7 @@ func (r *relay) resolve(ctx context.Context, fromGTID string) (gtid.Set, string,
 func (r *relay) loadCheckpoint(ctx context.Context) (*checkpoint.Checkpoint, error) {
 	var c *checkpoint.Checkpoint
 	err := retryTransient(ctx, r.log, "checkpoint not loaded: the store connection failed, retrying", func() (err error) {
-		c, err = r.saver.store.Load()
+		c, err = r.saver.store.Load(ctx)
 		return err
 	})
 	return c, err
@@ -326,7 +326,7 @@ func (r *relay) reconnect(ctx context.Context, start gtid.Set, backoff *time.Dur
 			r.gaveUp(start, ch)
 			next := ch.resume.Shared
 			c := checkpoint.Checkpoint{Flavor: next.Flavor(), GTIDSet: next.String(), SavedAt: time.Now().UTC()}
-			if err := r.saver.Save(c); err != nil {
+			if err := r.saver.Save(ctx, c); err != nil {
 				return start, fmt.Errorf("save the position %s (%s) before streaming from %s: %w: %w", next, originMissingContinue, ch.addr, pipeline.ErrCheckpointSave, err)
 			}
 			return next, nil
