@@ -122,7 +122,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 // caller saves once every row was acknowledged, never a partial one.
 type noSave struct{}
 
-func (noSave) Save(checkpoint.Checkpoint) error { return nil }
+func (noSave) Save(context.Context, checkpoint.Checkpoint) error { return nil }
 
 // deliver runs a pipeline built as the relay's is (router, sinks, on_poison, retries, in-flight
 // bounds) over the transactions produce sends, and returns nil only when every one was

@@ -8,6 +8,7 @@ package checkpoint
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -107,8 +108,9 @@ func (s *Store) Path() string { return s.path }
 
 // Load reads the checkpoint. It returns nil, nil when none has been saved yet. A file that is not
 // a valid checkpoint (bad JSON, unknown flavor, malformed GTID set) is an error naming the file;
-// outboxd must not start from a guessed position. It blocks on file I/O only.
-func (s *Store) Load() (*Checkpoint, error) {
+// outboxd must not start from a guessed position. It blocks on file I/O only (ctx is not
+// consulted: a local read is not worth abandoning half way).
+func (s *Store) Load(context.Context) (*Checkpoint, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -124,8 +126,10 @@ func (s *Store) Load() (*Checkpoint, error) {
 // Save replaces the checkpoint durably: it writes a temp file in the same directory, fsyncs it,
 // renames it over the checkpoint and fsyncs the directory. A zero SavedAt is set to the current
 // time. It blocks until the data is on disk. On error no temp file is left behind and the file
-// holds the previous checkpoint (or, if only the directory fsync failed, the new one).
-func (s *Store) Save(c Checkpoint) error {
+// holds the previous checkpoint (or, if only the directory fsync failed, the new one), and a
+// failed write carries its fix (see Fix): make the file's directory writable. ctx is not
+// consulted: an atomic rename is not worth abandoning half way.
+func (s *Store) Save(_ context.Context, c Checkpoint) error {
 	if err := c.validate(); err != nil {
 		return fmt.Errorf("checkpoint %s: refuse to save: %w", s.path, err)
 	}
@@ -151,7 +155,7 @@ func (s *Store) Save(c Checkpoint) error {
 		}
 	}
 	if err := writeAtomic(s.path, data); err != nil {
-		return fmt.Errorf("checkpoint %s: save: %w", s.path, err)
+		return WithFix(fmt.Errorf("checkpoint %s: save: %w", s.path, err), fileSaveFix)
 	}
 	s.last = &c
 	return nil

@@ -48,7 +48,7 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 		t.Fatalf("parent directories not created: %v", err)
 	}
 
-	got, err := s.Load()
+	got, err := s.Load(t.Context())
 	if err != nil || got != nil {
 		t.Fatalf("Load before any Save = %v, %v; want nil, nil", got, err)
 	}
@@ -61,10 +61,10 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 		CommitTime: time.Date(2025, 3, 1, 12, 0, 0, 123456000, time.UTC),
 		SavedAt:    time.Date(2025, 3, 1, 12, 0, 1, 0, time.UTC),
 	}
-	if err := s.Save(want); err != nil {
+	if err := s.Save(t.Context(), want); err != nil {
 		t.Fatal(err)
 	}
-	got, err = s.Load()
+	got, err = s.Load(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,10 +85,10 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 
 	// A second Save replaces the first; zero SavedAt is stamped; empty optional fields are omitted.
 	before := time.Now()
-	if err := s.Save(Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-42,10-1-7"}); err != nil {
+	if err := s.Save(t.Context(), Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-42,10-1-7"}); err != nil {
 		t.Fatal(err)
 	}
-	got, err = s.Load()
+	got, err = s.Load(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestSaveLeavesNoTempFiles(t *testing.T) {
 	path := filepath.Join(dir, "cp.json")
 	s := openT(t, path)
 	for i := range 5 {
-		if err := s.Save(Checkpoint{Flavor: gtid.MariaDB, GTIDSet: fmt.Sprintf("0-1-%d", i+1)}); err != nil {
+		if err := s.Save(t.Context(), Checkpoint{Flavor: gtid.MariaDB, GTIDSet: fmt.Sprintf("0-1-%d", i+1)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -140,12 +140,33 @@ func TestSaveFailureKeepsNoTemp(t *testing.T) {
 	if err := os.Mkdir(path, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	err := s.Save(Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-1"})
+	err := s.Save(t.Context(), Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-1"})
 	if err == nil || !strings.Contains(err.Error(), path) {
 		t.Fatalf("Save over a directory: %v", err)
 	}
 	if got, want := dirNames(t, dir), []string{"cp.json", "cp.json.lock"}; !slices.Equal(got, want) {
 		t.Fatalf("directory holds %q after failed Save, want %q", got, want)
+	}
+}
+
+// The file store's failed write carries its own fix, the directory; a refused checkpoint,
+// which no directory fixes, carries none.
+func TestFileSaveFailureCarriesItsFix(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cp.json")
+	s := openT(t, path)
+	if err := os.Mkdir(path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Save(t.Context(), Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-1"})
+	if fix := Fix(err); !strings.Contains(fix, "make the checkpoint's directory writable") {
+		t.Fatalf("Fix(%v) = %q, want the directory", err, fix)
+	}
+	if strings.Contains(err.Error(), "writable") {
+		t.Fatalf("Save = %q: the fix is for the caller to word, not in the text", err)
+	}
+	err = s.Save(t.Context(), Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "not a set"})
+	if err == nil || Fix(err) != "" {
+		t.Fatalf("refused save: err %v, Fix %q, want an error without a fix", err, Fix(err))
 	}
 }
 
@@ -156,7 +177,7 @@ func TestLeftoverTempFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Save(Checkpoint{Flavor: gtid.MySQL, GTIDSet: u1 + ":1-5"}); err != nil {
+	if err := s.Save(t.Context(), Checkpoint{Flavor: gtid.MySQL, GTIDSet: u1 + ":1-5"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -172,7 +193,7 @@ func TestLeftoverTempFile(t *testing.T) {
 		t.Fatalf("Read with a stale temp file = %+v, %v", c, err)
 	}
 	s = openT(t, path)
-	c, err = s.Load()
+	c, err = s.Load(t.Context())
 	if err != nil || c == nil || c.GTIDSet != u1+":1-5" {
 		t.Fatalf("Load with a stale temp file = %+v, %v", c, err)
 	}
@@ -290,7 +311,7 @@ func TestCorruptFile(t *testing.T) {
 				t.Fatal(err)
 			}
 			s := openT(t, path)
-			c, err := s.Load()
+			c, err := s.Load(t.Context())
 			if err == nil {
 				t.Fatalf("Load = %+v, want error", c)
 			}
@@ -309,7 +330,7 @@ func TestCorruptFile(t *testing.T) {
 func TestSaveRejectsInvalid(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cp.json")
 	s := openT(t, path)
-	if err := s.Save(Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-5"}); err != nil {
+	if err := s.Save(t.Context(), Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-5"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []Checkpoint{
@@ -317,11 +338,11 @@ func TestSaveRejectsInvalid(t *testing.T) {
 		{Flavor: gtid.MySQL, GTIDSet: "0-1-6"},
 		{Flavor: gtid.MariaDB, GTIDSet: "0-1-6,0-1-7"},
 	} {
-		if err := s.Save(c); err == nil || !strings.Contains(err.Error(), "refuse to save") {
+		if err := s.Save(t.Context(), c); err == nil || !strings.Contains(err.Error(), "refuse to save") {
 			t.Errorf("Save(%+v) = %v, want refusal", c, err)
 		}
 	}
-	c, err := s.Load()
+	c, err := s.Load(t.Context())
 	if err != nil || c.GTIDSet != "0-1-5" {
 		t.Fatalf("checkpoint after refused saves = %+v, %v", c, err)
 	}
@@ -336,10 +357,10 @@ func TestUseAfterClose(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Save(Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-5"}); err == nil {
+	if err := s.Save(t.Context(), Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-5"}); err == nil {
 		t.Error("Save after Close succeeded")
 	}
-	if _, err := s.Load(); err == nil {
+	if _, err := s.Load(t.Context()); err == nil {
 		t.Error("Load after Close succeeded")
 	}
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {

@@ -53,10 +53,10 @@ func TestFileStoreKeepsLayouts(t *testing.T) {
 	}
 	defer s.Close()
 	l := Layouts{"app.outbox": cols("id:bigint(20) event_id:varchar(64)"), "app.gone": {}}
-	if err := s.Save(Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-5", SavedAt: time.Unix(1, 0).UTC(), Layouts: l}); err != nil {
+	if err := s.Save(t.Context(), Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-5", SavedAt: time.Unix(1, 0).UTC(), Layouts: l}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.Load()
+	got, err := s.Load(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func TestReconcileMarkFile(t *testing.T) {
 	if !ok || err != nil || !got.Equal(at) {
 		t.Fatalf("loaded %s %v %v, want %s", got, ok, err, at)
 	}
-	if c, err := s.Load(); c != nil || err != nil {
+	if c, err := s.Load(t.Context()); c != nil || err != nil {
 		t.Fatalf("the mark is not a checkpoint: %v %v", c, err)
 	}
 	if err := os.WriteFile(MarkPath(path), []byte("{}"), 0o644); err != nil {
@@ -44,7 +44,7 @@ func TestReconcileMarkMySQLFenced(t *testing.T) {
 	st, exec := fenceStores(t, 2)
 	a, b := st[0], st[1]
 	ctx := context.Background()
-	if _, err := a.Claim("a"); err != nil {
+	if _, err := a.Claim(t.Context(), "a"); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok, err := a.LoadMark(ctx); ok || err != nil {
@@ -57,7 +57,7 @@ func TestReconcileMarkMySQLFenced(t *testing.T) {
 	if err := a.SaveMark(ctx, at); err != nil {
 		t.Fatalf("the same mark again: %v", err)
 	}
-	if _, err := b.Claim("b"); err != nil {
+	if _, err := b.Claim(t.Context(), "b"); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.SaveMark(ctx, at.Add(time.Hour)); !errors.Is(err, ErrSuperseded) {

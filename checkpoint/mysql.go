@@ -107,13 +107,13 @@ func GrantSQL(table, account string) string {
 const timeLayout = "2006-01-02 15:04:05.999999"
 
 // Load reads this name's row; nil, nil when there is none. It blocks on one query (at most
-// MySQLTimeout). A row that is not a valid checkpoint is an error: outboxd must not start from
-// a guessed position.
-func (s *MySQLStore) Load() (*Checkpoint, error) {
+// MySQLTimeout and ctx). A row that is not a valid checkpoint is an error: outboxd must not
+// start from a guessed position.
+func (s *MySQLStore) Load(ctx context.Context) (*Checkpoint, error) {
 	if err := s.open(); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), MySQLTimeout)
+	ctx, cancel := context.WithTimeout(ctx, MySQLTimeout)
 	defer cancel()
 	var c Checkpoint
 	var flavor string
@@ -177,10 +177,11 @@ func scopeColumn(sc *Scope) any {
 }
 
 // Save writes c to this name's row, conditional on the store's fencing token. It blocks on at
-// most three statements (bounded by MySQLTimeout). Errors wrap ErrUnreachable (reconnect),
-// ErrStoreMisconfigured (fix the server), ErrSuperseded (another holder's row) or are transient
-// SQL errors (lock wait, deadlock) worth a retry; on error the row holds the previous checkpoint.
-func (s *MySQLStore) Save(c Checkpoint) error {
+// most three statements (bounded by MySQLTimeout and ctx). Errors wrap ErrUnreachable
+// (reconnect), ErrStoreMisconfigured (fix the server), ErrSuperseded (another holder's row) or
+// are transient SQL errors (lock wait, deadlock) worth a retry, which carry their fix (see Fix);
+// on error the row holds the previous checkpoint.
+func (s *MySQLStore) Save(ctx context.Context, c Checkpoint) error {
 	if err := c.validate(); err != nil {
 		return fmt.Errorf("%s: refuse to save: %w", s.where(), err)
 	}
@@ -190,7 +191,7 @@ func (s *MySQLStore) Save(c Checkpoint) error {
 	if err := s.open(); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), MySQLTimeout)
+	ctx, cancel := context.WithTimeout(ctx, MySQLTimeout)
 	defer cancel()
 	var commit any // NULL when unknown
 	if !c.CommitTime.IsZero() {
@@ -243,7 +244,7 @@ func (s *MySQLStore) unchanged(ctx context.Context, op string, epoch uint64, hol
 		// transactions the brokers acknowledged, as a tombstone that every later start refuses
 		// until an operator writes a position back.
 		reason := fmt.Sprintf("the row was deleted while %s held it at epoch %d", holder, epoch)
-		if err := s.MarkLost(*c, holder, reason); err != nil {
+		if err := s.MarkLost(ctx, *c, holder, reason); err != nil {
 			return fmt.Errorf("%s: the row is gone (%s), and the tombstone with the last position %s was not written: %w", s.where(), reason, c.GTIDSet, err)
 		}
 		return &LostError{Where: s.where(), GTIDSet: c.GTIDSet, Lost: Lost{At: time.Now().UTC(), By: holder, Reason: reason}}
@@ -257,18 +258,18 @@ func (s *MySQLStore) unchanged(ctx context.Context, op string, epoch uint64, hol
 // Save is conditional on that token. Any earlier holder's saves fail with ErrSuperseded. With
 // leader election the caller holds the lock; without it, the newest process to start wins and
 // an older one still running stops at its next save. It blocks on two statements (bounded by
-// MySQLTimeout) and returns the new epoch.
+// MySQLTimeout and ctx) and returns the new epoch.
 //
 // The epoch alone is not a token: an asynchronous failover can lose the last claim, so the
 // same epoch can be issued twice; the holder, unique per process, tells the two apart.
-func (s *MySQLStore) Claim(holder string) (uint64, error) {
+func (s *MySQLStore) Claim(ctx context.Context, holder string) (uint64, error) {
 	if holder == "" {
 		return 0, fmt.Errorf("%s: claim needs a holder id", s.where())
 	}
 	if err := s.open(); err != nil {
 		return 0, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), MySQLTimeout)
+	ctx, cancel := context.WithTimeout(ctx, MySQLTimeout)
 	defer cancel()
 	if err := s.claimRow(ctx, holder); err != nil {
 		return 0, err
@@ -333,12 +334,12 @@ func (s *MySQLStore) claimRow(ctx context.Context, holder string) error {
 // MarkLost writes c, marked lost by holder for reason, as the row when the row is gone or
 // holds no position (only a claim): the tombstone that keeps the next start from guessing. A
 // row that holds a position (an operator's, or a tombstone already) is left as it is. It blocks
-// on a short transaction (bounded by MySQLTimeout).
-func (s *MySQLStore) MarkLost(c Checkpoint, holder, reason string) error {
+// on a short transaction (bounded by MySQLTimeout and ctx).
+func (s *MySQLStore) MarkLost(ctx context.Context, c Checkpoint, holder, reason string) error {
 	if err := s.open(); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), MySQLTimeout)
+	ctx, cancel := context.WithTimeout(ctx, MySQLTimeout)
 	defer cancel()
 	if c.Scope == nil {
 		c.Scope = s.cfg.Scope
@@ -462,15 +463,15 @@ func (s *MySQLStore) LiveHolder(ctx context.Context) (holder string, connID uint
 // Overwrite writes c as the row's position for an operator (outboxd checkpoint set and
 // migrate), whoever holds the row: it bumps the epoch and makes holder the row's holder, so a
 // process still running on the row stops at its next save (ErrSuperseded) instead of writing
-// over the operator's position. It blocks on one statement (bounded by MySQLTimeout).
-func (s *MySQLStore) Overwrite(c Checkpoint, holder string) error {
+// over the operator's position. It blocks on one statement (bounded by MySQLTimeout and ctx).
+func (s *MySQLStore) Overwrite(ctx context.Context, c Checkpoint, holder string) error {
 	if err := c.validate(); err != nil {
 		return fmt.Errorf("%s: refuse to save: %w", s.where(), err)
 	}
 	if err := s.open(); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), MySQLTimeout)
+	ctx, cancel := context.WithTimeout(ctx, MySQLTimeout)
 	defer cancel()
 	var commit any
 	if !c.CommitTime.IsZero() {
@@ -609,12 +610,20 @@ func classify(err error) error {
 	return ErrStoreMisconfigured
 }
 
-// wrap adds the store's name, the error's class and, for a misconfigured server, the fix.
+// lockWaitFix is the mysql store's fix for a statement that keeps waiting for the row's lock.
+const lockWaitFix = "end the transaction that holds a lock on the checkpoint row (see information_schema.innodb_trx)"
+
+// wrap adds the store's name, the error's class and, for a misconfigured server, the fix (in the
+// text); a lock wait or deadlock, retried, carries its fix for the caller that gives up (Fix).
 func (s *MySQLStore) wrap(op string, err error) error {
 	class := classify(err)
 	switch {
 	case class == nil:
-		return fmt.Errorf("%s: %s: %w", s.where(), op, err)
+		err = fmt.Errorf("%s: %s: %w", s.where(), op, err)
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		return WithFix(err, lockWaitFix)
 	case errors.Is(class, ErrUnreachable):
 		return fmt.Errorf("%s: %s: %w: %w", s.where(), op, ErrUnreachable, err)
 	}

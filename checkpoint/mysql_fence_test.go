@@ -55,7 +55,7 @@ func cp(set string) Checkpoint {
 
 func loadSet(t *testing.T, s *MySQLStore) string {
 	t.Helper()
-	c, err := s.Load()
+	c, err := s.Load(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,27 +83,27 @@ func TestMySQLClaimFencesTheOlderHolder(t *testing.T) {
 	if got := loadSet(t, a); got != "<none>" {
 		t.Fatalf("no row: Load = %s", got)
 	}
-	ea, err := a.Claim("holder-a")
+	ea, err := a.Claim(t.Context(), "holder-a")
 	if err != nil || ea != 1 {
 		t.Fatalf("first claim: epoch %d, %v; want 1", ea, err)
 	}
 	if got := loadSet(t, a); got != "<none>" {
 		t.Fatalf("a claimed row without a position loads as %s, want no checkpoint", got)
 	}
-	if err := a.Save(cp("0-1-5")); err != nil {
+	if err := a.Save(t.Context(), cp("0-1-5")); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Save(cp("0-1-5")); err != nil { // no row changed: still ours, not an error
+	if err := a.Save(t.Context(), cp("0-1-5")); err != nil { // no row changed: still ours, not an error
 		t.Fatalf("saving the same position again: %v", err)
 	}
-	eb, err := b.Claim("holder-b")
+	eb, err := b.Claim(t.Context(), "holder-b")
 	if err != nil || eb != 2 {
 		t.Fatalf("second claim: epoch %d, %v; want 2", eb, err)
 	}
 	if got := loadSet(t, b); got != "0-1-5" {
 		t.Fatalf("the new holder loads %s, want the old holder's last save 0-1-5", got)
 	}
-	err = a.Save(cp("0-1-9"))
+	err = a.Save(t.Context(), cp("0-1-9"))
 	if !errors.Is(err, ErrSuperseded) {
 		t.Fatalf("the superseded holder's Save returned %v, want ErrSuperseded", err)
 	}
@@ -113,7 +113,7 @@ func TestMySQLClaimFencesTheOlderHolder(t *testing.T) {
 	if e, h := token(t, b); e != 2 || h != "holder-b" {
 		t.Fatalf("token %d/%s after a superseded save, want 2/holder-b", e, h)
 	}
-	if err := b.Save(cp("0-1-7")); err != nil {
+	if err := b.Save(t.Context(), cp("0-1-7")); err != nil {
 		t.Fatalf("the current holder's Save: %v", err)
 	}
 	if got := loadSet(t, a); got != "0-1-7" {
@@ -126,14 +126,14 @@ func TestMySQLClaimFencesTheOlderHolder(t *testing.T) {
 func TestMySQLSaveNeedsEpochAndHolder(t *testing.T) {
 	st, exec := fenceStores(t, 1)
 	a := st[0]
-	if _, err := a.Claim("holder-a"); err != nil {
+	if _, err := a.Claim(t.Context(), "holder-a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Save(cp("0-1-3")); err != nil {
+	if err := a.Save(t.Context(), cp("0-1-3")); err != nil {
 		t.Fatal(err)
 	}
 	exec("UPDATE checkpoint SET holder = 'holder-x' WHERE name = 'orders'") // same epoch, another holder
-	if err := a.Save(cp("0-1-4")); !errors.Is(err, ErrSuperseded) {
+	if err := a.Save(t.Context(), cp("0-1-4")); !errors.Is(err, ErrSuperseded) {
 		t.Fatalf("Save with the epoch matching but not the holder: %v, want ErrSuperseded", err)
 	}
 	if got := loadSet(t, a); got != "0-1-3" {
@@ -147,31 +147,31 @@ func TestMySQLSaveNeedsEpochAndHolder(t *testing.T) {
 func TestMySQLDeletedRowBecomesTombstone(t *testing.T) {
 	st, exec := fenceStores(t, 2)
 	a, b := st[0], st[1]
-	if _, err := a.Claim("holder-a"); err != nil {
+	if _, err := a.Claim(t.Context(), "holder-a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Save(cp("0-1-3")); err != nil {
+	if err := a.Save(t.Context(), cp("0-1-3")); err != nil {
 		t.Fatal(err)
 	}
 	exec("DELETE FROM checkpoint WHERE name = 'orders'")
-	err := a.Save(cp("0-1-4"))
+	err := a.Save(t.Context(), cp("0-1-4"))
 	if !errors.Is(err, ErrCheckpointLost) || !strings.Contains(err.Error(), "0-1-4") || !strings.Contains(err.Error(), "checkpoint set") {
 		t.Fatalf("Save on a deleted row: %v, want ErrCheckpointLost naming 0-1-4 and checkpoint set", err)
 	}
-	c, err := b.Load()
+	c, err := b.Load(t.Context())
 	if err != nil || c == nil || c.GTIDSet != "0-1-4" || c.Scope == nil || c.Scope.Lost == nil {
 		t.Fatalf("row after the lost save: %+v, %v; want a tombstone at 0-1-4", c, err)
 	}
 	if err := CheckScope("x", c, nil); !errors.Is(err, ErrCheckpointLost) {
 		t.Fatalf("CheckScope of the tombstone: %v", err)
 	}
-	if _, err := b.Claim("holder-b"); !errors.Is(err, ErrCheckpointLost) || !errors.Is(err, ErrStoreMisconfigured) {
+	if _, err := b.Claim(t.Context(), "holder-b"); !errors.Is(err, ErrCheckpointLost) || !errors.Is(err, ErrStoreMisconfigured) {
 		t.Fatalf("Claim of a tombstone: %v, want ErrCheckpointLost (not retryable)", err)
 	}
-	if err := b.Overwrite(cp("0-1-4"), "operator"); err != nil {
+	if err := b.Overwrite(t.Context(), cp("0-1-4"), "operator"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Claim("holder-b"); err != nil {
+	if _, err := b.Claim(t.Context(), "holder-b"); err != nil {
 		t.Fatalf("Claim after checkpoint set: %v", err)
 	}
 }
@@ -183,13 +183,13 @@ func TestMySQLClaimScopeAndHolderLock(t *testing.T) {
 	a, b := st[0], st[1]
 	a.cfg.Scope = NewScope("", []string{"shop.outbox_event"})
 	b.cfg.Scope = NewScope("", []string{"shop.outbox_b"})
-	if _, err := a.Claim("holder-a"); err != nil {
+	if _, err := a.Claim(t.Context(), "holder-a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Save(cp("0-1-3")); err != nil {
+	if err := a.Save(t.Context(), cp("0-1-3")); err != nil {
 		t.Fatal(err)
 	}
-	_, err := b.Claim("holder-b")
+	_, err := b.Claim(t.Context(), "holder-b")
 	var se *ScopeError
 	if !errors.As(err, &se) || !errors.Is(err, ErrStoreMisconfigured) || !strings.Contains(err.Error(), "tables added: shop.outbox_b") ||
 		!strings.Contains(err.Error(), "tables removed: shop.outbox_event") {
@@ -213,25 +213,25 @@ func TestMySQLClaimScopeAndHolderLock(t *testing.T) {
 func TestMySQLOverwriteSupersedesTheHolder(t *testing.T) {
 	st, _ := fenceStores(t, 2)
 	a, op := st[0], st[1]
-	if _, err := a.Claim("holder-a"); err != nil {
+	if _, err := a.Claim(t.Context(), "holder-a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Save(cp("0-1-8")); err != nil {
+	if err := a.Save(t.Context(), cp("0-1-8")); err != nil {
 		t.Fatal(err)
 	}
-	if err := op.Overwrite(cp("0-1-2"), "operator"); err != nil {
+	if err := op.Overwrite(t.Context(), cp("0-1-2"), "operator"); err != nil {
 		t.Fatal(err)
 	}
 	if e, h := token(t, op); e != 2 || h != "operator" {
 		t.Fatalf("token %d/%s after Overwrite, want 2/operator", e, h)
 	}
-	if err := a.Save(cp("0-1-9")); !errors.Is(err, ErrSuperseded) {
+	if err := a.Save(t.Context(), cp("0-1-9")); !errors.Is(err, ErrSuperseded) {
 		t.Fatalf("the holder's Save after an Overwrite: %v, want ErrSuperseded", err)
 	}
 	if got := loadSet(t, a); got != "0-1-2" {
 		t.Fatalf("row %s, want the operator's 0-1-2", got)
 	}
-	if e, err := a.Claim("holder-a2"); err != nil || e != 3 {
+	if e, err := a.Claim(t.Context(), "holder-a2"); err != nil || e != 3 {
 		t.Fatalf("claim after Overwrite: %d, %v; want 3", e, err)
 	}
 	if got := loadSet(t, a); got != "0-1-2" {
@@ -243,27 +243,53 @@ func TestMySQLOverwriteSupersedesTheHolder(t *testing.T) {
 func TestMySQLStoreLayouts(t *testing.T) {
 	stores, _ := fenceStores(t, 1)
 	s := stores[0]
-	if _, err := s.Claim("a"); err != nil {
+	if _, err := s.Claim(t.Context(), "a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Save(Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-5"}); err != nil {
+	if err := s.Save(t.Context(), Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-5"}); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := s.Load(); err != nil || c.Layouts != nil {
+	if c, err := s.Load(t.Context()); err != nil || c.Layouts != nil {
 		t.Fatalf("Load = %+v, %v; want no layouts", c, err)
 	}
 	l := Layouts{"app.outbox": {{Name: "id", Type: "bigint(20)"}, {Name: "event_id", Type: "varchar(64)"}}}
-	if err := s.Save(Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-6", Layouts: l}); err != nil {
+	if err := s.Save(t.Context(), Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-6", Layouts: l}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := s.Load()
+	c, err := s.Load(t.Context())
 	if err != nil || LayoutDiff(c.Layouts["app.outbox"], l["app.outbox"]) != "" || len(c.Layouts) != 1 {
 		t.Fatalf("Load = %+v, %v; want layouts %v", c, err, l)
 	}
-	if err := s.Overwrite(Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-7"}, "op"); err != nil {
+	if err := s.Overwrite(t.Context(), Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-7"}, "op"); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := s.Load(); err != nil || c.Layouts != nil {
+	if c, err := s.Load(t.Context()); err != nil || c.Layouts != nil {
 		t.Fatalf("after Overwrite without layouts: %+v, %v; want none", c, err)
+	}
+}
+
+// A save that keeps waiting for the row's lock carries the mysql store's own fix (the lock's
+// holder), not the file store's directory, for the caller that gives up on it.
+func TestMySQLLockWaitCarriesItsFix(t *testing.T) {
+	stores, exec := fenceStores(t, 2)
+	a, root := stores[0], stores[1]
+	exec("SET GLOBAL innodb_lock_wait_timeout = 1") // the store's connections are opened after this
+	if _, err := a.Claim(t.Context(), "holder-a"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := root.cfg.DB.BeginTx(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(t.Context(), "SELECT epoch FROM outboxd.checkpoint WHERE name = 'orders' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	err = a.Save(t.Context(), cp("0-1-5"))
+	if err == nil || errors.Is(err, ErrUnreachable) || errors.Is(err, ErrStoreMisconfigured) {
+		t.Fatalf("Save under a held row lock = %v, want a transient lock wait", err)
+	}
+	if fix := Fix(err); fix != lockWaitFix {
+		t.Fatalf("Fix(%v) = %q, want %q", err, fix, lockWaitFix)
 	}
 }

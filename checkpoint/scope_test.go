@@ -97,13 +97,13 @@ func TestFileRemovedWhileOpenBecomesTombstone(t *testing.T) {
 	t.Run("save", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "cp.json")
 		s := openT(t, path)
-		if err := s.Save(c1); err != nil {
+		if err := s.Save(t.Context(), c1); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.Remove(path); err != nil {
 			t.Fatal(err)
 		}
-		err := s.Save(c2)
+		err := s.Save(t.Context(), c2)
 		if !errors.Is(err, ErrCheckpointLost) || !strings.Contains(err.Error(), "0-1-7") {
 			t.Fatalf("Save after the file was removed: %v, want ErrCheckpointLost naming 0-1-7", err)
 		}
@@ -118,12 +118,12 @@ func TestFileRemovedWhileOpenBecomesTombstone(t *testing.T) {
 	t.Run("close", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "cp.json")
 		s := openT(t, path)
-		if err := s.Save(c1); err != nil {
+		if err := s.Save(t.Context(), c1); err != nil {
 			t.Fatal(err)
 		}
 		s.Close()
 		s = openT(t, path)
-		if got, err := s.Load(); err != nil || got == nil {
+		if got, err := s.Load(t.Context()); err != nil || got == nil {
 			t.Fatalf("Load: %v, %v", got, err)
 		}
 		if err := os.Remove(path); err != nil {
@@ -140,10 +140,10 @@ func TestFileRemovedWhileOpenBecomesTombstone(t *testing.T) {
 	t.Run("never had one", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "cp.json")
 		s := openT(t, path)
-		if got, err := s.Load(); err != nil || got != nil {
+		if got, err := s.Load(t.Context()); err != nil || got != nil {
 			t.Fatalf("Load: %v, %v", got, err)
 		}
-		if err := s.Save(c1); err != nil {
+		if err := s.Save(t.Context(), c1); err != nil {
 			t.Fatalf("first Save: %v", err)
 		}
 	})

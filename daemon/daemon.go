@@ -143,7 +143,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 		mo.LockName = cfg.HA.LockName
 	}
 	r.m = metrics.New(mo)
-	r.saver = newSavedStore(store, r.m)
+	r.saver = newSavedStore(ctx, store, r.m)
 	r.saver.scope = ScopeOf(cfg)
 	declareSinks(r.m, cfg)
 	r.src.m = r.m

@@ -42,8 +42,10 @@ type savedStore struct {
 }
 
 // Save writes c durably and records it as the saved checkpoint, or records the failure. It
-// blocks on file I/O.
-func (s *savedStore) Save(c checkpoint.Checkpoint) error {
+// blocks on the store's write, bounded by the store's own timeout but not by ctx's end: a
+// save that began is finished, so a shutdown never leaves an acknowledged position unwritten
+// nor reports a save failed only because the stop came while it ran.
+func (s *savedStore) Save(ctx context.Context, c checkpoint.Checkpoint) error {
 	s.mu.Lock()
 	guard := s.guard
 	s.mu.Unlock()
@@ -58,7 +60,7 @@ func (s *savedStore) Save(c checkpoint.Checkpoint) error {
 	if c.Scope == nil {
 		c.Scope = s.scope
 	}
-	err := s.store.Save(c)
+	err := s.store.Save(context.WithoutCancel(ctx), c)
 	if err != nil {
 		s.fault.report(err)
 	}
@@ -141,17 +143,17 @@ func (s *savedStore) SaveMark(ctx context.Context, t time.Time) error {
 // checkpoint, and the next start with source.start: latest silently skips what was committed
 // meanwhile. A --from-gtid replay is saved too: the operator chose to go there, so a restart
 // without the flag goes on with the replay rather than jumping back to the old checkpoint.
-// It blocks on file I/O; an error means nothing may stream.
-func persistStart(saver pipeline.Saver, m *metrics.Metrics, start gtid.Set, origin string, log zerolog.Logger) error {
+// It blocks on the store's write, bounded by ctx; an error means nothing may stream.
+func persistStart(ctx context.Context, saver pipeline.Saver, m *metrics.Metrics, start gtid.Set, origin string, log zerolog.Logger) error {
 	if origin == startpos.OriginCheckpoint {
 		return nil
 	}
 	c := checkpoint.Checkpoint{Flavor: start.Flavor(), GTIDSet: start.String(), SavedAt: time.Now().UTC()}
-	if err := saver.Save(c); err != nil {
+	if err := saver.Save(ctx, c); err != nil {
 		m.CheckpointSaveFailed()
-		fix := "; make the checkpoint's directory writable"
-		if errors.Is(err, checkpoint.ErrStoreMisconfigured) || errors.Is(err, checkpoint.ErrUnreachable) || errors.Is(err, checkpoint.ErrSuperseded) {
-			fix = "" // the mysql store's error says what to change
+		fix := checkpoint.Fix(err) // the store's own; "" when its error says it already
+		if fix != "" {
+			fix = "; " + fix
 		}
 		return fmt.Errorf("save the start position %s (%s) as the checkpoint before streaming: %w: %w%s",
 			c.GTIDSet, origin, pipeline.ErrCheckpointSave, err, fix)
@@ -176,9 +178,9 @@ func startupStopped(ctx context.Context, err error, log zerolog.Logger) error {
 // newSavedStore is the daemon's store for a whole run, with the checkpoint found at start
 // recorded for /status and the metrics (a standby reports the leader's last saved checkpoint
 // as it stood when it started).
-func newSavedStore(store checkpoint.Storage, m *metrics.Metrics) *savedStore {
+func newSavedStore(ctx context.Context, store checkpoint.Storage, m *metrics.Metrics) *savedStore {
 	saver := &savedStore{store: store, m: m, layouts: &layoutLog{}}
-	if cp, err := store.Load(); err == nil && cp != nil {
+	if cp, err := store.Load(ctx); err == nil && cp != nil {
 		m.CheckpointLoaded(cp.SavedAt, cp.CommitTime)
 		saver.loaded(cp)
 	}
@@ -187,13 +189,13 @@ func newSavedStore(store checkpoint.Storage, m *metrics.Metrics) *savedStore {
 
 // prepare persists a start position that did not come from the checkpoint (persistStart). A
 // term that resumes from the checkpoint records what it read, for /status.
-func (s *savedStore) prepare(start gtid.Set, origin string, log zerolog.Logger) error {
+func (s *savedStore) prepare(ctx context.Context, start gtid.Set, origin string, log zerolog.Logger) error {
 	if origin == startpos.OriginCheckpoint {
-		if cp, err := s.store.Load(); err == nil && cp != nil {
+		if cp, err := s.store.Load(ctx); err == nil && cp != nil {
 			s.loaded(cp)
 		}
 	}
-	return persistStart(s, s.m, start, origin, log)
+	return persistStart(ctx, s, s.m, start, origin, log)
 }
 
 // logStopped logs the end of the run with the checkpoint on disk as gtid_set, and the

@@ -3,8 +3,10 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -37,8 +39,8 @@ func TestPrepareCheckpointPersistsTheStart(t *testing.T) {
 	for _, origin := range []string{"source.start: latest", "source.start: earliest", "source.start", "--from-gtid"} {
 		t.Run(origin, func(t *testing.T) {
 			store, path := openStore(t)
-			saved := newSavedStore(store, metrics.New(metrics.Options{}))
-			err := saved.prepare(start, origin, zerolog.Nop())
+			saved := newSavedStore(t.Context(), store, metrics.New(metrics.Options{}))
+			err := saved.prepare(t.Context(), start, origin, zerolog.Nop())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -56,13 +58,13 @@ func TestPrepareCheckpointPersistsTheStart(t *testing.T) {
 // A start read from the checkpoint is not written again; the loaded one is what is saved.
 func TestPrepareCheckpointKeepsALoadedCheckpoint(t *testing.T) {
 	store, path := openStore(t)
-	if err := store.Save(checkpoint.Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-5"}); err != nil {
+	if err := store.Save(t.Context(), checkpoint.Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-5"}); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := os.Stat(path)
 	start, _ := gtid.Parse(gtid.MariaDB, "0-1-5")
-	saved := newSavedStore(store, nil)
-	err := saved.prepare(start, startpos.OriginCheckpoint, zerolog.Nop())
+	saved := newSavedStore(t.Context(), store, nil)
+	err := saved.prepare(t.Context(), start, startpos.OriginCheckpoint, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,13 +79,32 @@ func TestPrepareCheckpointKeepsALoadedCheckpoint(t *testing.T) {
 
 type failingSaver struct{ err error }
 
-func (f failingSaver) Save(checkpoint.Checkpoint) error { return f.err }
+func (f failingSaver) Save(context.Context, checkpoint.Checkpoint) error { return f.err }
 
 func TestPersistStartFailureWrapsErrCheckpointSave(t *testing.T) {
 	disk := errors.New("read-only file system")
-	err := persistStart(failingSaver{disk}, nil, gtid.Empty(gtid.MariaDB), "source.start: latest", zerolog.Nop())
+	err := persistStart(t.Context(), failingSaver{disk}, nil, gtid.Empty(gtid.MariaDB), "source.start: latest", zerolog.Nop())
 	if !errors.Is(err, pipeline.ErrCheckpointSave) || !errors.Is(err, disk) {
 		t.Fatalf("err = %v, want ErrCheckpointSave wrapping the disk error", err)
+	}
+}
+
+// The start position's save error ends with the fix of the store that failed, whatever its
+// class: a mysql store's lock wait is not told to make a directory writable, a file's is.
+func TestPersistStartTellsTheStoresOwnFix(t *testing.T) {
+	const lockFix = "end the transaction that holds a lock on the checkpoint row"
+	for _, tc := range []struct {
+		err       error
+		want, not string
+	}{
+		{checkpoint.WithFix(errors.New("Lock wait timeout exceeded"), lockFix), "; " + lockFix, "directory"},
+		{checkpoint.WithFix(errors.New("rename: read-only file system"), "make the checkpoint's directory writable"), "; make the checkpoint's directory writable", "row"},
+		{fmt.Errorf("writer down: %w", checkpoint.ErrUnreachable), "writer down: checkpoint store unreachable", "directory"},
+	} {
+		err := persistStart(t.Context(), failingSaver{tc.err}, nil, gtid.Empty(gtid.MariaDB), "source.start: latest", zerolog.Nop())
+		if msg := err.Error(); !strings.HasSuffix(msg, tc.want) || strings.Contains(msg, tc.not) {
+			t.Errorf("persistStart = %q, want it to end with %q and not name %q", msg, tc.want, tc.not)
+		}
 	}
 }
 
@@ -91,11 +112,11 @@ func TestPersistStartFailureWrapsErrCheckpointSave(t *testing.T) {
 func TestSavedStoreReportsOnlyWhatReachedTheDisk(t *testing.T) {
 	store, path := openStore(t)
 	s := &savedStore{store: store}
-	if err := s.Save(checkpoint.Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-1"}); err != nil {
+	if err := s.Save(t.Context(), checkpoint.Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-1"}); err != nil {
 		t.Fatal(err)
 	}
 	// Invalid checkpoints are refused by the store, which stands in for a disk error here.
-	if err := s.Save(checkpoint.Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "not a set"}); err == nil {
+	if err := s.Save(t.Context(), checkpoint.Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "not a set"}); err == nil {
 		t.Fatal("an invalid checkpoint was saved")
 	}
 	st := s.state()
@@ -105,7 +126,7 @@ func TestSavedStoreReportsOnlyWhatReachedTheDisk(t *testing.T) {
 	if cp, _ := checkpoint.Read(path); cp.GTIDSet != "0-1-1" {
 		t.Fatalf("file holds %q", cp.GTIDSet)
 	}
-	if err := s.Save(checkpoint.Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-2"}); err != nil {
+	if err := s.Save(t.Context(), checkpoint.Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-2"}); err != nil {
 		t.Fatal(err)
 	}
 	if st := s.state(); st.last.GTIDSet != "0-1-2" || st.lastErr != nil || !st.failingSince.IsZero() {

@@ -20,15 +20,15 @@ type flakyStore struct {
 	loads int
 }
 
-func (s *flakyStore) Load() (*checkpoint.Checkpoint, error) {
+func (s *flakyStore) Load(context.Context) (*checkpoint.Checkpoint, error) {
 	s.loads++
 	if s.loads <= s.fails {
 		return nil, s.err
 	}
 	return s.cp, nil
 }
-func (s *flakyStore) Save(checkpoint.Checkpoint) error { return nil }
-func (s *flakyStore) Close() error                     { return nil }
+func (s *flakyStore) Save(context.Context, checkpoint.Checkpoint) error { return nil }
+func (s *flakyStore) Close() error                                      { return nil }
 
 // A checkpoint load at start that hits a broken store connection (a reset, the writer
 // restarting) is retried; one that fails for another reason is returned at once.

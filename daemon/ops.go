@@ -179,7 +179,7 @@ func (o *ops) sampleLoop(ctx context.Context) {
 // keepHolderLock re-takes the mysql store's holder lock if its connection dropped: an idle
 // leader saves nothing, and without the lock backfill and checkpoint set would run beside it.
 func (o *ops) keepHolderLock(ctx context.Context) {
-	if ms, ok := o.saved.store.(*checkpoint.MySQLStore); ok {
+	if ms, ok := o.saved.store.(checkpoint.HolderLocker); ok {
 		kctx, cancel := context.WithTimeout(ctx, sampleInterval)
 		ms.KeepHolderLock(kctx)
 		cancel()

@@ -87,7 +87,7 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 	prepare.OnRetry = func(err error, in time.Duration) {
 		log.Warn().Err(err).Stringer("retry_in", in).Msg("start position not saved: the checkpoint writer is not reachable, retrying")
 	}
-	if err := prepare.Do(ctx, func() error { return r.saver.prepare(start, origin, log) }); err != nil {
+	if err := prepare.Do(ctx, func() error { return r.saver.prepare(ctx, start, origin, log) }); err != nil {
 		var ended *wait.Ended
 		if errors.As(err, &ended) {
 			return startupStopped(ctx, ended.Last, log)
@@ -232,7 +232,7 @@ func (r *relay) resolve(ctx context.Context, fromGTID string) (gtid.Set, string,
 			// This process loaded or saved a position, and the checkpoint is gone now (a row
 			// deleted while it stood by, or since its last term): source.start is only for a
 			// first start that never had one.
-			return gtid.Set{}, "", markLost(r.saver.store, r.cfg, earlier.last, r.holder(),
+			return gtid.Set{}, "", markLost(ctx, r.saver.store, r.cfg, earlier.last, r.holder(),
 				"the checkpoint was missing when this process took over, after it had read "+earlier.last.GTIDSet)
 		}
 		if c != nil && c.Scope == nil {
@@ -293,7 +293,7 @@ func (r *relay) resolve(ctx context.Context, fromGTID string) (gtid.Set, string,
 func (r *relay) loadCheckpoint(ctx context.Context) (*checkpoint.Checkpoint, error) {
 	var c *checkpoint.Checkpoint
 	err := retryTransient(ctx, r.log, "checkpoint not loaded: the store connection failed, retrying", func() (err error) {
-		c, err = r.saver.store.Load()
+		c, err = r.saver.store.Load(ctx)
 		return err
 	})
 	return c, err
@@ -322,7 +322,7 @@ func (r *relay) reconnect(ctx context.Context, start gtid.Set, backoff *wait.Bac
 			r.gaveUp(start, ch)
 			next := ch.resume.Shared
 			c := checkpoint.Checkpoint{Flavor: next.Flavor(), GTIDSet: next.String(), SavedAt: time.Now().UTC()}
-			if err := r.saver.Save(c); err != nil {
+			if err := r.saver.Save(ctx, c); err != nil {
 				return start, fmt.Errorf("save the position %s (%s) before streaming from %s: %w: %w", next, originMissingContinue, ch.addr, pipeline.ErrCheckpointSave, err)
 			}
 			return next, nil

@@ -91,7 +91,7 @@ func newRoles(ctx context.Context, cfg *config.Config, r *relay, log zerolog.Log
 	if !cfg.HA.Enabled {
 		return nil, nil
 	}
-	ms, ok := r.saver.store.(*checkpoint.MySQLStore)
+	ms, ok := r.saver.store.(checkpoint.Claimer)
 	if !ok {
 		return nil, errors.New("ha.enabled needs checkpoint.store: mysql") // config validation says why
 	}
@@ -136,7 +136,7 @@ func newRoles(ctx context.Context, cfg *config.Config, r *relay, log zerolog.Log
 		Msg("ha: competing for the leader lock")
 	roles := &election.Roles{
 		Elector: e,
-		Claim:   func(context.Context) (uint64, error) { return ms.Claim(e.Holder()) },
+		Claim:   func(ctx context.Context) (uint64, error) { return ms.Claim(ctx, e.Holder()) },
 		Lead:    func(ctx context.Context, t *election.Term, _ uint64) error { return r.lead(ctx, t) },
 		Superseded: func(ctx context.Context) error {
 			epoch, holder, found, err := ms.Token(ctx)
@@ -171,30 +171,31 @@ func newRoles(ctx context.Context, cfg *config.Config, r *relay, log zerolog.Log
 // keeps a second process out.
 // It returns the row's new epoch (0 for the file store, or when ctx ended first).
 func (r *relay) claimAlone(ctx context.Context) (uint64, error) {
-	ms, ok := r.saver.store.(*checkpoint.MySQLStore)
+	ms, ok := r.saver.store.(checkpoint.Claimer)
 	if !ok {
 		return 0, nil
 	}
 	holder := election.NewHolderID()
 	var epoch uint64
-	retry := reconnectRetry(func(err error) bool { return !errors.Is(err, checkpoint.ErrStoreMisconfigured) })
+	// A claim that a shutdown cut short is no failure to retry, nor to log.
+	retry := reconnectRetry(func(err error) bool { return !errors.Is(err, checkpoint.ErrStoreMisconfigured) && ctx.Err() == nil })
 	retry.OnRetry = func(err error, in time.Duration) {
 		r.log.Warn().Err(err).Stringer("retry_in", in).Msg("checkpoint row not claimed (writer unreachable, or a lock wait), retrying")
 	}
 	err := retry.Do(ctx, func() (err error) {
-		epoch, err = ms.Claim(holder)
+		epoch, err = ms.Claim(ctx, holder)
 		return err
 	})
 	if err == nil || errors.Is(err, checkpoint.ErrStoreMisconfigured) {
 		return epoch, err
 	}
-	return 0, nil // ctx ended while the writer was away
+	return 0, nil // stopped while claiming, or while the writer was away
 }
 
 // holder names this process in a tombstone: its token's holder with the mysql store, its host
 // and pid with the file store.
 func (r *relay) holder() string {
-	if ms, ok := r.saver.store.(*checkpoint.MySQLStore); ok {
+	if ms, ok := r.saver.store.(checkpoint.Claimer); ok {
 		if _, h := ms.OwnToken(); h != "" {
 			return h
 		}

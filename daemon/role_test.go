@@ -29,9 +29,9 @@ type fakeStorage struct {
 	saveErr error
 }
 
-func (f *fakeStorage) Load() (*checkpoint.Checkpoint, error) { return nil, nil }
-func (f *fakeStorage) Close() error                          { return nil }
-func (f *fakeStorage) Save(checkpoint.Checkpoint) error {
+func (f *fakeStorage) Load(context.Context) (*checkpoint.Checkpoint, error) { return nil, nil }
+func (f *fakeStorage) Close() error                                         { return nil }
+func (f *fakeStorage) Save(context.Context, checkpoint.Checkpoint) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.saves++
@@ -53,7 +53,7 @@ func mariaCP(set string) checkpoint.Checkpoint {
 // as a store failure would.
 func TestSavedStoreRefusesOnceTheGuardFails(t *testing.T) {
 	fs := &fakeStorage{}
-	s := newSavedStore(fs, nil)
+	s := newSavedStore(t.Context(), fs, nil)
 	var fenced atomic.Bool
 	s.setGuard(func() error {
 		if fenced.Load() {
@@ -62,12 +62,12 @@ func TestSavedStoreRefusesOnceTheGuardFails(t *testing.T) {
 		return nil
 	})
 	sctx, end := s.fault.session(context.Background())
-	if err := s.Save(mariaCP("0-1-1")); err != nil {
+	if err := s.Save(t.Context(), mariaCP("0-1-1")); err != nil {
 		t.Fatal(err)
 	}
 	fenced.Store(true)
 	for range 3 {
-		err := s.Save(mariaCP("0-1-2"))
+		err := s.Save(t.Context(), mariaCP("0-1-2"))
 		if !errors.Is(err, election.ErrFenced) {
 			t.Fatalf("save after the guard failed: %v, want an error wrapping the guard's", err)
 		}
@@ -85,7 +85,7 @@ func TestSavedStoreRefusesOnceTheGuardFails(t *testing.T) {
 		t.Errorf("end = %v", err)
 	}
 	s.setGuard(nil) // the next term's guard replaces it
-	if err := s.Save(mariaCP("0-1-3")); err != nil || fs.count() != 2 {
+	if err := s.Save(t.Context(), mariaCP("0-1-3")); err != nil || fs.count() != 2 {
 		t.Errorf("save without a guard: %v (%d saves)", err, fs.count())
 	}
 }
@@ -141,7 +141,7 @@ func (s *slowSink) Close() error { return nil }
 // draining the batches queued in the lanes into the broker beside the new holder.
 func TestSupersededSaveHaltsTheSession(t *testing.T) {
 	fs := &fakeStorage{saveErr: fmt.Errorf("row held by another: %w", checkpoint.ErrSuperseded)}
-	saver := newSavedStore(fs, nil)
+	saver := newSavedStore(t.Context(), fs, nil)
 	s := &slowSink{delay: 30 * time.Millisecond}
 	pl, err := pipeline.New(pipeline.Config{
 		Router: oneRouter{}, Sinks: map[string]sink.Sink{"main": s}, Saver: saver,

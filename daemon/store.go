@@ -43,7 +43,7 @@ func OpenStore(ctx context.Context, cfg *config.Config, log zerolog.Logger) (che
 // column, with the ALTER that adds it: the leader's first reconcile run would fail on it. A
 // writer that does not answer is left to the session's reconnects. It blocks on one query.
 func checkMarkColumn(ctx context.Context, store checkpoint.Storage) error {
-	ms, ok := store.(*checkpoint.MySQLStore)
+	ms, ok := store.(checkpoint.ReconcileMark)
 	if !ok {
 		return nil
 	}
@@ -62,12 +62,15 @@ func ScopeOf(cfg *config.Config) *checkpoint.Scope {
 // markLost writes last, the position this process loaded or saved, as a tombstone in place of
 // a checkpoint it found gone, and returns the error that stops it: a lost checkpoint is never
 // replaced by source.start, which would skip what was committed since last.
-func markLost(store checkpoint.Storage, cfg *config.Config, last checkpoint.Checkpoint, by, reason string) error {
+func markLost(ctx context.Context, store checkpoint.Storage, cfg *config.Config, last checkpoint.Checkpoint, by, reason string) error {
 	var err error
-	if ms, ok := store.(*checkpoint.MySQLStore); ok {
-		err = ms.MarkLost(last, by, reason)
+	// Written even while shutting down: the tombstone is what keeps the next start from
+	// guessing (each store bounds the write itself).
+	ctx = context.WithoutCancel(ctx)
+	if ts, ok := store.(checkpoint.Tombstoner); ok {
+		err = ts.MarkLost(ctx, last, by, reason)
 	} else {
-		err = store.Save(checkpoint.Tombstone(last, by, reason, time.Now()))
+		err = store.Save(ctx, checkpoint.Tombstone(last, by, reason, time.Now()))
 	}
 	lost := &checkpoint.LostError{Where: cfg.Checkpoint.Where(), GTIDSet: last.GTIDSet, Lost: checkpoint.Lost{At: time.Now().UTC(), By: by, Reason: reason}}
 	if err != nil {
@@ -151,7 +154,7 @@ func (f *storeFault) session(ctx context.Context) (context.Context, func() error
 // pingWriter waits, with the reconnect backoff, until the mysql store's writer answers again
 // before the next session (a no-op for the file store). It returns nil when ctx ends.
 func pingWriter(ctx context.Context, store checkpoint.Storage, log zerolog.Logger) {
-	ms, ok := store.(*checkpoint.MySQLStore)
+	ms, ok := store.(checkpoint.Pinger)
 	if !ok {
 		return
 	}
@@ -171,8 +174,8 @@ func pingWriter(ctx context.Context, store checkpoint.Storage, log zerolog.Logge
 // next transaction. It waits for the writer with the reconnect backoff while it is away and
 // returns nil when ctx ends; any other failure is returned (the daemon stops with it).
 func resumeSaved(ctx context.Context, saver *savedStore, start gtid.Set, log zerolog.Logger) error {
-	if _, mysql := saver.store.(*checkpoint.MySQLStore); !mysql || saver.state().last.GTIDSet == start.String() {
-		return nil // the file store's failed saves end the run (pipeline's SaveFailureLimit)
+	if _, away := saver.store.(checkpoint.Pinger); !away || saver.state().last.GTIDSet == start.String() {
+		return nil // a store that is never away (the file) ends the run on failed saves (pipeline's SaveFailureLimit)
 	}
 	if ctx.Err() != nil {
 		return nil
@@ -182,7 +185,7 @@ func resumeSaved(ctx context.Context, saver *savedStore, start gtid.Set, log zer
 		log.Warn().Err(err).Stringer("retry_in", in).Msg("checkpoint writer not reachable, waiting")
 	}
 	err := r.Do(ctx, func() error {
-		return saver.Save(checkpoint.Checkpoint{Flavor: start.Flavor(), GTIDSet: start.String(), SavedAt: time.Now().UTC()})
+		return saver.Save(ctx, checkpoint.Checkpoint{Flavor: start.Flavor(), GTIDSet: start.String(), SavedAt: time.Now().UTC()})
 	})
 	if err != nil && !errors.Is(err, checkpoint.ErrUnreachable) {
 		return fmt.Errorf("save the acknowledged position %s before reconnecting: %w: %w", start, pipeline.ErrCheckpointSave, err)

@@ -77,7 +77,7 @@ func checkStore(ctx context.Context, cfg *config.Config, r *CheckReport) {
 		return
 	}
 	// Not closed: that would close db, which the deferred Close above does.
-	if cp, err := st.Load(); err == nil {
+	if cp, err := st.Load(ctx); err == nil {
 		checkScope(cfg, cp, r)
 	} else {
 		fail("cannot read the checkpoint row", err)

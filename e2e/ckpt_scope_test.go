@@ -257,7 +257,7 @@ func writeFileCheckpoint(t *testing.T, path string, c checkpoint.Checkpoint) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if err := s.Save(c); err != nil {
+	if err := s.Save(t.Context(), c); err != nil {
 		t.Fatal(err)
 	}
 }

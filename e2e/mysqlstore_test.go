@@ -314,7 +314,7 @@ func TestMySQLStoreCheckAndCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	pos := w.position()
-	if err := fst.Save(checkpoint.Checkpoint{Flavor: gtid.MariaDB, GTIDSet: pos, File: "mysql-bin.000001", Pos: 77}); err != nil {
+	if err := fst.Save(t.Context(), checkpoint.Checkpoint{Flavor: gtid.MariaDB, GTIDSet: pos, File: "mysql-bin.000001", Pos: 77}); err != nil {
 		t.Fatal(err)
 	}
 	fst.Close()

@@ -40,7 +40,7 @@ type Change struct {
 type Roles struct {
 	Elector *Elector
 	// Claim makes this process the checkpoint's writer once the lock is granted (it bumps the
-	// epoch, checkpoint.MySQLStore.Claim) and returns the epoch. An error wrapping
+	// epoch, checkpoint.Claimer) and returns the epoch. An error wrapping
 	// checkpoint.ErrStoreMisconfigured ends Run; any other (unreachable, a lock wait) gives
 	// the lock back and competes again.
 	Claim func(ctx context.Context) (uint64, error)

@@ -223,7 +223,7 @@ func TestRolesShutdownDuringClaim(t *testing.T) {
 	e := newElector(t, openPool(t, srv.Addr), 2*time.Second, time.Second)
 	f := newFakeRelay()
 	ctx, cancel := context.WithCancel(t.Context())
-	f.claimHook = func(context.Context) { cancel() } // the claim itself succeeds (as MySQLStore.Claim, which has no ctx)
+	f.claimHook = func(context.Context) { cancel() } // the claim itself succeeds (its statements ran before the shutdown)
 	done := make(chan error, 1)
 	go func() { done <- f.roles(e, time.Second).Run(ctx) }()
 	select {

@@ -43,9 +43,11 @@ type IndexedRouter interface {
 	RouteIndexed(txn *binlog.Txn, ev *binlog.Event) (string, int, *sink.Message, error)
 }
 
-// Saver persists a checkpoint; *checkpoint.Store implements it.
+// Saver persists a checkpoint; every checkpoint.Storage implements it. Save blocks until the
+// write is durable or ctx ends; on error the previous checkpoint stands, and checkpoint.Fix
+// tells what the operator changes when saves keep failing.
 type Saver interface {
-	Save(c checkpoint.Checkpoint) error
+	Save(ctx context.Context, c checkpoint.Checkpoint) error
 }
 
 // Poison policies.
@@ -281,7 +283,9 @@ func (p *Pipeline) Run(ctx context.Context, in <-chan *binlog.Txn) error {
 	}
 	saverDone := make(chan struct{})
 	saverErr := make(chan error, 1)
-	go func() { saverErr <- p.saveLoop(saverDone, stopRun) }()
+	// Not runCtx: the final save runs after a shutdown ended it, and must still be written.
+	saveCtx := context.WithoutCancel(ctx)
+	go func() { saverErr <- p.saveLoop(saveCtx, saverDone, stopRun) }()
 
 	// The dispatcher stops when runCtx ends (shutdown, saver gave up) or a lane failed.
 	dispatchCtx, cancelDispatch := context.WithCancel(runCtx)

@@ -117,7 +117,7 @@ type memSaver struct {
 	saves []checkpoint.Checkpoint
 }
 
-func (m *memSaver) Save(c checkpoint.Checkpoint) error {
+func (m *memSaver) Save(ctx context.Context, c checkpoint.Checkpoint) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.saves = append(m.saves, c)

@@ -113,7 +113,7 @@ type checkingSaver struct {
 	last   int
 }
 
-func (s *checkingSaver) Save(c checkpoint.Checkpoint) error {
+func (s *checkingSaver) Save(ctx context.Context, c checkpoint.Checkpoint) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if seq, ok := s.sink.checkCovered(s.t, c, s.last, s.txnIDs); ok {

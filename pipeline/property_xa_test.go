@@ -151,7 +151,7 @@ type xaCheckingSaver struct {
 	failures int
 }
 
-func (s *xaCheckingSaver) Save(c checkpoint.Checkpoint) error {
+func (s *xaCheckingSaver) Save(ctx context.Context, c checkpoint.Checkpoint) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.rng.float() < s.failRate.Load().(float64) {

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/internal/logging"
 )
 
@@ -70,8 +71,9 @@ func (g *saveGate) set(open bool) {
 // saveLoop writes the checkpoint every interval while it moves, and once more, moved or not,
 // when done closes: every stop leaves the acknowledged position on disk. A failed save is
 // counted, logged (at most every maxSaveRetry) and retried with reading paused; when saves have failed for
-// SaveFailureLimit it calls stop with the error, which ends the run, and returns it.
-func (p *Pipeline) saveLoop(done <-chan struct{}, stop context.CancelCauseFunc) error {
+// SaveFailureLimit it calls stop with the error, which ends the run, and returns it. ctx
+// bounds each save; it must outlive done (the final save runs after a shutdown).
+func (p *Pipeline) saveLoop(ctx context.Context, done <-chan struct{}, stop context.CancelCauseFunc) error {
 	interval := p.cfg.CheckpointInterval
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
@@ -93,7 +95,7 @@ func (p *Pipeline) saveLoop(done <-chan struct{}, stop context.CancelCauseFunc) 
 		// transactions' events, were acknowledged: saving anything newer could lose
 		// messages on a crash.
 		c.SavedAt = p.cfg.Now().UTC()
-		if err := p.cfg.Saver.Save(c); err != nil {
+		if err := p.cfg.Saver.Save(ctx, c); err != nil {
 			p.m.CheckpointSaveFailed()
 			return &saveError{set: c.GTIDSet, err: err}
 		}
@@ -137,9 +139,15 @@ func (p *Pipeline) saveLoop(done <-chan struct{}, stop context.CancelCauseFunc) 
 			}
 			failures++
 			if now.Sub(failingSince) >= p.cfg.SaveFailureLimit {
+				// The store words the fix: the file store's is its directory, the mysql
+				// store's is not.
+				fix := checkpoint.Fix(err)
+				if fix == "" {
+					fix = "fix what the error says"
+				}
 				err = fmt.Errorf("%w; saves have failed since %s (%d attempts), so outboxd stops rather than relay what it cannot checkpoint: "+
-					"make the checkpoint's directory writable (full disk, read-only or immutable file system?) and start it again; "+
-					"what was sent since the last saved checkpoint will be resent", err, failingSince.Format(time.RFC3339), failures)
+					"%s and start it again; what was sent since the last saved checkpoint will be resent",
+					err, failingSince.Format(time.RFC3339), failures, fix)
 				stop(err)
 				return err
 			}

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,18 +26,23 @@ type flakySaver struct {
 	// taken, when set, is sampled into atFirst at the first attempt.
 	taken   *atomic.Int64
 	atFirst atomic.Int64
+	// err is what a failing save returns (errDiskGone when nil).
+	err error
 }
 
 var errDiskGone = errors.New("disk gone")
 
-func (f *flakySaver) Save(c checkpoint.Checkpoint) error {
+func (f *flakySaver) Save(ctx context.Context, c checkpoint.Checkpoint) error {
 	if f.attempts.Add(1) == 1 && f.taken != nil {
 		f.atFirst.Store(f.taken.Load())
 	}
 	if f.failing.Load() {
+		if f.err != nil {
+			return f.err
+		}
 		return errDiskGone
 	}
-	return f.memSaver.Save(c)
+	return f.memSaver.Save(ctx, c)
 }
 
 func saveTestPipeline(t *testing.T, saver Saver, start string, limit time.Duration, m *metrics.Metrics) *Pipeline {
@@ -125,6 +131,35 @@ func TestFailingSavesPauseReadingAndStopAfterTheLimit(t *testing.T) {
 	}
 	if got := counter(t, m, "outboxd_checkpoint_saves_total"); got != 0 {
 		t.Fatalf("saves metric %v, want 0", got)
+	}
+}
+
+// The error Run stops with after the limit tells the fix of the store that failed: a store
+// that is not a file (the mysql store's lock wait) is not told to make a directory writable.
+func TestSaveLimitErrorTellsTheStoresOwnFix(t *testing.T) {
+	const fix = "end the transaction that holds a lock on the checkpoint row"
+	for _, tc := range []struct {
+		name, want, notWant string
+		err                 error
+	}{
+		{"store fix", fix, "directory", checkpoint.WithFix(errors.New("lock wait timeout"), fix)},
+		{"no fix", "fix what the error says", "directory", errors.New("refused")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			saver := &flakySaver{err: tc.err}
+			saver.failing.Store(true)
+			p := saveTestPipeline(t, saver, "0-1-0", 50*time.Millisecond, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			in, _ := feeder(ctx, 10)
+			err := p.Run(ctx, in)
+			if !errors.Is(err, ErrCheckpointSave) || !errors.Is(err, tc.err) {
+				t.Fatalf("Run = %v, want ErrCheckpointSave wrapping the saver's error", err)
+			}
+			if msg := err.Error(); !strings.Contains(msg, tc.want+" and start it again") || strings.Contains(msg, tc.notWant) {
+				t.Fatalf("Run = %q, want the store's fix %q and no %q", msg, tc.want, tc.notWant)
+			}
+		})
 	}
 }
 

@@ -48,7 +48,7 @@ func Resolve(ctx context.Context, srv Server, cfg *config.Config, store checkpoi
 		// The set chooses where to read, not which checkpoint to trust: the first save would
 		// write over a lost checkpoint's last position or another config's checkpoint (the
 		// mysql store's claim refuses both too); `checkpoint set` replaces either on purpose.
-		cp, err := store.Load()
+		cp, err := store.Load(ctx)
 		if err != nil {
 			return gtid.Set{}, "", err
 		}
@@ -56,7 +56,7 @@ func Resolve(ctx context.Context, srv Server, cfg *config.Config, store checkpoi
 			return gtid.Set{}, "", fmt.Errorf("--from-gtid does not replace this checkpoint: %w", err)
 		}
 	default:
-		cp, err := store.Load()
+		cp, err := store.Load(ctx)
 		if err != nil {
 			return gtid.Set{}, "", err
 		}

@@ -48,9 +48,11 @@ type fakeStore struct {
 	loadErr error
 }
 
-func (s fakeStore) Load() (*checkpoint.Checkpoint, error) { return s.cp, s.loadErr }
-func (s fakeStore) Save(checkpoint.Checkpoint) error      { return errors.New("Resolve saved a checkpoint") }
-func (s fakeStore) Close() error                          { return nil }
+func (s fakeStore) Load(context.Context) (*checkpoint.Checkpoint, error) { return s.cp, s.loadErr }
+func (s fakeStore) Save(context.Context, checkpoint.Checkpoint) error {
+	return errors.New("Resolve saved a checkpoint")
+}
+func (s fakeStore) Close() error { return nil }
 
 const (
 	cpPath = "/var/lib/outboxd/checkpoint.json"

@@ -56,7 +56,7 @@ func cmdBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return err
 		}
 	}
-	old, err := store.Load()
+	old, err := store.Load(ctx)
 	if err != nil {
 		return err
 	}
@@ -113,7 +113,7 @@ func cmdBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 	}
 	cp := checkpoint.Checkpoint{Flavor: cfg.Source.Flavor, GTIDSet: snap.Position.String(), SavedAt: timeNow()}
-	if err := replaceCheckpoint(cfg, store, cp, "backfill"); err != nil {
+	if err := replaceCheckpoint(ctx, cfg, store, cp, "backfill"); err != nil {
 		return fmt.Errorf("the rows were sent but the checkpoint was not set: %w", err)
 	}
 	prev := "(none)"

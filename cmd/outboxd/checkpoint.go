@@ -41,7 +41,7 @@ func readStore(ctx context.Context, cfg *config.Config) (*checkpoint.Checkpoint,
 		return nil, err
 	}
 	defer st.Close()
-	return st.Load()
+	return st.Load(ctx)
 }
 
 // cmdCheckpointMigrate copies a checkpoint file into the mysql store: the one step of moving a
@@ -68,7 +68,7 @@ func cmdCheckpointMigrate(ctx context.Context, args []string, stdout, stderr io.
 		return err
 	}
 	defer file.Close()
-	cp, err := file.Load()
+	cp, err := file.Load(ctx)
 	if err != nil {
 		return err
 	}
@@ -91,7 +91,7 @@ func cmdCheckpointMigrate(ctx context.Context, args []string, stdout, stderr io.
 		return fmt.Errorf("checkpoint %s already holds %s: pass --overwrite to replace it with %s from %s",
 			cfg.Checkpoint.Where(), old.GTIDSet, cp.GTIDSet, *from)
 	}
-	if err := replaceCheckpoint(cfg, store, *cp, "checkpoint migrate"); err != nil {
+	if err := replaceCheckpoint(ctx, cfg, store, *cp, "checkpoint migrate"); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "checkpoint %s -> %s: %s\n", *from, cfg.Checkpoint.Where(), cp.GTIDSet)
@@ -119,7 +119,7 @@ func openStoreToReplace(ctx context.Context, cfg *config.Config, set gtid.Set, f
 			return nil, nil, err
 		}
 	}
-	old, err := store.Load()
+	old, err := store.Load(ctx)
 	if err != nil {
 		store.Close()
 		return nil, nil, err
@@ -157,11 +157,11 @@ func refuseWhileRunning(ctx context.Context, cfg *config.Config, store checkpoin
 	if err := refuseWhileLeading(ctx, cfg); err != nil {
 		return err
 	}
-	ms, ok := store.(*checkpoint.MySQLStore)
+	hl, ok := store.(checkpoint.HolderLocker)
 	if !ok {
 		return nil
 	}
-	holder, id, alive, err := ms.LiveHolder(ctx)
+	holder, id, alive, err := hl.LiveHolder(ctx)
 	if err != nil {
 		return err
 	}
@@ -176,14 +176,14 @@ func refuseWhileRunning(ctx context.Context, cfg *config.Config, store checkpoin
 // replaceCheckpoint writes cp for an operator, with cfg's scope unless cp has one: the mysql
 // store's row is taken over (its epoch bumped) so that an outboxd still running on it cannot
 // write over cp; the file is replaced under its lock. Either clears a tombstone.
-func replaceCheckpoint(cfg *config.Config, store checkpoint.Storage, cp checkpoint.Checkpoint, what string) error {
+func replaceCheckpoint(ctx context.Context, cfg *config.Config, store checkpoint.Storage, cp checkpoint.Checkpoint, what string) error {
 	if cp.Scope == nil {
 		cp.Scope = daemon.ScopeOf(cfg)
 	}
-	if ms, ok := store.(*checkpoint.MySQLStore); ok {
-		return ms.Overwrite(cp, "outboxd "+what+" "+election.NewHolderID())
+	if o, ok := store.(checkpoint.Overwriter); ok {
+		return o.Overwrite(ctx, cp, "outboxd "+what+" "+election.NewHolderID())
 	}
-	return store.Save(cp)
+	return store.Save(ctx, cp)
 }
 
 // validateAgainstSource checks a set as checkpoint set does before it is written.

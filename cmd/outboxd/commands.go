@@ -246,7 +246,7 @@ func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writ
 			return err
 		}
 	}
-	if err := replaceCheckpoint(cfg, store, cp, "checkpoint set"); err != nil {
+	if err := replaceCheckpoint(ctx, cfg, store, cp, "checkpoint set"); err != nil {
 		return err
 	}
 	prev := "(none)"
