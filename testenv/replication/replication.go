@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/testenv/mariadb"
 )
 
@@ -304,7 +305,13 @@ func waitCaughtUp(ctx context.Context, replica, primary *mariadb.Server) error {
 			return fmt.Errorf("replica %s: wait for %s: %w", replica.Addr, pos, err)
 		}
 		if r == "0" {
-			return nil
+			// MASTER_GTID_WAIT compares sequence numbers per domain: a diverged replica whose
+			// own transaction holds the same number (0-2-N where the primary wrote 0-1-N) passes
+			// it before its IO thread is refused. Caught up means it holds the primary's GTIDs.
+			ok, err := holds(ctx, replica, pos)
+			if err != nil || ok {
+				return err
+			}
 		}
 		st, err := slaveStatus(ctx, replica)
 		if err != nil {
@@ -318,6 +325,29 @@ func waitCaughtUp(ctx context.Context, replica, primary *mariadb.Server) error {
 				replica.Addr, pos, primary.Addr, st["Gtid_Slave_Pos"], ctx.Err())
 		}
 	}
+}
+
+// holds reports whether replica's binlog (log_slave_updates) holds every GTID of pos, by
+// domain and server id: a later sequence number of another server is not the primary's.
+func holds(ctx context.Context, replica *mariadb.Server, pos string) (bool, error) {
+	want, err := gtid.Parse(gtid.MariaDB, pos)
+	if err != nil {
+		return false, fmt.Errorf("primary position %q: %w", pos, err)
+	}
+	text, err := query1(ctx, replica, "SELECT @@GLOBAL.gtid_binlog_state")
+	if err != nil {
+		return false, fmt.Errorf("replica %s: %w", replica.Addr, err)
+	}
+	state, err := gtid.ParseBinlogState(text)
+	if err != nil {
+		return false, fmt.Errorf("replica %s: gtid_binlog_state: %w", replica.Addr, err)
+	}
+	for _, p := range want.Positions() {
+		if seq, ok := state.Last(p.Domain, p.Server); !ok || seq < p.Seq {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 type status map[string]string
