@@ -20,18 +20,7 @@ import (
 // --from-checkpoint) refuse while an outboxd runs on the checkpoint, naming its holder; once it
 // stopped the backfill runs.
 func TestMySQLStoreCommandsRefuseWhileRunning(t *testing.T) {
-	w := newWorld(t, sharedServer(t))
-	c := kafkaCluster(t, "orders")
-	o := simpleCfg(t, w, c, "")
-	table := useMySQLStore(w, &o, "busy")
-	cfgPath := writeCfg(t, o)
-	p := startBinary(t, "run", "--config", cfgPath)
-	g := w.commit(row{EventID: "e0", Key: "k", Topic: "orders", Payload: []byte("e0")})
-	waitStoreRow(t, w.db, table, "busy", g, 30*time.Second)
-	var holder string
-	if err := w.db.QueryRow("SELECT holder FROM " + table + " WHERE name = 'busy'").Scan(&holder); err != nil {
-		t.Fatal(err)
-	}
+	w, table, cfgPath, p, holder := runningOnMySQLStore(t, "busy")
 	before, _ := storeRow(t, w.db, table, "busy")
 
 	for _, args := range [][]string{

@@ -15,18 +15,7 @@ import (
 // that runs no query, a proxy's idle cut): the relay takes the lock again without waiting for
 // a new transaction to save, so checkpoint set goes on refusing beside it.
 func TestHolderLockRetakenWhileIdle(t *testing.T) {
-	w := newWorld(t, sharedServer(t))
-	c := kafkaCluster(t, "orders")
-	o := simpleCfg(t, w, c, "")
-	table := useMySQLStore(w, &o, "idle")
-	cfgPath := writeCfg(t, o)
-	p := startBinary(t, "run", "--config", cfgPath)
-	g := w.commit(row{EventID: "e0", Key: "k", Topic: "orders", Payload: []byte("e0")})
-	waitStoreRow(t, w.db, table, "idle", g, 30*time.Second)
-	var holder string
-	if err := w.db.QueryRow("SELECT holder FROM " + table + " WHERE name = 'idle'").Scan(&holder); err != nil {
-		t.Fatal(err)
-	}
+	w, table, cfgPath, p, holder := runningOnMySQLStore(t, "idle")
 	lock := checkpoint.HolderLockName(table, "idle", holder)
 	var id sql.NullInt64
 	if err := w.db.QueryRow("SELECT IS_USED_LOCK(?)", lock).Scan(&id); err != nil || !id.Valid {
@@ -58,4 +47,23 @@ func TestHolderLockRetakenWhileIdle(t *testing.T) {
 	if after, _ := storeRow(t, w.db, table, "idle"); after != before || !p.running() {
 		t.Fatalf("row %s -> %s, running %v", before, after, p.running())
 	}
+}
+
+// runningOnMySQLStore starts the outboxd binary without ha on a mysql-store checkpoint row
+// name, waits until the row covers a first delivered transaction, and returns the world, the
+// checkpoint table, the config's path, the process and the row's holder.
+func runningOnMySQLStore(t *testing.T, name string) (w *world, table, cfgPath string, p *proc, holder string) {
+	t.Helper()
+	w = newWorld(t, sharedServer(t))
+	c := kafkaCluster(t, "orders")
+	o := simpleCfg(t, w, c, "")
+	table = useMySQLStore(w, &o, name)
+	cfgPath = writeCfg(t, o)
+	p = startBinary(t, "run", "--config", cfgPath)
+	g := w.commit(row{EventID: "e0", Key: "k", Topic: "orders", Payload: []byte("e0")})
+	waitStoreRow(t, w.db, table, name, g, 30*time.Second)
+	if err := w.db.QueryRow("SELECT holder FROM "+table+" WHERE name = ?", name).Scan(&holder); err != nil {
+		t.Fatal(err)
+	}
+	return w, table, cfgPath, p, holder
 }
