@@ -91,7 +91,7 @@ func (t TableSpec) WatchUpdates() bool { return t.OnUpdate == "warn" || t.OnUpda
 // ColumnResolver returns a table's columns in ordinal order, as the table is defined now. The
 // Assembler uses it when a TABLE_MAP carries no column names (binlog_row_metadata=MINIMAL): the
 // names by position, and the types to check each row's TABLE_MAP against (see Column).
-// binlog/server.ColumnReader reads them from information_schema.
+// server.ColumnReader reads them from information_schema.
 type ColumnResolver interface {
 	Definitions(ctx context.Context, schema, table string) ([]Column, error)
 }

@@ -3,7 +3,7 @@ package binlog
 import (
 	"testing"
 
-	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/testenv/mariadb"
 )
 

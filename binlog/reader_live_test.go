@@ -14,7 +14,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/rs/zerolog"
 
-	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/testenv/mariadb"
 )

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/config"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/outboxtable"
 )

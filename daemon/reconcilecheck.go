@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/reconcile"
 )

@@ -4,7 +4,7 @@ import (
 	"context"
 	"database/sql"
 
-	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/reconcile"
 )

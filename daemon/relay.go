@@ -10,7 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outboxd/outboxd/binlog"
-	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/cleanup"
 	"github.com/outboxd/outboxd/config"

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/config"
 )
 

@@ -4,7 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/server"
 	"os"
 	"path/filepath"
 	"strings"

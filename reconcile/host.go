@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"time"
 
-	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/config"
 )
 

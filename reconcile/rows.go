@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/binlog"
-	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/sqlident"
 )

@@ -9,7 +9,7 @@ import (
 	"database/sql"
 	"strings"
 
-	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/gtid"
 )
 

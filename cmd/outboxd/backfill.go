@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/backfill"
-	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/daemon"
 )

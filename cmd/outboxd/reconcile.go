@@ -9,7 +9,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/daemon"
 	"github.com/outboxd/outboxd/reconcile"
 )

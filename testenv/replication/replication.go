@@ -21,7 +21,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/outboxd/outboxd/binlog/server"
+	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/testenv/mariadb"
 )
