@@ -7,8 +7,8 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
 
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/internal/sqlident"
+	"github.com/outboxd/outboxd/server"
 )
 
 // Column is one column of a table as information_schema.COLUMNS describes it now (the

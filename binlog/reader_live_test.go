@@ -14,8 +14,8 @@ import (
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/rs/zerolog"
 
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/testenv/mariadb"
 )
 

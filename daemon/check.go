@@ -11,9 +11,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/sink"
 )
 
@@ -92,7 +92,7 @@ func Check(ctx context.Context, cfg *config.Config, log zerolog.Logger) CheckRep
 // have to stream from any of them after a failover.
 func checkSource(ctx context.Context, cfg *config.Config, r *CheckReport) {
 	for _, addr := range cfg.Source.Addrs {
-		checkSourceAt(ctx, cfgAt(cfg, addr), r)
+		checkSourceAt(ctx, cfg.SourceAt(addr), r)
 	}
 	if len(cfg.Source.Addrs) == 0 { // a Config built in code without ApplyDefaults
 		checkSourceAt(ctx, cfg, r)
@@ -112,7 +112,7 @@ func checkSourceAt(ctx context.Context, cfg *config.Config, r *CheckReport) {
 			line: fmt.Sprintf("%s: %s", subject, msg),
 		})
 	}
-	db, err := server.Open(ctx, sourceConn(cfg))
+	db, err := server.Open(ctx, server.SourceConn(cfg))
 	if err != nil {
 		fail("cannot connect", err)
 		return

@@ -7,9 +7,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/server"
 )
 
 func checksOf(items []CheckItem) string {

@@ -11,11 +11,11 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/cleanup"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/pipeline"
 	"github.com/outboxd/outboxd/reconcile"
+	"github.com/outboxd/outboxd/server"
 )
 
 // cleanupRequest is what check and run verify on the writer when cleanup is on; ok is false
@@ -67,7 +67,7 @@ func checkCleanup(ctx context.Context, cfg *config.Config, r *CheckReport) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
-	conn := WriterConn(cfg)
+	conn := server.WriterConn(cfg)
 	subject := "cleanup writer " + conn.Addr
 	db, err := server.Open(ctx, conn)
 	if err == nil {
@@ -120,8 +120,8 @@ func openCleaner(ctx context.Context, cfg *config.Config, r *relay, log zerolog.
 	if _, ok := cleanupRequest(cfg); !ok {
 		return nil, func() {}, nil
 	}
-	conn := WriterConn(cfg)
-	db, err := openWithBackoff(ctx, conn, "cleanup writer", log)
+	conn := server.WriterConn(cfg)
+	db, err := server.OpenWithBackoff(ctx, conn, "cleanup writer", log)
 	if err != nil {
 		return nil, nil, fmt.Errorf("cleanup on checkpoint.writer_addr %s: %w", conn.Addr, err)
 	}
@@ -130,7 +130,7 @@ func openCleaner(ctx context.Context, cfg *config.Config, r *relay, log zerolog.
 		return nil, nil, err
 	}
 	var problems, skipped []string
-	if err := retryTransient(ctx, log, "cleanup writer not inspectable, retrying", func() (err error) {
+	if err := server.RetryTransient(ctx, log, "cleanup writer not inspectable, retrying", func() (err error) {
 		_, problems, skipped, err = inspectCleanup(ctx, db, conn.Addr, cfg)
 		return err
 	}); err != nil {

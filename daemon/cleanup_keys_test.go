@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/server"
 )
 
 // retention: 0 deletes by the primary key the TABLE_MAP carries, which only

@@ -4,12 +4,10 @@ package daemon
 
 import (
 	"context"
-	"crypto/tls"
 	"database/sql"
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,15 +18,14 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outboxd/outboxd/binlog"
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/election"
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/internal/sqlerr"
-	"github.com/outboxd/outboxd/internal/wait"
 	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/pipeline"
 	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/sink/kafka"
 	"github.com/outboxd/outboxd/sink/rocketmq"
@@ -56,12 +53,7 @@ type Options struct {
 	CleanupQueueKeys int
 }
 
-// Reconnect backoff after a lost source connection.
 const (
-	reconnectInitial = time.Second
-	reconnectMax     = 10 * time.Second
-	// reconnectReset: a session that streamed this long starts the backoff over.
-	reconnectReset = time.Minute
 	// sameIDDropLimit drops for another connection with our server_id within sameIDWindow stop
 	// the daemon: with the backoff above two such replicas cut each other off every few seconds.
 	sameIDDropLimit = 3
@@ -192,7 +184,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 
 // newReader is the binlog reader of the source, with db for the table columns.
 func newReader(ctx context.Context, cfg *config.Config, db *sql.DB, m *metrics.Metrics, layouts binlog.LayoutRecorder, log zerolog.Logger) (*binlog.Reader, error) {
-	dumpTLS, err := binlogTLS(ctx, cfg, db)
+	dumpTLS, err := server.BinlogTLS(ctx, cfg, db)
 	if err != nil {
 		return nil, err
 	}
@@ -360,49 +352,6 @@ func TableSpecs(cfg *config.Config) []binlog.TableSpec {
 	return specs
 }
 
-func sourceConn(cfg *config.Config) server.Conn { return SourceConn(cfg) }
-
-// SourceConn returns how to reach the source over SQL, with source.tls applied. Pure besides
-// reading a CA file of a Config built in code (one from config.Load has it in memory already).
-func SourceConn(cfg *config.Config) server.Conn {
-	c := server.Conn{Flavor: cfg.Source.Flavor, Addr: cfg.Source.Addr, User: cfg.Source.User, Password: cfg.Source.Password}
-	c.TLS = sourceTLS(cfg)
-	c.TLSFallback = cfg.Source.TLS.Enabled() && cfg.Source.TLS.Mode == config.TLSPreferred
-	return c
-}
-
-// sourceTLS returns the TLS configuration of source.tls, nil when disabled. A CA file that
-// cannot be read (only possible for a Config built in code) yields a configuration that fails
-// every handshake with that error: failing closed, never falling back to plain text.
-func sourceTLS(cfg *config.Config) *tls.Config {
-	host, _, err := net.SplitHostPort(cfg.Source.Addr)
-	if err != nil {
-		host = cfg.Source.Addr
-	}
-	t, err := cfg.Source.TLS.ClientConfig(host)
-	if err != nil {
-		return &tls.Config{VerifyConnection: func(tls.ConnectionState) error { return err }}
-	}
-	return t
-}
-
-// binlogTLS is the binlog connection's TLS: source.tls, except that with mode preferred it
-// follows what the SQL connection settled on, since go-mysql has no plain-text fallback.
-func binlogTLS(ctx context.Context, cfg *config.Config, db *sql.DB) (*tls.Config, error) {
-	t := sourceTLS(cfg)
-	if t == nil || cfg.Source.TLS.Mode != config.TLSPreferred {
-		return t, nil
-	}
-	on, err := server.UsesTLS(ctx, db)
-	if err != nil {
-		return nil, fmt.Errorf("source.tls.mode preferred: %w", err)
-	}
-	if !on {
-		return nil, nil
-	}
-	return t, nil
-}
-
 // staticTopics lists the destination topics of sink name that have no placeholders, the ones
 // check can verify before any row arrives.
 func staticTopics(cfg *config.Config, name string) []string {
@@ -489,7 +438,7 @@ func deadLetterOverride(cfg *config.Config, ids []string, log zerolog.Logger) (m
 // configuration error and ends the run at once. It returns the address it reached.
 func openSource(ctx context.Context, cfg *config.Config, log zerolog.Logger) (string, *sql.DB, error) {
 	if len(cfg.Source.Addrs) <= 1 {
-		db, err := openWithBackoff(ctx, sourceConn(cfg), "source", log)
+		db, err := server.OpenWithBackoff(ctx, server.SourceConn(cfg), "source", log)
 		return cfg.Source.Addr, db, err
 	}
 	var (
@@ -497,14 +446,14 @@ func openSource(ctx context.Context, cfg *config.Config, log zerolog.Logger) (st
 		db      *sql.DB
 		stop    bool // a candidate answered with an error, or ctx ended: not retried
 	)
-	r := reconnectRetry(func(error) bool { return !stop })
+	r := server.ReconnectRetry(func(error) bool { return !stop })
 	r.OnRetry = func(err error, in time.Duration) {
 		log.Warn().Err(err).Stringer("backoff", in).Msg("no source candidate reachable at start, retrying")
 	}
 	err := r.Do(ctx, func() error {
 		var errs []error
 		for _, addr := range cfg.Source.Addrs {
-			d, err := server.Open(ctx, sourceConn(cfgAt(cfg, addr)))
+			d, err := server.Open(ctx, server.SourceConn(cfg.SourceAt(addr)))
 			if err == nil {
 				reached, db = addr, d
 				return nil
@@ -518,47 +467,4 @@ func openSource(ctx context.Context, cfg *config.Config, log zerolog.Logger) (st
 		return errors.Join(errs...)
 	})
 	return reached, db, err
-}
-
-// openWithBackoff is openSource for any server; what names it in the log.
-func openWithBackoff(ctx context.Context, conn server.Conn, what string, log zerolog.Logger) (*sql.DB, error) {
-	var db *sql.DB
-	// The server answered (access denied, unknown database …): not retried.
-	r := reconnectRetry(func(err error) bool { return !sqlerr.Answered(err) && ctx.Err() == nil })
-	r.OnRetry = func(err error, in time.Duration) {
-		log.Warn().Err(err).Stringer("backoff", in).Msg(what + " not reachable at start, retrying")
-	}
-	err := r.Do(ctx, func() (err error) {
-		db, err = server.Open(ctx, conn)
-		return err
-	})
-	return db, err
-}
-
-// retryTransient calls f until it returns nil or an error that is an answer rather than a
-// broken connection (sqlerr.Transient), waiting the reconnect backoff between tries and logging
-// msg at each; when ctx ends while it waits, it returns ctx's error. For start-up queries, which wait for a
-// server that is restarting (or a reset path) rather than exit.
-func retryTransient(ctx context.Context, log zerolog.Logger, msg string, f func() error) error {
-	r := reconnectRetry(func(err error) bool { return sqlerr.Transient(err) && ctx.Err() == nil })
-	r.OnRetry = func(err error, in time.Duration) {
-		log.Warn().Err(err).Stringer("retry_in", in).Msg(msg)
-	}
-	err := r.Do(ctx, f)
-	if err != nil && sqlerr.Transient(err) && ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return err
-}
-
-// reconnectRetry is the reconnect backoff (reconnectInitial doubling to reconnectMax) that
-// retries the errors again accepts; the caller sets the log line (OnRetry).
-func reconnectRetry(again func(error) bool) wait.Retry {
-	return wait.Retry{Backoff: reconnectBackoff(), Again: again}
-}
-
-// reconnectBackoff is the backoff after a lost source connection, shared by every loop that
-// waits for a server or the checkpoint writer.
-func reconnectBackoff() wait.Backoff {
-	return wait.Backoff{Initial: reconnectInitial, Max: reconnectMax}
 }

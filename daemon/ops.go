@@ -12,7 +12,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outboxd/outboxd/admin"
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/election"
@@ -21,6 +20,7 @@ import (
 	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/pipeline"
 	"github.com/outboxd/outboxd/reconcile"
+	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/sink"
 )
 
@@ -347,7 +347,7 @@ func (o *ops) heartbeatLoop(ctx context.Context, hb *config.Heartbeat) {
 			wctx, cancel := context.WithTimeout(ctx, max(hb.Interval, 2*time.Second))
 			defer cancel()
 			if db == nil {
-				d, err := server.Open(wctx, sourceConn(o.cfg))
+				d, err := server.Open(wctx, server.SourceConn(o.cfg))
 				if err != nil {
 					return err
 				}

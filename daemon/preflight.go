@@ -10,9 +10,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/outboxtable"
+	"github.com/outboxd/outboxd/server"
 )
 
 // ErrPreflight: the source server or the account is not set up for outboxd (what `outboxd check`
@@ -147,7 +147,7 @@ func startPreflight(ctx context.Context, db *sql.DB, cfg *config.Config, log zer
 // start-up into nil).
 func startPreflightWaiting(ctx context.Context, db *sql.DB, cfg *config.Config, log zerolog.Logger) error {
 	check := startPreflight
-	return retryTransient(ctx, log, "source not inspectable at start, retrying", func() error {
+	return server.RetryTransient(ctx, log, "source not inspectable at start, retrying", func() error {
 		err := check(ctx, db, cfg, log)
 		check = preflight // the skipped checks are named once
 		return err

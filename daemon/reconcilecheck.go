@@ -7,9 +7,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/reconcile"
+	"github.com/outboxd/outboxd/server"
 )
 
 // CheckReconcile is the CheckItem.Check of check's line about the periodic reconcile.

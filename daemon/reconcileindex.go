@@ -4,9 +4,9 @@ import (
 	"context"
 	"database/sql"
 
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/reconcile"
+	"github.com/outboxd/outboxd/server"
 )
 
 // reconcileIndexWarnings warns, with the periodic reconcile on, about each outbox table whose

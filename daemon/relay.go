@@ -10,7 +10,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outboxd/outboxd/binlog"
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/cleanup"
 	"github.com/outboxd/outboxd/config"
@@ -22,6 +21,7 @@ import (
 	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/pipeline"
 	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/startpos"
 )
@@ -83,7 +83,7 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 		Str("from", origin).Msg("starting")
 	// A writer that is away (mysql store) is waited for: nothing streams before the start is
 	// saved, and the start does not change meanwhile.
-	prepare := reconnectRetry(func(err error) bool { return errors.Is(err, checkpoint.ErrUnreachable) && ctx.Err() == nil })
+	prepare := server.ReconnectRetry(func(err error) bool { return errors.Is(err, checkpoint.ErrUnreachable) && ctx.Err() == nil })
 	prepare.OnRetry = func(err error, in time.Duration) {
 		log.Warn().Err(err).Stringer("retry_in", in).Msg("start position not saved: the checkpoint writer is not reachable, retrying")
 	}
@@ -99,7 +99,7 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 	stopCleanup := r.runCleanup(ctx) // a leader's duty: only for this term
 	defer stopCleanup()
 	r.streamed.Store(true)
-	backoff := reconnectBackoff()
+	backoff := server.ReconnectBackoff()
 	var sameIDDrops serverIDDrops
 	for {
 		pl, err := pipeline.New(pipeline.Config{
@@ -167,7 +167,7 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 				return ferr
 			}
 		}
-		if time.Since(began) >= reconnectReset {
+		if time.Since(began) >= server.ReconnectReset {
 			backoff.Reset()
 		}
 		log.Warn().Err(err).Stringer("retry_in", backoff.Next()).Str("gtid_set", start.String()).
@@ -245,7 +245,7 @@ func (r *relay) resolve(ctx context.Context, fromGTID string) (gtid.Set, string,
 			}
 		}
 	}
-	backoff := reconnectBackoff()
+	backoff := server.ReconnectBackoff()
 	verified := r.src.verified // Run's preflight checked it, for the first term only
 	r.src.verified = ""
 	for {
@@ -292,7 +292,7 @@ func (r *relay) resolve(ctx context.Context, fromGTID string) (gtid.Set, string,
 // queries are, not an exit.
 func (r *relay) loadCheckpoint(ctx context.Context) (*checkpoint.Checkpoint, error) {
 	var c *checkpoint.Checkpoint
-	err := retryTransient(ctx, r.log, "checkpoint not loaded: the store connection failed, retrying", func() (err error) {
+	err := server.RetryTransient(ctx, r.log, "checkpoint not loaded: the store connection failed, retrying", func() (err error) {
 		c, err = r.saver.store.Load(ctx)
 		return err
 	})

@@ -7,8 +7,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/server"
 )
 
 // retentionInterval is how often the leader reads the source's binlog retention and the age of
@@ -40,7 +40,7 @@ func (o *ops) sampleRetention(ctx context.Context, st *retentionSampler) {
 	if err == nil {
 		o.m.SetBinlogRetention(r.Period)
 		var oldest server.OldestBinlog
-		if oldest, _, err = server.OldestBinlogFile(qctx, db, sourceConn(o.src.at(addr))); err == nil {
+		if oldest, _, err = server.OldestBinlogFile(qctx, db, server.SourceConn(o.src.at(addr))); err == nil {
 			o.m.SetOldestBinlog(oldest.Created)
 		}
 	}

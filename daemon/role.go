@@ -13,11 +13,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outboxd/outboxd/admin"
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/election"
 	"github.com/outboxd/outboxd/metrics"
+	"github.com/outboxd/outboxd/server"
 )
 
 // roleState is this process's role as /status, /readyz and the metrics report it.
@@ -95,17 +95,17 @@ func newRoles(ctx context.Context, cfg *config.Config, r *relay, log zerolog.Log
 	if !ok {
 		return nil, errors.New("ha.enabled needs checkpoint.store: mysql") // config validation says why
 	}
-	conn := WriterConn(cfg)
+	conn := server.WriterConn(cfg)
 	// Waited for like the store's writer: a writer restarting (or a reset path) at start is
 	// not a reason to exit.
-	db, err := openWithBackoff(ctx, conn, "leader lock writer", log)
+	db, err := server.OpenWithBackoff(ctx, conn, "leader lock writer", log)
 	if err != nil {
 		return nil, fmt.Errorf("leader lock on checkpoint.writer_addr %s: %w", conn.Addr, err)
 	}
 	if !slices.Contains(cfg.Source.SkipChecks, server.CheckCheckpointWriter) {
 		// Gone again right away (restarting, a reset path): waited for as at start.
 		var ro bool
-		err := retryTransient(ctx, log, "checkpoint writer's read_only not read: the connection failed, retrying", func() (err error) {
+		err := server.RetryTransient(ctx, log, "checkpoint writer's read_only not read: the connection failed, retrying", func() (err error) {
 			ro, err = server.ReadOnly(ctx, db)
 			return err
 		})
@@ -178,7 +178,7 @@ func (r *relay) claimAlone(ctx context.Context) (uint64, error) {
 	holder := election.NewHolderID()
 	var epoch uint64
 	// A claim that a shutdown cut short is no failure to retry, nor to log.
-	retry := reconnectRetry(func(err error) bool { return !errors.Is(err, checkpoint.ErrStoreMisconfigured) && ctx.Err() == nil })
+	retry := server.ReconnectRetry(func(err error) bool { return !errors.Is(err, checkpoint.ErrStoreMisconfigured) && ctx.Err() == nil })
 	retry.OnRetry = func(err error, in time.Duration) {
 		r.log.Warn().Err(err).Stringer("retry_in", in).Msg("checkpoint row not claimed (writer unreachable, or a lock wait), retrying")
 	}

@@ -5,8 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/server"
 )
 
 // shapeColumns are the message-shape columns of t (columns.timestamp, columns.partition,

@@ -10,12 +10,12 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outboxd/outboxd/binlog"
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/failover"
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/internal/sqlerr"
 	"github.com/outboxd/outboxd/metrics"
+	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/startpos"
 )
 
@@ -46,16 +46,7 @@ func newSources(cfg *config.Config, m *metrics.Metrics, log zerolog.Logger) *sou
 }
 
 // at is the config with source.addr set to addr (cfgAt).
-func (s *sources) at(addr string) *config.Config { return cfgAt(s.cfg, addr) }
-
-// cfgAt is a shallow copy of cfg with source.addr set to addr: every function that takes the
-// config and talks to "the source" then talks to that server (a candidate of source.addrs, the
-// checkpoint writer), verifies its TLS name, and names it in messages. Pure.
-func cfgAt(cfg *config.Config, addr string) *config.Config {
-	c := *cfg
-	c.Source.Addr = addr
-	return &c
-}
+func (s *sources) at(addr string) *config.Config { return s.cfg.SourceAt(addr) }
 
 // current is the candidate streaming now (or last), and its pool (nil before it was opened).
 func (s *sources) current() (string, *sql.DB) {
@@ -72,7 +63,7 @@ func (s *sources) open(ctx context.Context, addr string) (*sql.DB, error) {
 	if db != nil {
 		return db, nil
 	}
-	db, err := server.Open(ctx, SourceConn(s.at(addr)))
+	db, err := server.Open(ctx, server.SourceConn(s.at(addr)))
 	if err != nil {
 		return nil, err
 	}

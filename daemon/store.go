@@ -11,11 +11,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outboxd/outboxd/binlog"
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/pipeline"
+	"github.com/outboxd/outboxd/server"
 )
 
 // OpenStore opens the configured checkpoint store: the file (locked until Close) or the row of
@@ -26,8 +26,8 @@ func OpenStore(ctx context.Context, cfg *config.Config, log zerolog.Logger) (che
 	if !cfg.Checkpoint.MySQL() {
 		return checkpoint.Open(cfg.Checkpoint.Path)
 	}
-	conn := WriterConn(cfg)
-	db, err := openWithBackoff(ctx, conn, "checkpoint writer", log)
+	conn := server.WriterConn(cfg)
+	db, err := server.OpenWithBackoff(ctx, conn, "checkpoint writer", log)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint.writer_addr %s: %w", conn.Addr, err)
 	}
@@ -77,15 +77,6 @@ func markLost(ctx context.Context, store checkpoint.Storage, cfg *config.Config,
 		return fmt.Errorf("%w (the tombstone was not written: %w)", lost, err)
 	}
 	return lost
-}
-
-// WriterConn is how the mysql store reaches the writable primary: source's credentials and TLS
-// at checkpoint.writer_addr. Pure.
-func WriterConn(cfg *config.Config) server.Conn {
-	if a := cfg.Checkpoint.WriterAddr; a != "" {
-		return SourceConn(cfgAt(cfg, a)) // verified by its own name, not the source's
-	}
-	return SourceConn(cfg)
 }
 
 // checkpointTable is the table the reader marks as outboxd's own (zero for the file store).
@@ -161,7 +152,7 @@ func pingWriter(ctx context.Context, store checkpoint.Storage, log zerolog.Logge
 	if ctx.Err() != nil {
 		return
 	}
-	r := reconnectRetry(nil) // every failed ping is waited out, until ctx ends
+	r := server.ReconnectRetry(nil) // every failed ping is waited out, until ctx ends
 	r.OnRetry = func(err error, in time.Duration) {
 		log.Warn().Err(err).Stringer("retry_in", in).Msg("checkpoint writer not reachable, waiting")
 	}
@@ -180,7 +171,7 @@ func resumeSaved(ctx context.Context, saver *savedStore, start gtid.Set, log zer
 	if ctx.Err() != nil {
 		return nil
 	}
-	r := reconnectRetry(func(err error) bool { return errors.Is(err, checkpoint.ErrUnreachable) })
+	r := server.ReconnectRetry(func(err error) bool { return errors.Is(err, checkpoint.ErrUnreachable) })
 	r.OnRetry = func(err error, in time.Duration) {
 		log.Warn().Err(err).Stringer("retry_in", in).Msg("checkpoint writer not reachable, waiting")
 	}

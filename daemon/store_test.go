@@ -9,6 +9,7 @@ import (
 	"github.com/outboxd/outboxd/binlog"
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/server"
 )
 
 func TestStoreFaultEndsTheSession(t *testing.T) {
@@ -50,7 +51,7 @@ func TestStoreFaultEndsTheSession(t *testing.T) {
 func TestWriterConn(t *testing.T) {
 	cfg := &config.Config{Source: config.Source{Flavor: "mariadb", Addr: "replica:3306", User: "u", Password: "p"},
 		Checkpoint: config.Checkpoint{Store: "mysql", Table: "o.c", Name: "n", WriterAddr: "primary:3306"}}
-	c := WriterConn(cfg)
+	c := server.WriterConn(cfg)
 	if c.Addr != "primary:3306" || c.User != "u" || c.Password != "p" {
 		t.Fatalf("WriterConn = %+v", c)
 	}

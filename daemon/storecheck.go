@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/server"
 )
 
 // checkpointTableRequest is what check verifies of the mysql store's table.
@@ -33,7 +33,7 @@ func checkStore(ctx context.Context, cfg *config.Config, r *CheckReport) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
-	conn := WriterConn(cfg)
+	conn := server.WriterConn(cfg)
 	subject := "checkpoint writer " + conn.Addr
 	fail := func(what string, err error) {
 		msg := fmt.Sprintf("%s: %v", what, err)

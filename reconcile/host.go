@@ -5,8 +5,8 @@ import (
 	"database/sql"
 	"time"
 
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/server"
 )
 
 // What the periodic reconcile (periodic.go) reads of the daemon and of the source server, as

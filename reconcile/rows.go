@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/binlog"
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/internal/sqlident"
+	"github.com/outboxd/outboxd/server"
 )
 
 // row is one outbox row of the window, as the router needs it.

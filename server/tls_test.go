@@ -8,10 +8,10 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/client"
 
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/internal/testcert"
+	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/testenv/mariadb"
 )
 

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/testenv/mariadb"
 	"github.com/outboxd/outboxd/testenv/replication"
 )

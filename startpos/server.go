@@ -9,8 +9,8 @@ import (
 	"database/sql"
 	"strings"
 
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/server"
 )
 
 // Server is what start resolution needs to know of the source server. Implementations block

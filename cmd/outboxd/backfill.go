@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/backfill"
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/daemon"
+	"github.com/outboxd/outboxd/server"
 )
 
 // cmdBackfill wires the backfill: the checkpoint store (held, or its leader lock checked, for the
@@ -65,7 +65,7 @@ func cmdBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			"backfill sets the checkpoint to its snapshot and would skip the transactions in between whose rows --where does not select. "+
 			"Pass --overwrite if that is meant (see the README), or point checkpoint.path/name elsewhere", cfg.Checkpoint.Where(), old.GTIDSet)}
 	}
-	db, err := server.Open(ctx, daemon.WriterConn(cfg))
+	db, err := server.Open(ctx, server.WriterConn(cfg))
 	if err != nil {
 		return fmt.Errorf("connect to the primary: %w", err)
 	}

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/daemon"
 	"github.com/outboxd/outboxd/election"
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/startpos"
 )
 
@@ -21,7 +21,7 @@ func openCLIStore(ctx context.Context, cfg *config.Config) (checkpoint.Storage, 
 	if !cfg.Checkpoint.MySQL() {
 		return checkpoint.Open(cfg.Checkpoint.Path)
 	}
-	conn := daemon.WriterConn(cfg)
+	conn := server.WriterConn(cfg)
 	db, err := server.Open(ctx, conn)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint.writer_addr: %w", err)
@@ -131,7 +131,7 @@ func openStoreToReplace(ctx context.Context, cfg *config.Config, set gtid.Set, f
 // under a running leader would be overwritten by its next save, or (the row's epoch moves)
 // stop it.
 func refuseWhileLeading(ctx context.Context, cfg *config.Config) error {
-	conn := daemon.WriterConn(cfg)
+	conn := server.WriterConn(cfg)
 	db, err := server.Open(ctx, conn)
 	if err != nil {
 		return fmt.Errorf("checkpoint.writer_addr %s: check the leader lock: %w", conn.Addr, err)
@@ -168,7 +168,7 @@ func refuseWhileRunning(ctx context.Context, cfg *config.Config, store checkpoin
 	if alive {
 		return &exitError{code: 1, err: fmt.Errorf("an outboxd runs on checkpoint %s: its holder %q holds its lock (connection %d on %s); "+
 			"stop that outboxd (every replica of the deployment) first, or pass --ignore-leader to go on anyway (it is then superseded at its next save and exits without saving)",
-			cfg.Checkpoint.Where(), holder, id, daemon.WriterConn(cfg).Addr)}
+			cfg.Checkpoint.Where(), holder, id, server.WriterConn(cfg).Addr)}
 	}
 	return nil
 }
@@ -188,7 +188,7 @@ func replaceCheckpoint(ctx context.Context, cfg *config.Config, store checkpoint
 
 // validateAgainstSource checks a set as checkpoint set does before it is written.
 func validateAgainstSource(ctx context.Context, cfg *config.Config, set gtid.Set) error {
-	db, err := server.Open(ctx, daemon.SourceConn(cfg))
+	db, err := server.Open(ctx, server.SourceConn(cfg))
 	if err != nil {
 		return fmt.Errorf("connect to source to validate the checkpoint (pass --force to skip): %w", err)
 	}
@@ -199,7 +199,7 @@ func validateAgainstSource(ctx context.Context, cfg *config.Config, set gtid.Set
 // currentLayouts reads the outbox tables' layouts on the source for checkpoint set
 // --accept-layout.
 func currentLayouts(ctx context.Context, cfg *config.Config) (checkpoint.Layouts, error) {
-	db, err := server.Open(ctx, daemon.SourceConn(cfg))
+	db, err := server.Open(ctx, server.SourceConn(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("connect to source to read the outbox tables' layouts: %w", err)
 	}

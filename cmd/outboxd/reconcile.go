@@ -9,9 +9,8 @@ import (
 	"os"
 	"strings"
 
-	"github.com/outboxd/outboxd/server"
-	"github.com/outboxd/outboxd/daemon"
 	"github.com/outboxd/outboxd/reconcile"
+	"github.com/outboxd/outboxd/server"
 )
 
 func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -45,7 +44,7 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			r.Close()
 		}
 	}()
-	db, err := server.Open(ctx, daemon.SourceConn(cfg))
+	db, err := server.Open(ctx, server.SourceConn(cfg))
 	if err != nil {
 		return fmt.Errorf("source %s: %w", cfg.Source.Addr, err)
 	}

@@ -21,8 +21,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/testenv/mariadb"
 )
 
