@@ -15,6 +15,7 @@ import (
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/sink"
+	"github.com/outboxd/outboxd/sink/sinks"
 )
 
 // Names of the checks Check runs besides the source's settings (those are server.CheckNames).
@@ -209,9 +210,9 @@ func verifiedSource(req server.Request, found []server.Problem) []CheckItem {
 // checkSinks opens every sink on its own and checks the opened ones at once: first that the
 // brokers answer, then each static topic, so that each failure is reported under its own name.
 func checkSinks(ctx context.Context, cfg *config.Config, log zerolog.Logger, r *CheckReport) {
-	sinks, failed := openEachSink(cfg, log)
+	opened, failed := sinks.OpenEach(cfg, log)
 	defer func() {
-		for _, s := range sinks {
+		for _, s := range opened {
 			s.Close()
 		}
 	}()
@@ -229,7 +230,7 @@ func checkSinks(ctx context.Context, cfg *config.Config, log zerolog.Logger, r *
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = checkSink(ctx, name, sinks[name], staticTopics(cfg, name))
+			results[i] = checkSink(ctx, name, opened[name], sinks.StaticTopics(cfg, name))
 		}()
 	}
 	wg.Wait()

@@ -5,9 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rs/zerolog"
-
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/server"
 )
@@ -62,35 +59,5 @@ func TestVerifiedSource(t *testing.T) {
 		if got := checksOf(verifiedSource(c.req, c.found)); got != c.want {
 			t.Errorf("%s:\n got %s\nwant %s", c.name, got, c.want)
 		}
-	}
-}
-
-// A sink that fails to open does not keep the others from opening; OpenSinks (run) still fails
-// as a whole, naming every sink that failed.
-func TestOpenEachSinkOpensTheOthers(t *testing.T) {
-	cfg, err := config.Parse([]byte(`source: {flavor: mariadb, addr: "127.0.0.1:1", user: u, password: "", server_id: 7}
-tables: [{table: shop.outbox_event}]
-sinks:
-  good: {type: kafka, brokers: ["127.0.0.1:1"]}
-  small1: {type: kafka, brokers: ["127.0.0.1:1"], max_message_bytes: 100}
-  small2: {type: kafka, brokers: ["127.0.0.1:1"], max_message_bytes: 200}
-routes: [{sink: good}, {sink: small1}, {sink: small2}]
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sinks, failed := openEachSink(cfg, zerolog.Nop())
-	defer func() {
-		for _, s := range sinks {
-			s.Close()
-		}
-	}()
-	if len(sinks) != 1 || sinks["good"] == nil || len(failed) != 2 ||
-		!strings.HasPrefix(failed["small1"].Error(), "sinks.small1: ") || !strings.HasPrefix(failed["small2"].Error(), "sinks.small2: ") {
-		t.Fatalf("opened %v, failed %v; want good opened and small1, small2 failed under their names", sinks, failed)
-	}
-	_, err = OpenSinks(cfg, zerolog.Nop())
-	if err == nil || !strings.Contains(err.Error(), "sinks.small1: ") || !strings.Contains(err.Error(), "sinks.small2: ") {
-		t.Fatalf("OpenSinks: %v, want an error naming small1 and small2", err)
 	}
 }

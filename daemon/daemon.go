@@ -7,7 +7,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,9 +25,7 @@ import (
 	"github.com/outboxd/outboxd/pipeline"
 	"github.com/outboxd/outboxd/router"
 	"github.com/outboxd/outboxd/server"
-	"github.com/outboxd/outboxd/sink"
-	"github.com/outboxd/outboxd/sink/kafka"
-	"github.com/outboxd/outboxd/sink/rocketmq"
+	"github.com/outboxd/outboxd/sink/sinks"
 )
 
 // Options are the run command's flags.
@@ -117,16 +114,16 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 		r.src.verified = addr
 	}
 
-	sinks, err := OpenSinks(cfg, log)
+	opened, err := sinks.Open(cfg, log)
 	if err != nil {
 		return err
 	}
 	defer func() {
-		for _, s := range sinks {
+		for _, s := range opened {
 			s.Close()
 		}
 	}()
-	r.sinks = sinks
+	r.sinks = opened
 	if r.router, err = router.New(cfg); err != nil {
 		return err
 	}
@@ -163,7 +160,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 		}
 		r.role.set(roleState{Role: election.RoleLeader, Epoch: epoch, Since: time.Now(), Reason: "ha disabled"}, r.m)
 	}
-	r.ops = &ops{cfg: cfg, m: r.m, sinks: sinks, src: r.src, saved: r.saver, started: started, version: o.Version, log: log, role: &r.role, now: o.Now}
+	r.ops = &ops{cfg: cfg, m: r.m, sinks: opened, src: r.src, saved: r.saver, started: started, version: o.Version, log: log, role: &r.role, now: o.Now}
 	// The operator side (admin server, position sampler, heartbeat row) lives as long as Run
 	// and never decides its outcome.
 	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
@@ -257,78 +254,6 @@ func runSession(ctx context.Context, reader *binlog.Reader, pl *pipeline.Pipelin
 	return g.Wait()
 }
 
-// OpenSinks creates every configured sink. On error none is left open, and the error names
-// every sink that failed (sinks.<name>: ...), sorted by name.
-func OpenSinks(cfg *config.Config, log zerolog.Logger) (map[string]sink.Sink, error) {
-	sinks, failed := openEachSink(cfg, log)
-	if len(failed) == 0 {
-		return sinks, nil
-	}
-	for _, s := range sinks {
-		s.Close()
-	}
-	errs := make([]error, 0, len(failed))
-	for _, name := range slices.Sorted(maps.Keys(failed)) {
-		errs = append(errs, failed[name])
-	}
-	return nil, errors.Join(errs...)
-}
-
-// openEachSink creates every configured sink, each on its own: one that fails to open does not
-// keep the others from opening (check reports each). failed maps a sink's name to its error,
-// which starts with "sinks.<name>: "; the caller closes the sinks it got.
-func openEachSink(cfg *config.Config, log zerolog.Logger) (sinks map[string]sink.Sink, failed map[string]error) {
-	sinks = make(map[string]sink.Sink, len(cfg.Sinks))
-	failed = map[string]error{}
-	for _, sc := range cfg.Sinks {
-		if sc.Type == "rocketmq" {
-			// The RocketMQ client's logger is process-wide: route it once, warnings and up.
-			rocketmq.RouteClientLog(log, zerolog.WarnLevel)
-			break
-		}
-	}
-	for name, sc := range cfg.Sinks {
-		var s sink.Sink
-		var err error
-		switch sc.Type {
-		case "kafka":
-			kc := kafka.Config{
-				Brokers:         sc.Brokers,
-				ClientID:        sc.ClientID,
-				Timeout:         sc.Timeout,
-				MaxMessageBytes: sc.MaxMessageBytes,
-				Logger:          log, // the sink adds sink=name
-			}
-			if kc.TLS, err = sc.TLS.ClientConfig(); err != nil {
-				break
-			}
-			if a := sc.SASL; a != nil {
-				kc.SASL = &kafka.SASL{Mechanism: a.Mechanism, Username: a.Username, Password: a.Password}
-			}
-			s, err = kafka.New(name, kc)
-		case "rocketmq":
-			s, err = rocketmq.New(name, rocketmq.Config{
-				NameServers: sc.Nameservers,
-				Group:       sc.Group,
-				Namespace:   sc.Namespace,
-				AccessKey:   sc.AccessKey,
-				SecretKey:   sc.SecretKey,
-				SendTimeout: sc.SendTimeout,
-				Name:        name,
-				Logger:      log, // the sink adds sink=name
-			})
-		default:
-			err = fmt.Errorf("sink type %q is not supported by this build", sc.Type)
-		}
-		if err != nil {
-			failed[name] = fmt.Errorf("sinks.%s: %w", name, err)
-			continue
-		}
-		sinks[name] = s
-	}
-	return sinks, failed
-}
-
 // TableSpecs turns the configured outbox tables into the reader's table list.
 func TableSpecs(cfg *config.Config) []binlog.TableSpec {
 	specs := make([]binlog.TableSpec, 0, len(cfg.Tables))
@@ -350,21 +275,6 @@ func TableSpecs(cfg *config.Config) []binlog.TableSpec {
 		})
 	}
 	return specs
-}
-
-// staticTopics lists the destination topics of sink name that have no placeholders, the ones
-// check can verify before any row arrives.
-func staticTopics(cfg *config.Config, name string) []string {
-	var topics []string
-	for _, r := range cfg.Routes {
-		if r.Sink == name && !strings.Contains(r.Topic, "{") {
-			topics = append(topics, r.Topic)
-		}
-	}
-	if dl := cfg.DeadLetter; dl != nil && cfg.OnPoison == pipeline.PoisonDeadLetter && dl.Sink == name {
-		topics = append(topics, dl.Topic)
-	}
-	return topics
 }
 
 // declareSinks creates every sink's and route's series at 0.

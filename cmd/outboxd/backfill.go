@@ -11,6 +11,7 @@ import (
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/daemon"
 	"github.com/outboxd/outboxd/server"
+	"github.com/outboxd/outboxd/sink/sinks"
 )
 
 // cmdBackfill wires the backfill: the checkpoint store (held, or its leader lock checked, for the
@@ -76,16 +77,16 @@ func cmdBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		Logger:   log, DeadLetterEvents: dl, Audit: audit,
 	}
 	if !*dryRun {
-		sinks, err := daemon.OpenSinks(cfg, log)
+		opened, err := sinks.Open(cfg, log)
 		if err != nil {
 			return err
 		}
 		defer func() {
-			for _, s := range sinks {
+			for _, s := range opened {
 				s.Close()
 			}
 		}()
-		bc.Sinks = sinks
+		bc.Sinks = opened
 	}
 	res, err := backfill.Run(ctx, bc)
 	if err != nil {

@@ -22,7 +22,7 @@ import (
 // The client's logger variable is process-wide and not synchronised, and the client's
 // goroutines read it while they run, so it is set once, to an adapter whose target is swapped
 // atomically: RouteClientLog is safe for concurrent use and may be called again (by each
-// OpenSinks, by tests) while clients log. It does not block.
+// sinks.Open, by tests) while clients log. It does not block.
 func RouteClientLog(l zerolog.Logger, min zerolog.Level) {
 	target := l.With().Str("library", "rocketmq-client").Logger().Level(min)
 	routed.log.Store(&target)
