@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outboxd/outboxd/binlog"
+	"github.com/outboxd/outboxd/checkpoint/store"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/election"
 	"github.com/outboxd/outboxd/gtid"
@@ -86,12 +87,12 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 	if r.dlEvents, r.audit, err = deadLetterOverride(cfg, o.DeadLetterEvents, log); err != nil {
 		return err
 	}
-	store, err := OpenStore(ctx, cfg, log)
+	cp, err := store.Open(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	if err := checkMarkColumn(ctx, store); err != nil {
+	defer cp.Close()
+	if err := checkMarkColumn(ctx, cp); err != nil {
 		return err
 	}
 
@@ -132,8 +133,8 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 		mo.LockName = cfg.HA.LockName
 	}
 	r.m = metrics.New(mo)
-	r.saver = newSavedStore(ctx, store, r.m)
-	r.saver.scope = ScopeOf(cfg)
+	r.saver = newSavedStore(ctx, cp, r.m)
+	r.saver.scope = store.Scope(cfg)
 	declareSinks(r.m, cfg)
 	r.src.m = r.m
 	r.src.layouts = r.saver.layouts

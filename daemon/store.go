@@ -18,27 +18,6 @@ import (
 	"github.com/outboxd/outboxd/server"
 )
 
-// OpenStore opens the configured checkpoint store: the file (locked until Close) or the row of
-// checkpoint.table on checkpoint.writer_addr, reached with source's user, password and TLS. A
-// writer that is not reachable yet is waited for with the reconnect backoff, as the source is
-// at start; a refused login ends it at once. It blocks until then or ctx ends.
-func OpenStore(ctx context.Context, cfg *config.Config, log zerolog.Logger) (checkpoint.Storage, error) {
-	if !cfg.Checkpoint.MySQL() {
-		return checkpoint.Open(cfg.Checkpoint.Path)
-	}
-	conn := server.WriterConn(cfg)
-	db, err := server.OpenWithBackoff(ctx, conn, "checkpoint writer", log)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint.writer_addr %s: %w", conn.Addr, err)
-	}
-	st, err := checkpoint.OpenMySQL(checkpoint.MySQLConfig{DB: db, Table: cfg.Checkpoint.Table, Name: cfg.Checkpoint.Name, Addr: conn.Addr, Scope: ScopeOf(cfg)})
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	return st, nil
-}
-
 // checkMarkColumn refuses, as check does, a mysql store table made before the reconcile mark's
 // column, with the ALTER that adds it: the leader's first reconcile run would fail on it. A
 // writer that does not answer is left to the session's reconnects. It blocks on one query.
@@ -51,12 +30,6 @@ func checkMarkColumn(ctx context.Context, store checkpoint.Storage) error {
 		return err
 	}
 	return nil
-}
-
-// ScopeOf is what a checkpoint written with cfg covers: its outbox tables, and its source
-// (flavor and addresses, as outboxd sees it; for diagnostics). Pure.
-func ScopeOf(cfg *config.Config) *checkpoint.Scope {
-	return checkpoint.NewScope(string(cfg.Source.Flavor)+"://"+strings.Join(cfg.Source.Addrs, ","), cfg.ScopeTables())
 }
 
 // markLost writes last, the position this process loaded or saved, as a tombstone in place of

@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/outboxd/outboxd/checkpoint"
+	"github.com/outboxd/outboxd/checkpoint/store"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/daemon"
 	"github.com/outboxd/outboxd/election"
@@ -26,7 +27,7 @@ func openCLIStore(ctx context.Context, cfg *config.Config) (checkpoint.Storage, 
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint.writer_addr: %w", err)
 	}
-	st, err := checkpoint.OpenMySQL(checkpoint.MySQLConfig{DB: db, Table: cfg.Checkpoint.Table, Name: cfg.Checkpoint.Name, Addr: conn.Addr, Scope: daemon.ScopeOf(cfg)})
+	st, err := checkpoint.OpenMySQL(checkpoint.MySQLConfig{DB: db, Table: cfg.Checkpoint.Table, Name: cfg.Checkpoint.Name, Addr: conn.Addr, Scope: store.Scope(cfg)})
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -176,14 +177,14 @@ func refuseWhileRunning(ctx context.Context, cfg *config.Config, store checkpoin
 // replaceCheckpoint writes cp for an operator, with cfg's scope unless cp has one: the mysql
 // store's row is taken over (its epoch bumped) so that an outboxd still running on it cannot
 // write over cp; the file is replaced under its lock. Either clears a tombstone.
-func replaceCheckpoint(ctx context.Context, cfg *config.Config, store checkpoint.Storage, cp checkpoint.Checkpoint, what string) error {
+func replaceCheckpoint(ctx context.Context, cfg *config.Config, st checkpoint.Storage, cp checkpoint.Checkpoint, what string) error {
 	if cp.Scope == nil {
-		cp.Scope = daemon.ScopeOf(cfg)
+		cp.Scope = store.Scope(cfg)
 	}
-	if o, ok := store.(checkpoint.Overwriter); ok {
+	if o, ok := st.(checkpoint.Overwriter); ok {
 		return o.Overwrite(ctx, cp, "outboxd "+what+" "+election.NewHolderID())
 	}
-	return store.Save(ctx, cp)
+	return st.Save(ctx, cp)
 }
 
 // validateAgainstSource checks a set as checkpoint set does before it is written.

@@ -1,0 +1,43 @@
+// Package store opens the checkpoint store a config names (checkpoint.path or checkpoint.store:
+// mysql) with the scope a checkpoint written under that config records, for run and the
+// commands alike.
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/rs/zerolog"
+
+	"github.com/outboxd/outboxd/checkpoint"
+	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/server"
+)
+
+// Open opens the configured checkpoint store: the file (locked until Close) or the row of
+// checkpoint.table on checkpoint.writer_addr, reached with source's user, password and TLS. A
+// writer that is not reachable yet is waited for with the reconnect backoff, as the source is
+// at start; a refused login ends it at once. It blocks until then or ctx ends.
+func Open(ctx context.Context, cfg *config.Config, log zerolog.Logger) (checkpoint.Storage, error) {
+	if !cfg.Checkpoint.MySQL() {
+		return checkpoint.Open(cfg.Checkpoint.Path)
+	}
+	conn := server.WriterConn(cfg)
+	db, err := server.OpenWithBackoff(ctx, conn, "checkpoint writer", log)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint.writer_addr %s: %w", conn.Addr, err)
+	}
+	st, err := checkpoint.OpenMySQL(checkpoint.MySQLConfig{DB: db, Table: cfg.Checkpoint.Table, Name: cfg.Checkpoint.Name, Addr: conn.Addr, Scope: Scope(cfg)})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return st, nil
+}
+
+// Scope is what a checkpoint written with cfg covers: its outbox tables, and its source
+// (flavor and addresses, as outboxd sees it; for diagnostics). Pure.
+func Scope(cfg *config.Config) *checkpoint.Scope {
+	return checkpoint.NewScope(string(cfg.Source.Flavor)+"://"+strings.Join(cfg.Source.Addrs, ","), cfg.ScopeTables())
+}
