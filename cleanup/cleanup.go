@@ -148,8 +148,11 @@ func New(cfg Config) (*Cleaner, error) {
 
 // Session returns the hook for one pipeline (pipeline.Config.Cleanup); the previous session
 // ends: its keys that no save of it covered are dropped, since the next pipeline reads those
-// rows again.
+// rows again. On a nil Cleaner (cleanup off) it returns nil, the pipeline's "no cleanup".
 func (c *Cleaner) Session() pipeline.Cleanup {
+	if c == nil {
+		return nil
+	}
 	s := &session{c: c}
 	if old := c.cur.Swap(s); old != nil {
 		old.ended.Store(true)

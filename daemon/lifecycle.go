@@ -14,6 +14,7 @@ import (
 	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/pipeline"
 	"github.com/outboxd/outboxd/startpos"
+	"github.com/outboxd/outboxd/tablelayout"
 )
 
 // savedStore is the checkpoint store as the daemon writes it: every save of a run (the start
@@ -28,7 +29,7 @@ type savedStore struct {
 	fault storeFault
 	// layouts gives every save the outbox tables' layouts at its position (nil until the
 	// first term checked them).
-	layouts *layoutLog
+	layouts *tablelayout.Log
 
 	mu sync.Mutex
 	// guard, when set, must pass before every save: the leader's proof that it holds the lock
@@ -50,7 +51,7 @@ func (s *savedStore) Save(ctx context.Context, c checkpoint.Checkpoint) error {
 	guard := s.guard
 	s.mu.Unlock()
 	if c.Layouts == nil {
-		c.Layouts = s.layouts.at(c)
+		c.Layouts = s.layouts.At(c)
 	}
 	if guard != nil {
 		if err := guard(); err != nil {
@@ -179,7 +180,7 @@ func startupStopped(ctx context.Context, err error, log zerolog.Logger) error {
 // recorded for /status and the metrics (a standby reports the leader's last saved checkpoint
 // as it stood when it started).
 func newSavedStore(ctx context.Context, store checkpoint.Storage, m *metrics.Metrics) *savedStore {
-	saver := &savedStore{store: store, m: m, layouts: &layoutLog{}}
+	saver := &savedStore{store: store, m: m, layouts: &tablelayout.Log{}}
 	if cp, err := store.Load(ctx); err == nil && cp != nil {
 		m.CheckpointLoaded(cp.SavedAt, cp.CommitTime)
 		saver.loaded(cp)

@@ -96,7 +96,7 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 	}
 	r.replayed = r.replayed || fromGTID != ""
 
-	stopCleanup := r.runCleanup(ctx) // a leader's duty: only for this term
+	stopCleanup := r.cleaner.Start(ctx) // a leader's duty: only for this term
 	defer stopCleanup()
 	r.streamed.Store(true)
 	backoff := server.ReconnectBackoff()
@@ -120,7 +120,7 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 			Guard:              guard,
 			Logger:             log.With().Str("component", "pipeline").Logger(),
 			Metrics:            r.m,
-			Cleanup:            r.cleanupSession(),
+			Cleanup:            r.cleaner.Session(),
 		})
 		if err != nil {
 			return err

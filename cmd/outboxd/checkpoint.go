@@ -9,11 +9,11 @@ import (
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/checkpoint/store"
 	"github.com/outboxd/outboxd/config"
-	"github.com/outboxd/outboxd/daemon"
 	"github.com/outboxd/outboxd/election"
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/startpos"
+	"github.com/outboxd/outboxd/tablelayout"
 )
 
 // openCLIStore opens the configured checkpoint store once, without the daemon's wait for a
@@ -205,5 +205,5 @@ func currentLayouts(ctx context.Context, cfg *config.Config) (checkpoint.Layouts
 		return nil, fmt.Errorf("connect to source to read the outbox tables' layouts: %w", err)
 	}
 	defer db.Close()
-	return daemon.CurrentLayouts(ctx, db, cfg)
+	return tablelayout.Current(ctx, db, cfg)
 }

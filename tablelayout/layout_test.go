@@ -1,4 +1,4 @@
-package daemon
+package tablelayout
 
 import (
 	"strings"
@@ -13,15 +13,15 @@ import (
 // those: a checkpoint before an ALTER keeps the layout rows before it are read with.
 func TestLayoutLogAt(t *testing.T) {
 	old := checkpoint.Layouts{"app.outbox": {{Name: "event_id", Type: "varchar(64)"}, {Name: "biz_key", Type: "varchar(64)"}}}
-	l := &layoutLog{}
-	l.reset(old)
+	l := &Log{}
+	l.Reset(old)
 	swapped := []binlog.Column{{Name: "biz_key", ColumnType: "varchar(64)"}, {Name: "event_id", ColumnType: "varchar(64)"}}
 	l.LayoutChanged(&binlog.Txn{File: "bin.000002", Pos: 500, Layouts: map[binlog.TableRef][]binlog.Column{{Schema: "app", Table: "outbox"}: swapped}})
 	l.LayoutChanged(&binlog.Txn{File: "bin.000003", Pos: 100, Layouts: map[binlog.TableRef][]binlog.Column{{Schema: "app", Table: "outbox"}: nil}})
 
 	order := func(c checkpoint.Checkpoint) string {
 		var names []string
-		for _, c := range l.at(c)["app.outbox"] {
+		for _, c := range l.At(c)["app.outbox"] {
 			names = append(names, c.Name)
 		}
 		return strings.Join(names, ",")
@@ -44,7 +44,7 @@ func TestLayoutLogAt(t *testing.T) {
 		}
 	}
 	if old["app.outbox"][0].Name != "event_id" {
-		t.Error("at modified the layouts it was reset with")
+		t.Error("At modified the layouts it was reset with")
 	}
 	if !binlogAfter("bin.1000000", 4, "bin.999999", 900) || binlogAfter("bin.000001", 900, "bin.000002", 4) {
 		t.Error("binlogAfter orders files by number")

@@ -1,4 +1,9 @@
-package daemon
+// Package tablelayout is the outbox tables' column layouts: read from the server, recorded
+// with each checkpoint, compared at start. Without binlog_row_metadata=FULL the binlog's rows
+// carry no column names, so outboxd maps them by position onto the layout it reads from
+// information_schema; a layout that changed since the checkpoint would map rows written
+// before the change onto the wrong columns, and Check refuses to start from it.
+package tablelayout
 
 import (
 	"context"
@@ -15,20 +20,18 @@ import (
 	"github.com/outboxd/outboxd/binlog"
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/config"
-	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/server"
-	"github.com/outboxd/outboxd/startpos"
 )
 
-// ErrLayoutChanged: an outbox table's column layout differs from the one the checkpoint was
+// ErrChanged: an outbox table's column layout differs from the one the checkpoint was
 // saved under, and the binlog has no column names (binlog_row_metadata is not FULL), so rows
 // written before the change would be mapped onto the wrong columns. Starting needs the
 // operator (`outboxd checkpoint set --accept-layout`).
-var ErrLayoutChanged = errors.New("outbox table layout changed since the checkpoint")
+var ErrChanged = errors.New("outbox table layout changed since the checkpoint")
 
-// CurrentLayouts reads every configured outbox table's layout from information_schema on db.
+// Current reads every configured outbox table's layout from information_schema on db.
 // It blocks on one query per table; an error names the table.
-func CurrentLayouts(ctx context.Context, db *sql.DB, cfg *config.Config) (checkpoint.Layouts, error) {
+func Current(ctx context.Context, db *sql.DB, cfg *config.Config) (checkpoint.Layouts, error) {
 	l := make(checkpoint.Layouts, len(cfg.Tables))
 	for _, t := range cfg.Tables {
 		cols, err := (&server.ColumnReader{DB: db}).Definitions(ctx, t.Schema(), t.Name())
@@ -94,7 +97,7 @@ func layoutError(cfg *config.Config, pos string, changed []string) error {
 		"If no rows were written to the table between the checkpoint and the ALTER TABLE, or after you relayed them with the old layout "+
 		"(undo the ALTER, run outboxd until they are delivered, stop it, redo the ALTER), record the current layout with "+
 		"`outboxd checkpoint set --accept-layout` and start again. Set binlog_row_metadata=FULL to have the binlog carry the names instead",
-		ErrLayoutChanged, strings.Join(changed, "; "), orNone(pos), cfg.Checkpoint.Where())
+		ErrChanged, strings.Join(changed, "; "), orNone(pos), cfg.Checkpoint.Where())
 }
 
 func orNone(pos string) string {
@@ -104,13 +107,14 @@ func orNone(pos string) string {
 	return "gtid_set " + pos
 }
 
-// checkLayouts compares recorded, the layouts of the position outboxd is about to stream from,
+// Check compares recorded, the layouts of the position outboxd is about to stream from,
 // with the tables' layouts on db now, and returns the current ones. When the server logs
 // column names (FULL) nothing is compared; a nil recorded (a checkpoint of an older outboxd or
 // of `checkpoint set`) or a table it lacks is logged as not checked, once. It blocks on a few
-// queries.
-func checkLayouts(ctx context.Context, db *sql.DB, cfg *config.Config, recorded checkpoint.Layouts, pos string, log zerolog.Logger) (checkpoint.Layouts, error) {
-	now, err := CurrentLayouts(ctx, db, cfg)
+// queries. A changed layout is an error wrapping ErrChanged that says what the operator can
+// do; other errors are the server's (it could not be read).
+func Check(ctx context.Context, db *sql.DB, cfg *config.Config, recorded checkpoint.Layouts, pos string, log zerolog.Logger) (checkpoint.Layouts, error) {
+	now, err := Current(ctx, db, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -130,14 +134,15 @@ func checkLayouts(ctx context.Context, db *sql.DB, cfg *config.Config, recorded 
 	return now, nil
 }
 
-// layoutLog is the outbox tables' layouts along the stream: base at the newest position saved
+// Log is the outbox tables' layouts along the stream: base at the newest position saved
 // (or streamed from), then the changes the reader saw in DDL transactions not yet covered. A
 // save records the layouts as of the position it saves. Changes are placed by their binlog
 // coordinates, which the checkpoint carries too: a MariaDB GTID position cannot tell whether
 // it covers a transaction (gtid.Set.ContainsGTID), while within one session's stream (reset
 // starts each) a later end position is a later transaction. Safe for concurrent use: the
-// reader appends while the saver reads.
-type layoutLog struct {
+// reader appends while the saver reads. The zero value is ready: its layouts are nil (not
+// recorded) until the first Reset.
+type Log struct {
 	mu      sync.Mutex
 	base    checkpoint.Layouts
 	pending []layoutChange // in binlog order
@@ -150,24 +155,25 @@ type layoutChange struct {
 }
 
 // LayoutChanged records the layouts after the DDL transaction t (binlog.LayoutRecorder).
-func (l *layoutLog) LayoutChanged(t *binlog.Txn) {
+func (l *Log) LayoutChanged(t *binlog.Txn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.pending = append(l.pending, layoutChange{file: t.File, pos: t.Pos, layouts: t.Layouts})
 }
 
-// reset makes base the layouts at the start of a session; the changes seen before are
-// dropped (the stream reads them again).
-func (l *layoutLog) reset(base checkpoint.Layouts) {
+// Reset makes base the layouts at the start of a session; the changes seen before are
+// dropped (the stream reads them again). It does not block beyond the log's lock.
+func (l *Log) Reset(base checkpoint.Layouts) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.base, l.pending = base, nil
 }
 
-// at returns the layouts as of the checkpoint c: base with every pending change at or before
+// At returns the layouts as of the checkpoint c: base with every pending change at or before
 // c's binlog coordinates applied (and folded into base, as saves only move forward). Nil when
-// base is.
-func (l *layoutLog) at(c checkpoint.Checkpoint) checkpoint.Layouts {
+// base is, or l is nil. The result is the caller's to keep (a copy). It does not block beyond
+// the log's lock.
+func (l *Log) At(c checkpoint.Checkpoint) checkpoint.Layouts {
 	if l == nil {
 		return nil
 	}
@@ -204,47 +210,4 @@ func binlogAfter(file string, pos uint32, cfile string, cpos uint32) bool {
 		return file > cfile
 	}
 	return pos > cpos
-}
-
-// startLayouts checks, at the start of a term that resumes from the checkpoint, that the
-// outbox tables have the layouts the checkpoint was saved under (checkLayouts), and makes the
-// current layouts the ones saved from now on. A start the operator chose (--from-gtid,
-// source.start) has no recorded layouts to check.
-func (r *relay) startLayouts(ctx context.Context, start gtid.Set, origin string) error {
-	_, db := r.src.current()
-	var now checkpoint.Layouts
-	var err error
-	switch origin {
-	case startpos.OriginCheckpoint, originMissingContinue:
-		c, lerr := r.loadCheckpoint(ctx)
-		if lerr != nil {
-			return lerr
-		}
-		var recorded checkpoint.Layouts
-		if c != nil {
-			recorded = c.Layouts
-		}
-		now, err = checkLayouts(ctx, db, r.cfg, recorded, start.String(), r.log)
-	default:
-		now, err = CurrentLayouts(ctx, db, r.cfg)
-	}
-	if err != nil {
-		return err
-	}
-	r.saver.layouts.reset(now)
-	return nil
-}
-
-// resumeLayouts checks, before a session after a lost connection, that the outbox tables still
-// have the layouts of the acknowledged position start: the server may have been altered while
-// the stream was away, or a DDL the last session read was not acknowledged yet.
-func (r *relay) resumeLayouts(ctx context.Context, start gtid.Set) error {
-	_, db := r.src.current()
-	recorded := r.saver.layouts.at(checkpoint.Checkpoint{Flavor: start.Flavor(), GTIDSet: start.String()})
-	now, err := checkLayouts(ctx, db, r.cfg, recorded, start.String(), r.log)
-	if err != nil {
-		return err
-	}
-	r.saver.layouts.reset(now)
-	return nil
 }
