@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/metrics"
+	"github.com/outboxd/outboxd/preflight"
 	"github.com/outboxd/outboxd/reconcile"
 	"github.com/outboxd/outboxd/server"
 )
@@ -26,10 +27,6 @@ type Setup struct {
 	// DB is the writable primary (checkpoint.writer_addr) at Addr. Open does not close it.
 	DB   *sql.DB
 	Addr string
-	// Line is how check prints a finding of the writer; the error that stops cleanup when the
-	// writer turns into a replica says the same. Required unless source.skip_checks names
-	// cleanup_writer.
-	Line func(addr string, p server.Problem) string
 	// Checkpoint is Config.Checkpoint: the commit time the saved checkpoint covers.
 	Checkpoint func() (commit time.Time, ok bool)
 	// QueueKeys is Config.QueueKeys (0: DefaultQueueKeys).
@@ -107,19 +104,19 @@ func Open(ctx context.Context, s Setup) (*Cleaner, func(), error) {
 // failover may turn the writer into a replica while outboxd runs (nil when
 // source.skip_checks names cleanup_writer).
 func writerGuard(s Setup) func(context.Context) error {
-	if slices.Contains(s.Outbox.Source.SkipChecks, server.CheckCleanupWriter) {
+	if slices.Contains(s.Outbox.Source.SkipChecks, preflight.CheckCleanupWriter) {
 		return nil
 	}
 	db, addr, flavor := s.DB, s.Addr, s.Outbox.Source.Flavor
 	return func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		p, reason, err := server.InspectCleanupWriter(ctx, db, flavor)
+		p, reason, err := preflight.InspectCleanupWriter(ctx, db, flavor)
 		switch {
 		case err != nil:
 			return err
 		case p != nil:
-			return &NotPrimary{Reason: reason, Problem: s.Line(addr, *p)}
+			return &NotPrimary{Reason: reason, Problem: preflight.CleanupLine(addr, *p)}
 		}
 		return nil
 	}

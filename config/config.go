@@ -122,7 +122,7 @@ type Source struct {
 	// Heartbeat, when set, makes outboxd upsert one row of a table on an interval, so a quiet
 	// database still produces binlog transactions that move the checkpoint.
 	Heartbeat *Heartbeat `yaml:"heartbeat"`
-	// SkipChecks names start-up checks (server.CheckNames) whose problems outboxd run logs as
+	// SkipChecks names start-up checks (preflight.CheckNames) whose problems outboxd run logs as
 	// warnings instead of refusing to start: for a check that is wrong about a given server.
 	SkipChecks []string `yaml:"skip_checks"`
 	// AllowMinimalRowMetadata accepts binlog_row_metadata other than FULL, with its risk of

@@ -231,7 +231,7 @@ func routeMayMatch(r Route, t Table) bool {
 
 // ShapeColumnProblems checks the types of the table's timestamp and partition columns in
 // defs (the table as the server defines it), for check and run; a missing column is
-// the problem of server.MissingColumns (server). field is "tables[i]". Pure.
+// the problem of preflight.MissingColumns. field is "tables[i]". Pure.
 func (t Table) ShapeColumnProblems(field string, defs []servercheck.Column) []servercheck.Problem {
 	var ps []servercheck.Problem
 	want := []struct {

@@ -24,6 +24,7 @@ import (
 	"github.com/outboxd/outboxd/internal/sqlerr"
 	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/pipeline"
+	"github.com/outboxd/outboxd/preflight"
 	"github.com/outboxd/outboxd/router"
 	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/sink/sinks"
@@ -105,8 +106,8 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 	defer r.src.close()
 	// Before anything reads positions: log_bin off or the wrong flavor would otherwise surface
 	// as a confusing GTID error.
-	if err := startPreflightWaiting(ctx, db, r.src.at(addr), log); err != nil {
-		if len(cfg.Source.Addrs) <= 1 || !errors.Is(err, ErrPreflight) {
+	if err := preflight.StartWaiting(ctx, db, r.src.at(addr), log); err != nil {
+		if len(cfg.Source.Addrs) <= 1 || !errors.Is(err, preflight.ErrNotSetUp) {
 			return err
 		}
 		// Another candidate may pass: the first pick checks them all, in order.

@@ -2,12 +2,8 @@ package daemon
 
 import (
 	"context"
-	"database/sql"
-	"fmt"
-	"slices"
 	"time"
 
-	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/server"
 )
 
@@ -52,27 +48,4 @@ func (o *ops) sampleRetention(ctx context.Context, st *retentionSampler) {
 		st.failing = false
 		o.log.Info().Msg("binlog retention sampled again")
 	}
-}
-
-// verifiedRetention is check's verified line for the retention check when it found nothing:
-// how long the server keeps binlogs. ok is false when the check flagged something, or the
-// retention cannot be read (Inspect reported that already).
-func verifiedRetention(ctx context.Context, db *sql.DB, cfg *config.Config, found []server.Problem) (CheckItem, bool) {
-	if slices.ContainsFunc(found, func(p server.Problem) bool {
-		return p.Check == server.CheckBinlogRetention || p.Check == server.CheckFlavor && !p.Skipped
-	}) {
-		return CheckItem{}, false
-	}
-	r, err := server.BinlogRetention(ctx, db)
-	if err != nil {
-		return CheckItem{}, false
-	}
-	msg := fmt.Sprintf("is %s, at least source.min_binlog_retention %s", r, cfg.Source.MinBinlogRetention)
-	switch {
-	case r.Forever:
-		msg = "is " + r.String() + ": binlogs are never purged by age"
-	case !r.Known():
-		msg = "is " + r.String()
-	}
-	return CheckItem{Check: server.CheckBinlogRetention, Subject: "binlog retention", Message: msg}, true
 }

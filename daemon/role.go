@@ -17,6 +17,7 @@ import (
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/election"
 	"github.com/outboxd/outboxd/metrics"
+	"github.com/outboxd/outboxd/preflight"
 	"github.com/outboxd/outboxd/server"
 )
 
@@ -102,7 +103,7 @@ func newRoles(ctx context.Context, cfg *config.Config, r *relay, log zerolog.Log
 	if err != nil {
 		return nil, fmt.Errorf("leader lock on checkpoint.writer_addr %s: %w", conn.Addr, err)
 	}
-	if !slices.Contains(cfg.Source.SkipChecks, server.CheckCheckpointWriter) {
+	if !slices.Contains(cfg.Source.SkipChecks, preflight.CheckCheckpointWriter) {
 		// Gone again right away (restarting, a reset path): waited for as at start.
 		var ro bool
 		err := server.RetryTransient(ctx, log, "checkpoint writer's read_only not read: the connection failed, retrying", func() (err error) {
@@ -112,7 +113,7 @@ func newRoles(ctx context.Context, cfg *config.Config, r *relay, log zerolog.Log
 		if err == nil && ro {
 			err = fmt.Errorf("checkpoint.writer_addr %s is read-only (@@read_only ON, a replica?): point it at the writable primary; "+
 				"the leader lock and the checkpoint row must live where the data is written, since a lock is not replicated and instances "+
-				"pointed at different replicas would all lead [check %s]", conn.Addr, server.CheckCheckpointWriter)
+				"pointed at different replicas would all lead [check %s]", conn.Addr, preflight.CheckCheckpointWriter)
 		}
 		if err != nil {
 			db.Close()

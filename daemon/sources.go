@@ -15,6 +15,7 @@ import (
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/internal/sqlerr"
 	"github.com/outboxd/outboxd/metrics"
+	"github.com/outboxd/outboxd/preflight"
 	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/startpos"
 )
@@ -127,7 +128,7 @@ type choice struct {
 
 // pick chooses the candidate to stream from for pos (any with hasPos false) with
 // failover.Choose, which asks the candidates in order over their pools. The error wraps
-// binlog.ErrDisconnected when the caller should wait and try again, ErrPreflight when every
+// binlog.ErrDisconnected when the caller should wait and try again, preflight.ErrNotSetUp when every
 // reachable candidate fails the checks, ErrMissingGTIDs when every reachable, eligible one
 // lacks part of pos and on_missing_gtids is stop (without the mysql store). verified names a
 // candidate whose checks just passed (Run's start-up preflight), which are not run again. It
@@ -135,7 +136,7 @@ type choice struct {
 func (s *sources) pick(ctx context.Context, pos gtid.Set, hasPos bool, verified string) (choice, error) {
 	rules := failover.Rules{
 		Addrs: s.cfg.Source.Addrs, Flavor: s.cfg.Source.Flavor, GoesOn: goesOn(s.cfg),
-		Wait: binlog.ErrDisconnected, Ineligible: ErrPreflight,
+		Wait: binlog.ErrDisconnected, Ineligible: preflight.ErrNotSetUp,
 	}
 	ch, err := failover.Choose(ctx, rules, inspector{s: s, verified: verified}, pos, hasPos)
 	if err != nil {
@@ -157,12 +158,12 @@ type inspector struct {
 func (in inspector) Reach(ctx context.Context, addr string) (failover.Reach, error) {
 	db, err := in.s.open(ctx, addr)
 	if err == nil && addr != in.verified {
-		err = preflight(ctx, db, in.s.at(addr), in.s.log)
+		err = preflight.Gate(ctx, db, in.s.at(addr), in.s.log)
 	}
 	switch {
 	case err == nil:
 		return failover.Reachable, nil
-	case errors.Is(err, ErrPreflight):
+	case errors.Is(err, preflight.ErrNotSetUp):
 		return failover.Ineligible, err
 	case sqlerr.LoginRefused(err):
 		return failover.Refused, err

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/daemon"
+	"github.com/outboxd/outboxd/preflight"
 	"github.com/outboxd/outboxd/testenv/mariadb"
 )
 
@@ -204,7 +205,7 @@ func TestReconnectReverifiesServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := r.waitExit(t, 60*time.Second)
-	if !errors.Is(err, daemon.ErrPreflight) || !strings.Contains(fmt.Sprint(err), "binlog_format is STATEMENT: SET GLOBAL binlog_format = 'ROW'") {
+	if !errors.Is(err, preflight.ErrNotSetUp) || !strings.Contains(fmt.Sprint(err), "binlog_format is STATEMENT: SET GLOBAL binlog_format = 'ROW'") {
 		t.Fatalf("err = %v, want the preflight error naming binlog_format; logs:\n%s", err, r.logText())
 	}
 	if got := readCheckpoint(t, o.Dir); got != g {

@@ -14,14 +14,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
-
-	"github.com/outboxd/outboxd/gtid"
-	"github.com/outboxd/outboxd/internal/servercheck"
 )
-
-// CheckBinlogRetention is the check that the server keeps its binlogs at least
-// source.min_binlog_retention; see servercheck.BinlogRetention.
-const CheckBinlogRetention = servercheck.BinlogRetention
 
 // rdsNullRetention is what RDS does with 'binlog retention hours' NULL: it purges a binlog as
 // soon as it is no longer needed for its backups, within minutes (AWS documents no exact bound).
@@ -137,30 +130,6 @@ func varRetention(vars map[string]string) (Retention, error) {
 		}
 	}
 	return Retention{Forever: true, Source: src}, nil
-}
-
-// RetentionProblem returns the warning when r is shorter than min, nil when r is long enough,
-// forever, unknown, or min is 0. Pure.
-func RetentionProblem(f gtid.Flavor, r Retention, min time.Duration) *Problem {
-	if min <= 0 || !r.Known() || r.Forever || r.Period >= min {
-		return nil
-	}
-	secs := int64(math.Ceil(min.Seconds()))
-	var fix string
-	switch {
-	case r.RDS:
-		fix = fmt.Sprintf("CALL mysql.rds_set_configuration('binlog retention hours', %d);", int64(math.Ceil(min.Hours())))
-	case f == gtid.MySQL:
-		fix = fmt.Sprintf("SET PERSIST binlog_expire_logs_seconds = %d;", secs)
-	default:
-		fix = fmt.Sprintf("SET GLOBAL binlog_expire_logs_seconds = %d; and add binlog_expire_logs_seconds = %d under [mysqld] in my.cnf so it survives a restart", secs, secs)
-	}
-	return &Problem{
-		Setting: "binlog retention", Check: CheckBinlogRetention, Warning: true,
-		Found: r.String() + ", shorter than source.min_binlog_retention " + min.String() +
-			": when outboxd is stopped or stuck longer, the server purges binlogs it has not read and it cannot resume",
-		Fix: fix + " (or, if that retention is intended, lower source.min_binlog_retention)",
-	}
 }
 
 // OldestBinlog is the server's oldest binlog file and when it was created.

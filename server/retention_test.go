@@ -51,46 +51,9 @@ func TestRDSRetention(t *testing.T) {
 	if r := rdsRetention(sql.NullString{}); r.Period != rdsNullRetention || r.Forever || !strings.Contains(r.Source, "NULL") {
 		t.Errorf("NULL: %+v", r)
 	}
-	p := RetentionProblem(gtid.MySQL, rdsRetention(sql.NullString{}), 24*time.Hour)
-	if p == nil || !strings.Contains(p.Fix, "CALL mysql.rds_set_configuration('binlog retention hours', 24);") {
-		t.Errorf("RDS fix: %+v", p)
-	}
 }
 
-func TestRetentionProblem(t *testing.T) {
-	short := Retention{Period: 10 * time.Minute, Source: "binlog_expire_logs_seconds = 600"}
-	p := RetentionProblem(gtid.MariaDB, short, 24*time.Hour)
-	if p == nil || !p.Warning || p.Check != CheckBinlogRetention {
-		t.Fatalf("short retention: %+v", p)
-	}
-	for _, want := range []string{"10m0s (binlog_expire_logs_seconds = 600)", "source.min_binlog_retention 24h0m0s"} {
-		if !strings.Contains(p.Found, want) {
-			t.Errorf("found %q lacks %q", p.Found, want)
-		}
-	}
-	if !strings.Contains(p.Fix, "SET GLOBAL binlog_expire_logs_seconds = 86400;") || !strings.Contains(p.Fix, "my.cnf") {
-		t.Errorf("MariaDB fix: %q", p.Fix)
-	}
-	if p := RetentionProblem(gtid.MySQL, short, 24*time.Hour); p == nil || !strings.HasPrefix(p.Fix, "SET PERSIST binlog_expire_logs_seconds = 86400;") {
-		t.Errorf("MySQL fix: %+v", p)
-	}
-	for name, c := range map[string]struct {
-		r   Retention
-		min time.Duration
-	}{
-		"long enough": {Retention{Period: 24 * time.Hour}, 24 * time.Hour},
-		"forever":     {Retention{Forever: true}, 24 * time.Hour},
-		"unknown":     {Retention{}, 24 * time.Hour},
-		"no minimum":  {short, 0},
-	} {
-		if p := RetentionProblem(gtid.MariaDB, c.r, c.min); p != nil {
-			t.Errorf("%s: %+v", name, p)
-		}
-	}
-}
-
-// A live server reports the retention it was started with, Inspect warns under the minimum, and
-// the oldest binlog's creation time is read over the replication protocol.
+// A live server reports the retention it was started with, and the oldest binlog's creation time is read over the replication protocol.
 func TestRetentionLive(t *testing.T) {
 	s, root := setup(t, mariadb.Options{ExtraArgs: []string{"--binlog-expire-logs-seconds=600"}})
 	r, err := BinlogRetention(t.Context(), root)
@@ -100,29 +63,6 @@ func TestRetentionLive(t *testing.T) {
 	if r.Period != 10*time.Minute || r.Forever || r.RDS || r.Source != "binlog_expire_logs_seconds = 600" {
 		t.Errorf("retention %+v", r)
 	}
-	ps, err := Inspect(t.Context(), root, Request{Flavor: gtid.MariaDB, MinBinlogRetention: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, ok := find(ps, "binlog retention")
-	if !ok || !p.Warning || len(Fatal(ps)) != 0 {
-		t.Errorf("Inspect: %+v", ps)
-	}
-	ps, err = Inspect(t.Context(), root, Request{Flavor: gtid.MariaDB, MinBinlogRetention: time.Hour, Skip: []string{CheckBinlogRetention}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p, ok := find(ps, "binlog retention"); !ok || !p.Skipped {
-		t.Errorf("skip_checks binlog_retention: %+v", ps)
-	}
-	ps, err = Inspect(t.Context(), root, Request{Flavor: gtid.MariaDB, MinBinlogRetention: 10 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := find(ps, "binlog retention"); ok {
-		t.Errorf("a retention equal to the minimum warned: %+v", ps)
-	}
-
 	// The least privileges outboxd documents are enough for the creation time.
 	db := openAs(t, s, root, "relay", "GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO %s")
 	exec(t, root, "FLUSH BINARY LOGS")

@@ -1,6 +1,8 @@
 // Package server reads facts about the source MySQL/MariaDB server over SQL: its GTID position,
-// what it has purged, whether it is configured for outboxd (Check), and outbox table columns when
-// the binlog carries no names. It uses database/sql with go-sql-driver/mysql.
+// what it has purged, its settings, the account and its grants, whether it is read-only or
+// replicating, and outbox table columns when the binlog carries no names. It judges none of
+// them: package preflight says whether the server is set up for outboxd. It uses database/sql
+// with go-sql-driver/mysql.
 package server
 
 import (
@@ -40,7 +42,7 @@ const dialTimeout = 10 * time.Second
 // blocks until a ping succeeds or ctx is done. On error no pool is left open. Safe for concurrent
 // use.
 func Open(ctx context.Context, c Conn) (*sql.DB, error) {
-	if err := checkFlavor(c.Flavor); err != nil {
+	if err := KnownFlavor(c.Flavor); err != nil {
 		return nil, err
 	}
 	cfg := mysql.NewConfig()
@@ -77,7 +79,8 @@ func UsesTLS(ctx context.Context, db *sql.DB) (bool, error) {
 	return cipher != "", nil
 }
 
-func checkFlavor(f gtid.Flavor) error {
+// KnownFlavor returns an error naming both flavors unless f is mysql or mariadb. Pure.
+func KnownFlavor(f gtid.Flavor) error {
 	if f != gtid.MySQL && f != gtid.MariaDB {
 		return fmt.Errorf("unknown server flavor %q: want %q or %q", f, gtid.MySQL, gtid.MariaDB)
 	}
@@ -88,7 +91,7 @@ func checkFlavor(f gtid.Flavor) error {
 // @@gtid_binlog_pos (not gtid_current_pos, which also counts replicated-but-unlogged GTIDs), MySQL
 // @@gtid_executed. It blocks on one query. Safe for concurrent use.
 func Position(ctx context.Context, db *sql.DB, f gtid.Flavor) (gtid.Set, error) {
-	if err := checkFlavor(f); err != nil {
+	if err := KnownFlavor(f); err != nil {
 		return gtid.Set{}, err
 	}
 	v := "@@GLOBAL.gtid_binlog_pos"
@@ -103,7 +106,7 @@ func Position(ctx context.Context, db *sql.DB, f gtid.Flavor) (gtid.Set, error) 
 // written before it. An empty set means nothing was purged. It blocks on a few queries and needs
 // REPLICATION CLIENT (BINLOG MONITOR) on MariaDB. Safe for concurrent use.
 func Purged(ctx context.Context, db *sql.DB, f gtid.Flavor) (gtid.Set, error) {
-	if err := checkFlavor(f); err != nil {
+	if err := KnownFlavor(f); err != nil {
 		return gtid.Set{}, err
 	}
 	if f == gtid.MySQL {

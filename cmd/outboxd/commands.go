@@ -19,6 +19,7 @@ import (
 	"github.com/outboxd/outboxd/daemon"
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/internal/logging"
+	"github.com/outboxd/outboxd/preflight"
 )
 
 // configEnv names the environment variable that is --config's default.
@@ -126,7 +127,7 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	r := daemon.Check(ctx, cfg, newLogger(cfg.Log, stderr))
+	r := preflight.Check(ctx, cfg, newLogger(cfg.Log, stderr))
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -143,7 +144,7 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 // printCheck writes check's report for a person: what passed, then warnings, then problems.
-func printCheck(w io.Writer, r daemon.CheckReport) {
+func printCheck(w io.Writer, r preflight.Report) {
 	for _, v := range r.Verified {
 		fmt.Fprintln(w, "OK   ", v)
 	}

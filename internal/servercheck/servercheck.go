@@ -1,8 +1,8 @@
 // Package servercheck is the vocabulary of outboxd's start-up checks of a server: the stable
 // check names, the Problem a check reports and the Column definition the table checks read.
 // It is a leaf (standard library only) so that config can validate source.skip_checks and
-// report column-type problems without importing the MySQL client that server runs
-// the checks with; server re-exports these names for its callers.
+// report column-type problems without importing the MySQL client that preflight runs
+// the checks with; preflight re-exports these names for its callers.
 package servercheck
 
 import "fmt"

@@ -1,4 +1,4 @@
-package server
+package preflight
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/internal/servercheck"
 	"github.com/outboxd/outboxd/internal/sqlident"
+	"github.com/outboxd/outboxd/server"
 )
 
 // Stable names of the mysql checkpoint store's checks (run on checkpoint.writer_addr); see
@@ -23,19 +24,9 @@ const (
 	CheckCheckpointWriter = servercheck.CheckpointWriter
 )
 
-// ReadOnly reports whether the server is read-only (@@read_only, which MariaDB and MySQL
-// both have; a replica normally is). It blocks on one query.
-func ReadOnly(ctx context.Context, db *sql.DB) (bool, error) {
-	var ro int
-	if err := db.QueryRowContext(ctx, "SELECT @@global.read_only").Scan(&ro); err != nil {
-		return false, fmt.Errorf("read @@read_only: %w", err)
-	}
-	return ro != 0, nil
-}
-
 // readOnlyProblem is the CheckCheckpointWriter problem of a read-only writer, nil otherwise.
 func readOnlyProblem(ctx context.Context, db *sql.DB) (*Problem, error) {
-	ro, err := ReadOnly(ctx, db)
+	ro, err := server.ReadOnly(ctx, db)
 	if err != nil || !ro {
 		return nil, err
 	}
@@ -75,11 +66,7 @@ func InspectCheckpoint(ctx context.Context, db *sql.DB, t CheckpointTable) ([]Pr
 	if !ok || schema == "" || table == "" {
 		return nil, fmt.Errorf("checkpoint table %q: want schema.table", t.Name)
 	}
-	user, err := currentUser(ctx, db)
-	if err != nil {
-		return nil, err
-	}
-	gs, err := readGrants(ctx, db, t.Flavor)
+	user, gs, err := account(ctx, db, t.Flavor)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +87,7 @@ func InspectCheckpoint(ctx context.Context, db *sql.DB, t CheckpointTable) ([]Pr
 	rows, err := db.QueryContext(ctx, "SELECT * FROM "+sqlident.Table(schema, table)+" LIMIT 0")
 	if err == nil {
 		rows.Close()
-		have, err := (&ColumnReader{DB: db}).Columns(ctx, schema, table)
+		have, err := (&server.ColumnReader{DB: db}).Columns(ctx, schema, table)
 		if err != nil {
 			return nil, err
 		}

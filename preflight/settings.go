@@ -1,23 +1,23 @@
-package server
+package preflight
 
 import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/internal/servercheck"
+	"github.com/outboxd/outboxd/server"
 )
 
 // Problem is one way the server or the connecting account is not set up for outboxd
 // (servercheck.Problem, where config can name it without this package's MySQL client).
 type Problem = servercheck.Problem
 
-// Check inspects the server's binlog settings and the current account's privileges, and reports
-// everything that keeps outboxd from reading the outbox tables (each "schema.table") from the
-// binlog. It is Inspect without column checks or overrides; see there.
-func Check(ctx context.Context, db *sql.DB, f gtid.Flavor, tables []string) ([]Problem, error) {
+// inspectTables inspects the server's binlog settings and the current account's privileges, and
+// reports everything that keeps outboxd from reading the outbox tables (each "schema.table")
+// from the binlog. It is Inspect without column checks or overrides; see there.
+func inspectTables(ctx context.Context, db *sql.DB, f gtid.Flavor, tables []string) ([]Problem, error) {
 	req := Request{Flavor: f}
 	for _, t := range tables {
 		req.Tables = append(req.Tables, Table{Name: t})
@@ -25,38 +25,7 @@ func Check(ctx context.Context, db *sql.DB, f gtid.Flavor, tables []string) ([]P
 	return Inspect(ctx, db, req)
 }
 
-var checkedVars = []string{
-	"log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata", "server_id",
-	"gtid_mode", "enforce_gtid_consistency", "gtid_strict_mode",
-}
-
-// globalVars reads the settings Check needs. SHOW VARIABLES ... WHERE returns no row (rather than
-// an error) for a variable this server version lacks.
-func globalVars(ctx context.Context, db *sql.DB) (map[string]string, error) {
-	in := make([]string, len(checkedVars))
-	for i, v := range checkedVars {
-		in[i] = quoteString(v)
-	}
-	rows, err := db.QueryContext(ctx, "SHOW GLOBAL VARIABLES WHERE Variable_name IN ("+strings.Join(in, ",")+")")
-	if err != nil {
-		return nil, fmt.Errorf("read server variables: %w", err)
-	}
-	defer rows.Close()
-	vars := map[string]string{}
-	for rows.Next() {
-		var k, v string
-		if err := rows.Scan(&k, &v); err != nil {
-			return nil, fmt.Errorf("read server variables: %w", err)
-		}
-		vars[strings.ToLower(k)] = strings.ToUpper(v)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read server variables: %w", err)
-	}
-	return vars, nil
-}
-
-// checkVars turns server variables into problems. It is separate from Check so it can be tested
+// checkVars turns server variables into problems. It is separate from Inspect so it can be tested
 // for MySQL without a MySQL server.
 func checkVars(f gtid.Flavor, vars map[string]string, allowMinimal bool) []Problem {
 	var ps []Problem
@@ -132,55 +101,18 @@ func orUnset(v string) string {
 	return v
 }
 
-// currentUser returns the authenticated account as 'user'@'host', ready for a GRANT statement.
-func currentUser(ctx context.Context, db *sql.DB) (string, error) {
-	var cu string
-	if err := db.QueryRowContext(ctx, "SELECT CURRENT_USER()").Scan(&cu); err != nil {
-		return "", fmt.Errorf("read CURRENT_USER(): %w", err)
+// account returns the connected account as 'user'@'host' and its grants including those of
+// its active roles (server.GrantLines), parsed: what every privilege check needs.
+func account(ctx context.Context, db *sql.DB, f gtid.Flavor) (user string, gs grants, err error) {
+	if user, err = server.CurrentUser(ctx, db); err != nil {
+		return "", nil, err
 	}
-	i := strings.LastIndexByte(cu, '@')
-	if i < 0 {
-		return quoteString(cu), nil
-	}
-	return quoteString(cu[:i]) + "@" + quoteString(cu[i+1:]), nil
-}
-
-// readGrants returns the current account's grants including those of its active roles: MariaDB's
-// plain SHOW GRANTS lists enabled roles' privileges; MySQL needs USING with CURRENT_ROLE().
-func readGrants(ctx context.Context, db *sql.DB, f gtid.Flavor) (grants, error) {
-	q := "SHOW GRANTS"
-	if f == gtid.MySQL {
-		var roles sql.NullString
-		if err := db.QueryRowContext(ctx, "SELECT CURRENT_ROLE()").Scan(&roles); err == nil &&
-			roles.Valid && roles.String != "" && !strings.EqualFold(roles.String, "NONE") {
-			q = "SHOW GRANTS FOR CURRENT_USER() USING " + roles.String
-		}
-	}
-	lines, err := showGrants(ctx, db, q)
-	if err != nil && q != "SHOW GRANTS" {
-		lines, err = showGrants(ctx, db, "SHOW GRANTS")
-	}
+	lines, err := server.GrantLines(ctx, db, f)
 	if err != nil {
-		return nil, fmt.Errorf("read privileges (SHOW GRANTS): %w", err)
+		return "", nil, err
 	}
-	return parseGrantLines(lines)
-}
-
-func showGrants(ctx context.Context, db *sql.DB, q string) ([]string, error) {
-	rows, err := db.QueryContext(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var lines []string
-	for rows.Next() {
-		var l string
-		if err := rows.Scan(&l); err != nil {
-			return nil, err
-		}
-		lines = append(lines, l)
-	}
-	return lines, rows.Err()
+	gs, err = parseGrantLines(lines)
+	return user, gs, err
 }
 
 func parseGrantLines(lines []string) (grants, error) {

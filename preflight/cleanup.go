@@ -1,4 +1,4 @@
-package server
+package preflight
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/outboxd/outboxd/server"
 
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/internal/servercheck"
@@ -37,48 +39,12 @@ type CleanupRequest struct {
 	Skip      []string
 }
 
-// CreatedAtIsDatetime reports whether table's column col is a DATETIME (wall-clock time, not an
-// instant like a TIMESTAMP). It blocks on one query.
-func CreatedAtIsDatetime(ctx context.Context, db *sql.DB, schema, table, col string) (bool, error) {
-	var typ string
-	err := db.QueryRowContext(ctx, `SELECT DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND COLUMN_NAME = ?`,
-		schema, table, col).Scan(&typ)
-	if err != nil {
-		return false, fmt.Errorf("read the type of %s.%s.%s: %w", schema, table, col, err)
-	}
-	return strings.EqualFold(typ, "datetime"), nil
-}
-
-// PrimaryKey returns the names of table's primary-key columns in key order (none: it has no
-// primary key). It blocks on one query.
-func PrimaryKey(ctx context.Context, db *sql.DB, schema, table string) ([]string, error) {
-	rows, err := db.QueryContext(ctx, `SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE
-		WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION`, schema, table)
-	if err != nil {
-		return nil, fmt.Errorf("read the primary key of %s.%s: %w", schema, table, err)
-	}
-	defer rows.Close()
-	var cols []string
-	for rows.Next() {
-		var c string
-		if err := rows.Scan(&c); err != nil {
-			return nil, err
-		}
-		cols = append(cols, c)
-	}
-	return cols, rows.Err()
-}
-
-// InspectCleanup verifies what cleanup needs on the writer: a writable primary
+// inspectCleanupRequest verifies what cleanup needs on the writer: a writable primary
 // (InspectCleanupWriter), DELETE on every cleaned table, its primary key and the created_at
 // column's type; a cleanup.hold_table is a warning. It blocks on a few queries; an error means
 // the server could not be inspected.
-func InspectCleanup(ctx context.Context, db *sql.DB, req CleanupRequest) ([]Problem, error) {
-	user, err := currentUser(ctx, db)
-	if err != nil {
-		return nil, err
-	}
-	gs, err := readGrants(ctx, db, req.Flavor)
+func inspectCleanupRequest(ctx context.Context, db *sql.DB, req CleanupRequest) ([]Problem, error) {
+	user, gs, err := account(ctx, db, req.Flavor)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +63,7 @@ func InspectCleanup(ctx context.Context, db *sql.DB, req CleanupRequest) ([]Prob
 				Fix:   "GRANT DELETE ON " + sqlident.Table(schema, name) + " TO " + user + "; or turn cleanup off for the table",
 			})
 		}
-		pk, err := PrimaryKey(ctx, db, schema, name)
+		pk, err := server.PrimaryKey(ctx, db, schema, name)
 		if err != nil {
 			return nil, err
 		}

@@ -1,4 +1,4 @@
-package daemon
+package preflight
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	"github.com/outboxd/outboxd/sink/sinks"
 )
 
-// Names of the checks Check runs besides the source's settings (those are server.CheckNames).
+// Names of the checks Check runs besides the source's settings (those are CheckNames).
 const (
 	// CheckSource: outboxd can connect to the source and inspect it.
 	CheckSource = "source"
@@ -31,10 +31,10 @@ const (
 // checkTimeout bounds each part of Check: the source, then all sinks at once.
 const checkTimeout = 30 * time.Second
 
-// CheckItem is one finding of Check, or one thing it verified. Its JSON is part of the stable
+// Item is one finding of Check, or one thing it verified. Its JSON is part of the stable
 // output of `outboxd check --json` (see the README): add fields, never rename them.
-type CheckItem struct {
-	// Check is the stable name of the check: one of server.CheckNames (what source.skip_checks
+type Item struct {
+	// Check is the stable name of the check: one of CheckNames (what source.skip_checks
 	// takes), CheckSource, CheckSink, CheckTopic, CheckReconcile or CheckBackfill.
 	Check string `json:"check"`
 	// Subject is what was checked: "binlog_format", "REPLICATION SLAVE", "table shop.outbox",
@@ -51,15 +51,15 @@ type CheckItem struct {
 }
 
 // String is the line `outboxd check` prints for the item (after OK, WARN or FAIL).
-func (i CheckItem) String() string { return i.line }
+func (i Item) String() string { return i.line }
 
-// CheckReport is what Check found. OK is true when Problems is empty; the slices are never nil,
+// Report is what Check found. OK is true when Problems is empty; the slices are never nil,
 // so that their JSON is [] and not null.
-type CheckReport struct {
-	OK       bool        `json:"ok"`
-	Problems []CheckItem `json:"problems"`
-	Warnings []CheckItem `json:"warnings"`
-	Verified []CheckItem `json:"verified"`
+type Report struct {
+	OK       bool   `json:"ok"`
+	Problems []Item `json:"problems"`
+	Warnings []Item `json:"warnings"`
+	Verified []Item `json:"verified"`
 }
 
 // Check verifies the source server (its settings, the account's privileges, every outbox table
@@ -68,8 +68,8 @@ type CheckReport struct {
 // own, so one that fails to open or to answer does not hide the others. It blocks until every
 // check answered or timed out (30 s for the source, then 30 s for all sinks at once) or ctx
 // ends; a check that could not run at all (no connection) is a problem of its own.
-func Check(ctx context.Context, cfg *config.Config, log zerolog.Logger) CheckReport {
-	var r CheckReport
+func Check(ctx context.Context, cfg *config.Config, log zerolog.Logger) Report {
+	var r Report
 	checkSource(ctx, cfg, &r)
 	checkStore(ctx, cfg, &r)
 	checkCleanup(ctx, cfg, &r)
@@ -81,9 +81,9 @@ func Check(ctx context.Context, cfg *config.Config, log zerolog.Logger) CheckRep
 		r.Verified = append(r.Verified, it)
 	}
 	r.OK = len(r.Problems) == 0
-	for _, s := range []*[]CheckItem{&r.Problems, &r.Warnings, &r.Verified} {
+	for _, s := range []*[]Item{&r.Problems, &r.Warnings, &r.Verified} {
 		if *s == nil {
-			*s = []CheckItem{}
+			*s = []Item{}
 		}
 	}
 	return r
@@ -91,7 +91,7 @@ func Check(ctx context.Context, cfg *config.Config, log zerolog.Logger) CheckRep
 
 // checkSource checks every candidate of source.addrs, each as the only source: outboxd may
 // have to stream from any of them after a failover.
-func checkSource(ctx context.Context, cfg *config.Config, r *CheckReport) {
+func checkSource(ctx context.Context, cfg *config.Config, r *Report) {
 	for _, addr := range cfg.Source.Addrs {
 		checkSourceAt(ctx, cfg.SourceAt(addr), r)
 	}
@@ -100,14 +100,14 @@ func checkSource(ctx context.Context, cfg *config.Config, r *CheckReport) {
 	}
 }
 
-func checkSourceAt(ctx context.Context, cfg *config.Config, r *CheckReport) {
+func checkSourceAt(ctx context.Context, cfg *config.Config, r *Report) {
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 	addr := cfg.Source.Addr
 	subject := "source " + addr
 	fail := func(what string, err error) {
 		msg := fmt.Sprintf("%s: %v", what, err)
-		r.Problems = append(r.Problems, CheckItem{
+		r.Problems = append(r.Problems, Item{
 			Check: CheckSource, Subject: subject, Message: msg,
 			Fix:  "check source.addr, source.user and source.password, and that the server is up and reachable from here",
 			line: fmt.Sprintf("%s: %s", subject, msg),
@@ -124,7 +124,7 @@ func checkSourceAt(ctx context.Context, cfg *config.Config, r *CheckReport) {
 		fail("cannot inspect", err)
 		return
 	}
-	r.Verified = append(r.Verified, CheckItem{
+	r.Verified = append(r.Verified, Item{
 		Check: CheckSource, Subject: subject, Message: "connected as " + cfg.Source.User,
 		line: fmt.Sprintf("%s: connected as %s", subject, cfg.Source.User),
 	})
@@ -141,9 +141,9 @@ func checkSourceAt(ctx context.Context, cfg *config.Config, r *CheckReport) {
 
 // addFindings adds the findings of an inspection of the server at addr: warnings and skipped
 // ones as warnings, the rest as problems.
-func (r *CheckReport) addFindings(addr string, found []server.Problem) {
+func (r *Report) addFindings(addr string, found []Problem) {
 	for _, p := range found {
-		it := CheckItem{Check: p.Check, Subject: p.Setting, Message: p.Found, Fix: p.Fix, Skipped: p.Skipped, line: sourceLine(addr, p)}
+		it := Item{Check: p.Check, Subject: p.Setting, Message: p.Found, Fix: p.Fix, Skipped: p.Skipped, line: sourceLine(addr, p)}
 		if p.Warning || p.Skipped {
 			r.Warnings = append(r.Warnings, it)
 		} else {
@@ -156,52 +156,52 @@ func (r *CheckReport) addFindings(addr string, found []server.Problem) {
 // a warning nor a skipped finding), in the order Inspect runs them. A table's three checks
 // count as not run when the table is missing or unreadable; none but the flavor check runs
 // when the server is of the other flavor (unless that check is skipped). Pure.
-func verifiedSource(req server.Request, found []server.Problem) []CheckItem {
+func verifiedSource(req Request, found []Problem) []Item {
 	flagged := func(check, table string) bool {
-		return slices.ContainsFunc(found, func(p server.Problem) bool { return p.Check == check && p.Table == table })
+		return slices.ContainsFunc(found, func(p Problem) bool { return p.Check == check && p.Table == table })
 	}
-	if slices.ContainsFunc(found, func(p server.Problem) bool { return p.Check == server.CheckFlavor && !p.Skipped }) {
+	if slices.ContainsFunc(found, func(p Problem) bool { return p.Check == CheckFlavor && !p.Skipped }) {
 		return nil
 	}
 	type want struct{ check, subject, message string }
 	global := []want{
-		{server.CheckFlavor, "source.flavor", "is " + string(req.Flavor) + ", as the server"},
-		{server.CheckLogBin, "log_bin", "is ON"},
-		{server.CheckBinlogFormat, "binlog_format", "is ROW"},
-		{server.CheckBinlogRowImage, "binlog_row_image", "is FULL"},
-		{server.CheckBinlogRowMetadata, "binlog_row_metadata", "is FULL"},
-		{server.CheckServerID, "server_id", "is set (non-zero)"},
+		{CheckFlavor, "source.flavor", "is " + string(req.Flavor) + ", as the server"},
+		{CheckLogBin, "log_bin", "is ON"},
+		{CheckBinlogFormat, "binlog_format", "is ROW"},
+		{CheckBinlogRowImage, "binlog_row_image", "is FULL"},
+		{CheckBinlogRowMetadata, "binlog_row_metadata", "is FULL"},
+		{CheckServerID, "server_id", "is set (non-zero)"},
 	}
 	if req.Flavor == gtid.MySQL {
 		global = append(global,
-			want{server.CheckGTIDMode, "gtid_mode", "is ON"},
-			want{server.CheckEnforceGTID, "enforce_gtid_consistency", "is ON"})
+			want{CheckGTIDMode, "gtid_mode", "is ON"},
+			want{CheckEnforceGTID, "enforce_gtid_consistency", "is ON"})
 	} else {
-		global = append(global, want{server.CheckGTIDStrictMode, "gtid_strict_mode", "is ON"})
+		global = append(global, want{CheckGTIDStrictMode, "gtid_strict_mode", "is ON"})
 	}
 	global = append(global,
-		want{server.CheckReplicationSlave, "REPLICATION SLAVE", "is granted"},
-		want{server.CheckReplicationClient, "REPLICATION CLIENT", "is granted"})
-	var out []CheckItem
+		want{CheckReplicationSlave, "REPLICATION SLAVE", "is granted"},
+		want{CheckReplicationClient, "REPLICATION CLIENT", "is granted"})
+	var out []Item
 	for _, g := range global {
 		if !flagged(g.check, "") {
-			out = append(out, CheckItem{Check: g.check, Subject: g.subject, Message: g.message})
+			out = append(out, Item{Check: g.check, Subject: g.subject, Message: g.message})
 		}
 	}
 	for _, t := range req.Tables {
-		if flagged(server.CheckTableExists, t.Name) || flagged(server.CheckTableSelect, t.Name) {
+		if flagged(CheckTableExists, t.Name) || flagged(CheckTableSelect, t.Name) {
 			continue
 		}
 		subject := "table " + t.Name
 		out = append(out,
-			CheckItem{Check: server.CheckTableExists, Subject: subject, Message: "exists"},
-			CheckItem{Check: server.CheckTableSelect, Subject: subject, Message: "is readable by the account"})
-		if len(t.Columns) > 0 && !flagged(server.CheckTableColumns, t.Name) {
+			Item{Check: CheckTableExists, Subject: subject, Message: "exists"},
+			Item{Check: CheckTableSelect, Subject: subject, Message: "is readable by the account"})
+		if len(t.Columns) > 0 && !flagged(CheckTableColumns, t.Name) {
 			names := make([]string, len(t.Columns))
 			for i, c := range t.Columns {
 				names[i] = c.Name
 			}
-			out = append(out, CheckItem{Check: server.CheckTableColumns, Subject: subject, Message: "has the configured columns " + strings.Join(names, ", ")})
+			out = append(out, Item{Check: CheckTableColumns, Subject: subject, Message: "has the configured columns " + strings.Join(names, ", ")})
 		}
 	}
 	return out
@@ -209,7 +209,7 @@ func verifiedSource(req server.Request, found []server.Problem) []CheckItem {
 
 // checkSinks opens every sink on its own and checks the opened ones at once: first that the
 // brokers answer, then each static topic, so that each failure is reported under its own name.
-func checkSinks(ctx context.Context, cfg *config.Config, log zerolog.Logger, r *CheckReport) {
+func checkSinks(ctx context.Context, cfg *config.Config, log zerolog.Logger, r *Report) {
 	opened, failed := sinks.OpenEach(cfg, log)
 	defer func() {
 		for _, s := range opened {
@@ -223,7 +223,7 @@ func checkSinks(ctx context.Context, cfg *config.Config, log zerolog.Logger, r *
 	var wg sync.WaitGroup
 	for i, name := range names {
 		if err := failed[name]; err != nil {
-			results[i] = []checkResult{{item: CheckItem{Check: CheckSink, Subject: "sinks." + name, Message: "cannot open: " + strings.TrimPrefix(err.Error(), "sinks."+name+": "),
+			results[i] = []checkResult{{item: Item{Check: CheckSink, Subject: "sinks." + name, Message: "cannot open: " + strings.TrimPrefix(err.Error(), "sinks."+name+": "),
 				Fix: "fix sinks." + name + " in the config", line: err.Error()}}}
 			continue
 		}
@@ -246,7 +246,7 @@ func checkSinks(ctx context.Context, cfg *config.Config, log zerolog.Logger, r *
 }
 
 type checkResult struct {
-	item CheckItem
+	item Item
 	ok   bool
 }
 
@@ -256,25 +256,25 @@ func checkSink(ctx context.Context, name string, s sink.Sink, topics []string) [
 	subject := "sinks." + name
 	c, ok := s.(sink.Checker)
 	if !ok {
-		return []checkResult{{ok: true, item: CheckItem{Check: CheckSink, Subject: subject, Message: "opened (this sink type has no check)",
+		return []checkResult{{ok: true, item: Item{Check: CheckSink, Subject: subject, Message: "opened (this sink type has no check)",
 			line: subject + ": opened (this sink type has no check)"}}}
 	}
 	if err := c.Check(ctx, nil); err != nil {
-		return []checkResult{{item: CheckItem{Check: CheckSink, Subject: subject, Message: err.Error(),
+		return []checkResult{{item: Item{Check: CheckSink, Subject: subject, Message: err.Error(),
 			Fix:  "check sinks." + name + " (addresses, TLS, credentials) and that its brokers are up and reachable from here",
 			line: fmt.Sprintf("sink %s: %v", name, err)}}}
 	}
-	out := []checkResult{{ok: true, item: CheckItem{Check: CheckSink, Subject: subject, Message: "opened; the brokers answered",
+	out := []checkResult{{ok: true, item: Item{Check: CheckSink, Subject: subject, Message: "opened; the brokers answered",
 		line: subject + ": opened; the brokers answered"}}}
 	for _, t := range topics {
 		ts := subject + " topic " + t
 		if err := c.Check(ctx, []string{t}); err != nil {
-			out = append(out, checkResult{item: CheckItem{Check: CheckTopic, Subject: ts, Message: err.Error(),
+			out = append(out, checkResult{item: Item{Check: CheckTopic, Subject: ts, Message: err.Error(),
 				Fix:  "create topic " + t + " on sinks." + name + ", or route to a topic that exists",
 				line: fmt.Sprintf("sink %s: %v", name, err)}})
 			continue
 		}
-		out = append(out, checkResult{ok: true, item: CheckItem{Check: CheckTopic, Subject: ts, Message: "is there",
+		out = append(out, checkResult{ok: true, item: Item{Check: CheckTopic, Subject: ts, Message: "is there",
 			line: ts + ": is there"}})
 	}
 	return out

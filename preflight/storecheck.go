@@ -1,4 +1,4 @@
-package daemon
+package preflight
 
 import (
 	"context"
@@ -11,9 +11,9 @@ import (
 )
 
 // checkpointTableRequest is what check verifies of the mysql store's table.
-func checkpointTableRequest(cfg *config.Config) server.CheckpointTable {
+func checkpointTableRequest(cfg *config.Config) CheckpointTable {
 	table := cfg.Checkpoint.Table
-	return server.CheckpointTable{
+	return CheckpointTable{
 		Flavor: cfg.Source.Flavor, Name: table, Columns: checkpoint.MySQLColumns,
 		CreateTable: checkpoint.CreateTableSQL(table),
 		Grant:       func(account string) string { return checkpoint.GrantSQL(table, account) },
@@ -24,7 +24,7 @@ func checkpointTableRequest(cfg *config.Config) server.CheckpointTable {
 
 // checkStore verifies the mysql checkpoint store on checkpoint.writer_addr: the table, its
 // columns and the account's SELECT, INSERT and UPDATE on it. A no-op for the file store.
-func checkStore(ctx context.Context, cfg *config.Config, r *CheckReport) {
+func checkStore(ctx context.Context, cfg *config.Config, r *Report) {
 	if !cfg.Checkpoint.MySQL() {
 		if cp, err := checkpoint.Read(cfg.Checkpoint.Path); err == nil {
 			checkScope(cfg, cp, r)
@@ -37,8 +37,8 @@ func checkStore(ctx context.Context, cfg *config.Config, r *CheckReport) {
 	subject := "checkpoint writer " + conn.Addr
 	fail := func(what string, err error) {
 		msg := fmt.Sprintf("%s: %v", what, err)
-		r.Problems = append(r.Problems, CheckItem{
-			Check: server.CheckCheckpointTable, Subject: subject, Message: msg,
+		r.Problems = append(r.Problems, Item{
+			Check: CheckCheckpointTable, Subject: subject, Message: msg,
 			Fix:  "check checkpoint.writer_addr (default source.addr), source.user and source.password, and that the writable primary is up",
 			line: fmt.Sprintf("%s: %s", subject, msg),
 		})
@@ -50,26 +50,26 @@ func checkStore(ctx context.Context, cfg *config.Config, r *CheckReport) {
 	}
 	defer db.Close()
 	req := checkpointTableRequest(cfg)
-	found, err := server.InspectCheckpoint(ctx, db, req)
+	found, err := InspectCheckpoint(ctx, db, req)
 	if err != nil {
 		fail("cannot inspect", err)
 		return
 	}
 	r.addFindings(conn.Addr, found) // InspectCheckpoint reports no warnings
 	flagged := func(check string) bool {
-		return slices.ContainsFunc(found, func(p server.Problem) bool { return p.Check == check })
+		return slices.ContainsFunc(found, func(p Problem) bool { return p.Check == check })
 	}
-	for _, v := range []CheckItem{
-		{Check: server.CheckCheckpointTable, Subject: "table " + req.Name, Message: "exists with the checkpoint store's columns"},
-		{Check: server.CheckCheckpointGrants, Subject: "table " + req.Name, Message: "SELECT, INSERT and UPDATE are granted"},
-		{Check: server.CheckCheckpointWriter, Subject: "server", Message: "is writable (read_only OFF)"},
+	for _, v := range []Item{
+		{Check: CheckCheckpointTable, Subject: "table " + req.Name, Message: "exists with the checkpoint store's columns"},
+		{Check: CheckCheckpointGrants, Subject: "table " + req.Name, Message: "SELECT, INSERT and UPDATE are granted"},
+		{Check: CheckCheckpointWriter, Subject: "server", Message: "is writable (read_only OFF)"},
 	} {
 		if !flagged(v.Check) {
 			v.line = fmt.Sprintf("%s: %s %s [check %s]", subject, v.Subject, v.Message, v.Check)
 			r.Verified = append(r.Verified, v)
 		}
 	}
-	if flagged(server.CheckCheckpointTable) || flagged(server.CheckCheckpointGrants) {
+	if flagged(CheckCheckpointTable) || flagged(CheckCheckpointGrants) {
 		return
 	}
 	st, err := checkpoint.OpenMySQL(checkpoint.MySQLConfig{DB: db, Table: cfg.Checkpoint.Table, Name: cfg.Checkpoint.Name, Addr: conn.Addr})
@@ -90,10 +90,10 @@ const checkCheckpointScope = "checkpoint_scope"
 
 // checkScope reports a checkpoint that run would refuse: one written for other tables, or the
 // tombstone of a lost one.
-func checkScope(cfg *config.Config, cp *checkpoint.Checkpoint, r *CheckReport) {
+func checkScope(cfg *config.Config, cp *checkpoint.Checkpoint, r *Report) {
 	subject := "checkpoint " + cfg.Checkpoint.Where()
 	if err := checkpoint.CheckScope(cfg.Checkpoint.Where(), cp, cfg.ScopeTables()); err != nil {
-		r.Problems = append(r.Problems, CheckItem{
+		r.Problems = append(r.Problems, Item{
 			Check: checkCheckpointScope, Subject: subject, Message: err.Error(),
 			line: fmt.Sprintf("%s: %v [check %s]", subject, err, checkCheckpointScope),
 		})
@@ -106,6 +106,6 @@ func checkScope(cfg *config.Config, cp *checkpoint.Checkpoint, r *CheckReport) {
 			msg = "records no table list (written by an older outboxd): the next run adopts it for this config's tables"
 		}
 	}
-	r.Verified = append(r.Verified, CheckItem{Check: checkCheckpointScope, Subject: subject, Message: msg,
+	r.Verified = append(r.Verified, Item{Check: checkCheckpointScope, Subject: subject, Message: msg,
 		line: fmt.Sprintf("%s: %s [check %s]", subject, msg, checkCheckpointScope)})
 }

@@ -1,4 +1,4 @@
-package daemon
+package preflight
 
 import (
 	"context"
@@ -11,17 +11,17 @@ import (
 
 // shapeColumns are the message-shape columns of t (columns.timestamp, columns.partition,
 // extra_headers) for the table_columns check: each is required, a row without it is poison.
-func shapeColumns(t config.Table) []server.RoleColumn {
-	var out []server.RoleColumn
+func shapeColumns(t config.Table) []RoleColumn {
+	var out []RoleColumn
 	if c := t.Columns.Timestamp; c != "" {
-		out = append(out, server.RoleColumn{Name: c, Role: "timestamp", Required: true, Type: "DATETIME(3) NOT NULL"})
+		out = append(out, RoleColumn{Name: c, Role: "timestamp", Required: true, Type: "DATETIME(3) NOT NULL"})
 	}
 	if c := t.Columns.Partition; c != "" {
-		out = append(out, server.RoleColumn{Name: c, Role: "partition", Required: true, Type: "INT NULL"})
+		out = append(out, RoleColumn{Name: c, Role: "partition", Required: true, Type: "INT NULL"})
 	}
 	cols, _ := t.ExtraHeaderColumns()
 	for _, c := range cols {
-		out = append(out, server.RoleColumn{Name: c, Role: "extra_headers." + c, Required: true, Type: "VARCHAR(255) NULL"})
+		out = append(out, RoleColumn{Name: c, Role: "extra_headers." + c, Required: true, Type: "VARCHAR(255) NULL"})
 	}
 	return out
 }
@@ -29,8 +29,8 @@ func shapeColumns(t config.Table) []server.RoleColumn {
 // shapeProblems reports timestamp and partition columns of a type outboxd cannot read
 // (config.Table.ShapeColumnProblems), so check and run refuse them with the same line. It
 // blocks on one query per table with such a column.
-func shapeProblems(ctx context.Context, db *sql.DB, cfg *config.Config) ([]server.Problem, error) {
-	var ps []server.Problem
+func shapeProblems(ctx context.Context, db *sql.DB, cfg *config.Config) ([]Problem, error) {
+	var ps []Problem
 	for i, t := range cfg.Tables {
 		if t.Columns.Timestamp == "" && t.Columns.Partition == "" {
 			continue

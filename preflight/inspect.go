@@ -1,4 +1,4 @@
-package server
+package preflight
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/internal/servercheck"
 	"github.com/outboxd/outboxd/internal/sqlident"
+	"github.com/outboxd/outboxd/server"
 )
 
 // Stable check names: what Problem.Check holds and source.skip_checks takes. The variable
@@ -83,7 +84,7 @@ type RoleColumn struct {
 // inspected (and says which query failed), not that a check failed. Safe for concurrent use.
 func Inspect(ctx context.Context, db *sql.DB, req Request) ([]Problem, error) {
 	f := req.Flavor
-	if err := checkFlavor(f); err != nil {
+	if err := server.KnownFlavor(f); err != nil {
 		return nil, err
 	}
 	type tableName struct {
@@ -110,13 +111,13 @@ func Inspect(ctx context.Context, db *sql.DB, req Request) ([]Problem, error) {
 		ps = append(ps, *fp)
 	}
 
-	vars, err := globalVars(ctx, db)
+	vars, err := server.GlobalVars(ctx, db)
 	if err != nil {
 		return nil, err
 	}
 	ps = append(ps, checkVars(f, vars, req.AllowMinimalRowMetadata)...)
 	if req.MinBinlogRetention > 0 {
-		r, err := BinlogRetention(ctx, db)
+		r, err := server.BinlogRetention(ctx, db)
 		if err != nil {
 			return nil, err
 		}
@@ -125,11 +126,7 @@ func Inspect(ctx context.Context, db *sql.DB, req Request) ([]Problem, error) {
 		}
 	}
 
-	user, err := currentUser(ctx, db)
-	if err != nil {
-		return nil, err
-	}
-	gs, err := readGrants(ctx, db, f)
+	user, gs, err := account(ctx, db, f)
 	if err != nil {
 		return nil, err
 	}
@@ -341,7 +338,7 @@ func checkColumns(ctx context.Context, db *sql.DB, schema, table string, t Table
 	if len(t.Columns) == 0 {
 		return nil, nil
 	}
-	have, err := (&ColumnReader{DB: db}).Columns(ctx, schema, table)
+	have, err := (&server.ColumnReader{DB: db}).Columns(ctx, schema, table)
 	if err != nil {
 		return nil, err
 	}

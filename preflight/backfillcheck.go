@@ -1,4 +1,4 @@
-package daemon
+package preflight
 
 import (
 	"github.com/outboxd/outboxd/backfill"
@@ -6,18 +6,18 @@ import (
 	"github.com/outboxd/outboxd/gtid"
 )
 
-// CheckBackfill is the CheckItem.Check of check's line about what outboxd backfill needs beyond
+// CheckBackfill is the Item.Check of check's line about what outboxd backfill needs beyond
 // run's grants.
 const CheckBackfill = "backfill"
 
 // backfillItem names the privileges outboxd backfill needs on MySQL beyond run's grants (run
 // needs none of them, so their absence is no problem of check's); MariaDB needs none, and gets
 // no line.
-func backfillItem(cfg *config.Config) (CheckItem, bool) {
+func backfillItem(cfg *config.Config) (Item, bool) {
 	if cfg.Source.Flavor != gtid.MySQL {
-		return CheckItem{}, false
+		return Item{}, false
 	}
 	msg := "outboxd backfill (only) needs " + backfill.MySQLLogStatusPrivilege + " on MySQL 8.4+ for a snapshot without a lock, or " +
 		backfill.MySQLLockPrivilege + ", and " + backfill.MySQLXARecoverPrivilege + "; run needs none of them"
-	return CheckItem{Check: CheckBackfill, Subject: "backfill", Message: msg, line: "backfill: " + msg}, true
+	return Item{Check: CheckBackfill, Subject: "backfill", Message: msg, line: "backfill: " + msg}, true
 }

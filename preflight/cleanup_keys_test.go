@@ -1,11 +1,10 @@
-package daemon
+package preflight
 
 import (
 	"strings"
 	"testing"
 
 	"github.com/outboxd/outboxd/config"
-	"github.com/outboxd/outboxd/server"
 )
 
 // retention: 0 deletes by the primary key the TABLE_MAP carries, which only
@@ -26,7 +25,7 @@ routes: [{sink: k}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	minimal := []server.Problem{{Setting: "binlog_row_metadata", Found: "MINIMAL", Check: server.CheckBinlogRowMetadata, Warning: true}}
+	minimal := []Problem{{Setting: "binlog_row_metadata", Found: "MINIMAL", Check: CheckBinlogRowMetadata, Warning: true}}
 	ws := cleanupKeyWarnings(cfg, minimal)
 	if len(ws) != 2 {
 		t.Fatalf("want a warning for shop.keys and shop.both, got %+v", ws)
@@ -34,7 +33,7 @@ routes: [{sink: k}]
 	for i, want := range []string{"shop.keys", "shop.both"} {
 		w := ws[i]
 		line := sourceLine("db:3306", w)
-		if !w.Warning || w.Table != want || w.Check != server.CheckBinlogRowMetadata ||
+		if !w.Warning || w.Table != want || w.Check != CheckBinlogRowMetadata ||
 			!strings.Contains(line, "retention: 0") || !strings.Contains(line, "MINIMAL") || !strings.Contains(line, "binlog_row_metadata = FULL") {
 			t.Errorf("warning %d: %+v\n%s", i, w, line)
 		}

@@ -1,4 +1,4 @@
-package daemon
+package preflight
 
 import (
 	"context"
@@ -12,15 +12,15 @@ import (
 	"github.com/outboxd/outboxd/server"
 )
 
-// CheckReconcile is the CheckItem.Check of check's line about the periodic reconcile.
+// CheckReconcile is the Item.Check of check's line about the periodic reconcile.
 const CheckReconcile = "reconcile"
 
 // createdAtProblems reports each configured tables[].columns.created_at that exists but is not
 // a DATETIME or TIMESTAMP column (a missing one is the table_columns check's), so check and
 // run refuse it with the same line reconcile would fail with later. It blocks on one query per
 // table with the column configured.
-func createdAtProblems(ctx context.Context, db *sql.DB, cfg *config.Config) ([]server.Problem, error) {
-	var ps []server.Problem
+func createdAtProblems(ctx context.Context, db *sql.DB, cfg *config.Config) ([]Problem, error) {
+	var ps []Problem
 	for i, t := range cfg.Tables {
 		col := t.Columns.CreatedAt
 		if col == "" {
@@ -36,15 +36,15 @@ func createdAtProblems(ctx context.Context, db *sql.DB, cfg *config.Config) ([]s
 			}
 			switch typ := strings.ToLower(d.DataType); {
 			case typ != "datetime" && typ != "timestamp":
-				ps = append(ps, server.Problem{
-					Setting: "column " + t.Table + "." + d.Name, Check: server.CheckTableColumns, Table: t.Table,
+				ps = append(ps, Problem{
+					Setting: "column " + t.Table + "." + d.Name, Check: CheckTableColumns, Table: t.Table,
 					Found: d.ColumnType + " (configured as " + fmt.Sprintf("tables[%d].columns.created_at", i) + ")",
 					Fix:   "set tables[" + strconv.Itoa(i) + "].columns.created_at to the table's DATETIME or TIMESTAMP insert-time column (reconcile selects rows by it)",
 				})
 			case typ == "datetime" && cfg.Reconcile != nil && cfg.CreatedAtTimeZone(i) == "" && !sweeps(cfg, i):
 				// The sweep's own check (cleanup_table) says the same for a swept table.
-				ps = append(ps, server.Problem{
-					Setting: "column " + t.Table + "." + d.Name, Check: server.CheckTableColumns, Table: t.Table,
+				ps = append(ps, Problem{
+					Setting: "column " + t.Table + "." + d.Name, Check: CheckTableColumns, Table: t.Table,
 					Found: "a DATETIME (wall-clock time in whatever time_zone the inserting session had) without cleanup.time_zone, which reconcile reads it in",
 					Fix:   reconcile.ZoneFix(i),
 				})
@@ -63,11 +63,11 @@ func sweeps(cfg *config.Config, i int) bool {
 // reconcileItem is check's line for the periodic reconcile: what it reads, with which
 // privileges (the table SELECT is verified above with the tables; the brokers' read
 // permissions only show at the first run).
-func reconcileItem(cfg *config.Config) (CheckItem, bool) {
+func reconcileItem(cfg *config.Config) (Item, bool) {
 	if cfg.Reconcile == nil {
-		return CheckItem{}, false
+		return Item{}, false
 	}
 	msg := fmt.Sprintf("every %s on the leader, from the mark kept with the checkpoint to the database's NOW()-%s, in windows of at most %s (the first run starts at NOW()-%s-%s); read-only: SELECT on the outbox tables, Kafka Describe and Read on the route topics, RocketMQ SUB on them and on group %s (no offset committed)",
 		cfg.Reconcile.Interval, cfg.Reconcile.Delay, cfg.Reconcile.Window, cfg.Reconcile.Delay, cfg.Reconcile.Window, reconcile.ReconcileGroup)
-	return CheckItem{Check: CheckReconcile, Subject: "reconcile", Message: msg, line: "reconcile: " + msg}, true
+	return Item{Check: CheckReconcile, Subject: "reconcile", Message: msg, line: "reconcile: " + msg}, true
 }

@@ -1,4 +1,4 @@
-package server_test
+package preflight_test
 
 import (
 	"database/sql"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/outboxd/outboxd/gtid"
+	"github.com/outboxd/outboxd/preflight"
 	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/testenv/mariadb"
 	"github.com/outboxd/outboxd/testenv/replication"
@@ -24,9 +25,9 @@ func TestInspectCleanupWriter(t *testing.T) {
 		t.Cleanup(func() { db.Close() })
 		return db
 	}
-	inspect := func(db *sql.DB) (*server.Problem, string) {
+	inspect := func(db *sql.DB) (*preflight.Problem, string) {
 		t.Helper()
-		pr, reason, err := server.InspectCleanupWriter(t.Context(), db, gtid.MariaDB)
+		pr, reason, err := preflight.InspectCleanupWriter(t.Context(), db, gtid.MariaDB)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -36,21 +37,21 @@ func TestInspectCleanupWriter(t *testing.T) {
 	if pr, _ := inspect(primary); pr != nil {
 		t.Fatalf("the primary: %v", pr)
 	}
-	if pr, reason := inspect(replica); pr == nil || reason != server.WriterReadOnly || pr.Setting != "read_only" {
+	if pr, reason := inspect(replica); pr == nil || reason != preflight.WriterReadOnly || pr.Setting != "read_only" {
 		t.Fatalf("the read-only replica: %v (%s)", pr, reason)
 	}
 	if _, err := replica.Exec("SET GLOBAL read_only = 0"); err != nil {
 		t.Fatal(err)
 	}
 	pr, reason := inspect(replica)
-	if pr == nil || reason != server.WriterReplica || !strings.Contains(pr.Found, "Slave_SQL_Running Yes") || !strings.Contains(pr.Fix, "checkpoint.writer_addr") {
+	if pr == nil || reason != preflight.WriterReplica || !strings.Contains(pr.Found, "Slave_SQL_Running Yes") || !strings.Contains(pr.Fix, "checkpoint.writer_addr") {
 		t.Fatalf("the writable replica: %v (%s)", pr, reason)
 	}
 	// A replica whose threads are stopped is still one: started again it would break.
 	if _, err := replica.Exec("STOP SLAVE"); err != nil {
 		t.Fatal(err)
 	}
-	if pr, reason := inspect(replica); pr == nil || reason != server.WriterReplica || !strings.Contains(pr.Found, "Slave_SQL_Running No") {
+	if pr, reason := inspect(replica); pr == nil || reason != preflight.WriterReplica || !strings.Contains(pr.Found, "Slave_SQL_Running No") {
 		t.Fatalf("the stopped replica: %v (%s)", pr, reason)
 	}
 	// REPLICATION CLIENT (BINLOG MONITOR) does not show the replication status on MariaDB 10.11.
@@ -60,7 +61,7 @@ func TestInspectCleanupWriter(t *testing.T) {
 		}
 	}
 	pr, reason = inspect(open(p.Primary(), "mon", "pw"))
-	if pr == nil || reason != server.WriterUnverified || pr.Setting != "SLAVE MONITOR" || !strings.Contains(pr.Fix, "GRANT SLAVE MONITOR ON *.* TO 'mon'@'%'") {
+	if pr == nil || reason != preflight.WriterUnverified || pr.Setting != "SLAVE MONITOR" || !strings.Contains(pr.Fix, "GRANT SLAVE MONITOR ON *.* TO 'mon'@'%'") {
 		t.Fatalf("without SLAVE MONITOR: %v (%s)", pr, reason)
 	}
 	if _, err := primary.Exec("GRANT SLAVE MONITOR ON *.* TO 'mon'@'%'"); err != nil {
