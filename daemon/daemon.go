@@ -17,12 +17,14 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outboxd/outboxd/binlog"
+	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/checkpoint/store"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/election"
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/internal/sqlerr"
 	"github.com/outboxd/outboxd/metrics"
+	"github.com/outboxd/outboxd/ops"
 	"github.com/outboxd/outboxd/pipeline"
 	"github.com/outboxd/outboxd/preflight"
 	"github.com/outboxd/outboxd/router"
@@ -162,18 +164,21 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 		}
 		r.role.set(roleState{Role: election.RoleLeader, Epoch: epoch, Since: time.Now(), Reason: "ha disabled"}, r.m)
 	}
-	r.ops = &ops{cfg: cfg, m: r.m, sinks: opened, src: r.src, saved: r.saver, started: started, version: o.Version, log: log, role: &r.role, now: o.Now}
+	oc := ops.Config{Config: cfg, Metrics: r.m, Sinks: opened, Marks: r.saver, Started: started, Version: o.Version, Logger: log, Now: o.Now}
+	if hl, ok := r.saver.store.(checkpoint.HolderLocker); ok {
+		oc.HolderLock = hl
+	}
+	side := ops.New(oc, opsRelay{r})
 	// The operator side (admin server, position sampler, heartbeat row) lives as long as Run
 	// and never decides its outcome.
 	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
-	opsDone, err := r.ops.start(opsCtx)
-	if err != nil {
+	if err := side.Start(opsCtx); err != nil {
 		stopOps()
 		return err
 	}
 	defer func() {
 		stopOps()
-		opsDone.Wait()
+		side.Wait()
 	}()
 	if roles != nil {
 		return roles.Run(ctx)

@@ -37,7 +37,7 @@ type relay struct {
 	router *router.Router
 	m      *metrics.Metrics
 	saver  *savedStore
-	ops    *ops
+	pl     atomic.Pointer[pipeline.Pipeline] // the current session's, for ops; nil as standby
 	role   roleHolder
 	// cleaner deletes delivered rows while leading; nil when cleanup is off.
 	cleaner *cleanup.Cleaner
@@ -60,7 +60,7 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 	ctx, stopHalt := haltOnFence(ctx)
 	defer stopHalt()
 	if term != nil {
-		defer r.ops.clearPipeline()
+		defer r.clearPipeline()
 	}
 	var guard func() error
 	if term != nil {
@@ -125,7 +125,7 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 		if err != nil {
 			return err
 		}
-		r.ops.setPipeline(pl)
+		r.setPipeline(pl)
 		began := time.Now()
 		sessCtx, endSession := r.saver.fault.session(ctx)
 		addr, db := r.src.current()

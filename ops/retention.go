@@ -1,4 +1,4 @@
-package daemon
+package ops
 
 import (
 	"context"
@@ -21,7 +21,7 @@ type retentionSampler struct {
 // sampleRetention updates the retention gauges when the last sample is retentionInterval old.
 // Only the leader calls it (a standby queries nothing). A failure is logged once, at warn, until
 // a sample succeeds again; a gauge that could not be read keeps its last value.
-func (o *ops) sampleRetention(ctx context.Context, st *retentionSampler) {
+func (o *Ops) sampleRetention(ctx context.Context, st *retentionSampler) {
 	now := time.Now()
 	if !st.last.IsZero() && now.Sub(st.last) < retentionInterval {
 		return
@@ -31,12 +31,12 @@ func (o *ops) sampleRetention(ctx context.Context, st *retentionSampler) {
 	defer cancel()
 	// Each gauge on its own: the retention (and the alert on it) must not depend on the dump
 	// connection the oldest binlog's age needs.
-	addr, db := o.src.current()
+	addr, db := o.relay.Source()
 	r, err := server.BinlogRetention(qctx, db)
 	if err == nil {
 		o.m.SetBinlogRetention(r.Period)
 		var oldest server.OldestBinlog
-		if oldest, _, err = server.OldestBinlogFile(qctx, db, server.SourceConn(o.src.at(addr))); err == nil {
+		if oldest, _, err = server.OldestBinlogFile(qctx, db, server.SourceConn(o.cfg.SourceAt(addr))); err == nil {
 			o.m.SetOldestBinlog(oldest.Created)
 		}
 	}

@@ -1,4 +1,9 @@
-package daemon
+// Package ops is what a running daemon reports and samples for its operator: the /status
+// and /readyz content (served by admin), the position sampler (transactions_behind), the
+// binlog retention gauges, sink probes, the heartbeat row, the mysql store's holder lock kept
+// while idle, and the periodic reconcile. It reads the relay through Relay and never decides
+// the relay's outcome.
+package ops
 
 import (
 	"context"
@@ -34,66 +39,86 @@ const (
 	probeMaxAge = 5 * time.Second
 )
 
-// ops is the operator side of a running daemon: the admin server, the position sampler, sink
-// probes and the heartbeat row writer. Safe for concurrent use.
-type ops struct {
+// Relay is what ops reads of the running relay. Its methods must be safe for concurrent use
+// and must not block: /status and /readyz call them on every request.
+type Relay interface {
+	// Leading reports whether this process leads now: the duties with side effects on the
+	// server (heartbeat row, position and retention sampling, the holder lock, reconcile) run
+	// only then.
+	Leading() bool
+	// Source is the candidate streaming now (or last) and its pool (nil before it was opened).
+	Source() (addr string, db *sql.DB)
+	// Pipeline is the current term's pipeline; nil while none runs (a standby reports nothing
+	// in flight).
+	Pipeline() *pipeline.Pipeline
+	// Saved is the checkpoint as this process last loaded or saved it.
+	Saved() Saved
+	// HA is the ha part of /status; its Role is "starting" before the process has one.
+	HA() admin.HA
+}
+
+// Saved is the checkpoint as this process last loaded or saved it, and how its saves fail.
+type Saved struct {
+	Last         checkpoint.Checkpoint
+	OK           bool      // Last holds a checkpoint
+	FailingSince time.Time // since when saves fail; zero while they succeed
+	Err          error     // the last save's failure; nil once one succeeded
+}
+
+// Config is what ops is built from besides the relay.
+type Config struct {
+	Config  *config.Config
+	Metrics *metrics.Metrics
+	Sinks   map[string]sink.Sink // probed, and listed by /readyz
+	// HolderLock is the checkpoint store's holder lock (the mysql store), re-taken while the
+	// leader is idle; nil when the store has none.
+	HolderLock checkpoint.HolderLocker
+	// Marks keeps the periodic reconcile's mark with the checkpoint (see reconcile.Periodic);
+	// only used with reconcile configured.
+	Marks   checkpoint.ReconcileMark
+	Started time.Time // when the process started, for /status
+	Version string    // reported by /status
+	Logger  zerolog.Logger
+	Now     func() time.Time // the process's clock (for reconcile); nil is time.Now
+}
+
+// Ops is the operator side of a running daemon: the admin server, the position sampler, sink
+// probes, the heartbeat row writer and the periodic reconcile. Safe for concurrent use.
+type Ops struct {
 	cfg     *config.Config
 	m       *metrics.Metrics
 	sinks   map[string]sink.Sink
-	src     *sources    // the source candidates; the sampler queries the current one
-	saved   *savedStore // the checkpoint on disk
+	relay   Relay
+	holder  checkpoint.HolderLocker
+	marks   checkpoint.ReconcileMark
 	started time.Time
 	version string
 	log     zerolog.Logger
-	role    *roleHolder      // leader or standby: the duties with side effects run only on the leader
-	now     func() time.Time // the process's clock (Options.Now); nil is time.Now
-
-	mu sync.Mutex
-	pl *pipeline.Pipeline // the current session's pipeline
+	now     func() time.Time
 
 	probeMu sync.Mutex // one probe round at a time
+	wg      sync.WaitGroup
 }
 
-// setPipeline switches the status and gauges to a new session's pipeline.
-func (o *ops) setPipeline(pl *pipeline.Pipeline) {
-	o.mu.Lock()
-	o.pl = pl
-	o.mu.Unlock()
-	o.m.SetPipeline(pl)
+// New builds the operator side of a daemon over relay; nothing runs before Start.
+func New(c Config, relay Relay) *Ops {
+	return &Ops{
+		cfg: c.Config, m: c.Metrics, sinks: c.Sinks, relay: relay, holder: c.HolderLock, marks: c.Marks,
+		started: c.Started, version: c.Version, log: c.Logger, now: c.Now,
+	}
 }
 
-func (o *ops) sourceAddr() string {
-	addr, _ := o.src.current()
-	return addr
-}
-
-// clearPipeline detaches the last session's pipeline when a term as leader ends: a standby
-// reports nothing in flight and nothing behind.
-func (o *ops) clearPipeline() {
-	o.mu.Lock()
-	o.pl = nil
-	o.mu.Unlock()
-	o.m.SetPipeline(nil)
-	o.m.SetBehind(metrics.Behind{})
-}
-
-func (o *ops) pipeline() *pipeline.Pipeline {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.pl
-}
-
-// start binds the admin server (so a bad admin.listen fails the start) and starts the
-// background loops; they stop when ctx ends, and the returned WaitGroup waits for them.
-func (o *ops) start(ctx context.Context) (*sync.WaitGroup, error) {
-	wg := &sync.WaitGroup{}
+// Start binds the admin server (so a bad admin.listen fails the start) and starts the
+// background loops; they stop when ctx ends, and Wait waits for them. It blocks only to bind
+// the address. On an error nothing was started. Call it once.
+func (o *Ops) Start(ctx context.Context) error {
 	if addr := o.cfg.Admin.Addr(); addr != "" {
 		srv, err := admin.Listen(admin.Config{
 			Listen:   addr,
 			Gatherer: o.m.Registry(),
 			Status:   o.status,
 			Ready:    o.ready,
-			Role:     func() string { return string(o.role.get().Role) },
+			Role:     o.role,
 			Logger:   o.log.With().Str("component", "admin").Logger(),
 		})
 		switch {
@@ -102,41 +127,50 @@ func (o *ops) start(ctx context.Context) (*sync.WaitGroup, error) {
 			// hold it, and the relay matters more than its metrics. An explicit address fails.
 			o.log.Error().Err(err).Msg("admin server not started: no /metrics, /readyz or /status; set admin.listen to a free address")
 		case err != nil:
-			return nil, err
+			return err
 		}
 		if srv != nil {
-			wg.Go(func() {
+			o.wg.Go(func() {
 				if err := srv.Serve(ctx); err != nil {
 					o.log.Error().Err(err).Msg("admin server stopped; metrics and status are unavailable")
 				}
 			})
 		}
 	}
-	wg.Go(func() { o.sampleLoop(ctx) })
+	o.wg.Go(func() { o.sampleLoop(ctx) })
 	if hb := o.cfg.Source.Heartbeat; hb != nil {
-		wg.Go(func() { o.heartbeatLoop(ctx, hb) })
+		o.wg.Go(func() { o.heartbeatLoop(ctx, hb) })
 	}
 	if o.cfg.Reconcile != nil {
-		p := &reconcile.Periodic{Config: o.cfg, Host: reconcileHost{o}, Marks: o.saved, Metrics: o.m, Log: o.log, Now: o.now}
-		wg.Go(func() { p.Run(ctx) })
+		p := &reconcile.Periodic{Config: o.cfg, Host: reconcileHost{o.relay}, Marks: o.marks, Metrics: o.m, Log: o.log, Now: o.now}
+		o.wg.Go(func() { p.Run(ctx) })
 	}
-	return wg, nil
+	return nil
+}
+
+// Wait blocks until the loops Start started have returned, after its ctx ended.
+func (o *Ops) Wait() { o.wg.Wait() }
+
+// role is the role /readyz names: none before the process has one (/status says "starting").
+func (o *Ops) role() string {
+	if r := o.relay.HA().Role; r != "starting" {
+		return r
+	}
+	return ""
 }
 
 // reconcileHost is what the periodic reconcile reads of the daemon.
-type reconcileHost struct{ o *ops }
+type reconcileHost struct{ Relay }
 
-func (h reconcileHost) Leading() bool             { return h.o.role.leading() }
-func (h reconcileHost) Source() (string, *sql.DB) { return h.o.src.current() }
 func (h reconcileHost) Checkpointed() (time.Time, bool) {
-	st := h.o.saved.state()
-	return st.last.CommitTime, st.ok && !st.last.CommitTime.IsZero()
+	st := h.Saved()
+	return st.Last.CommitTime, st.OK && !st.Last.CommitTime.IsZero()
 }
 
 // sampleLoop reads the server's position every sampleInterval to count the transactions not
 // yet acknowledged (never per event: it is a query), the binlog retention gauges every
 // retentionInterval, and probes idle sinks.
-func (o *ops) sampleLoop(ctx context.Context) {
+func (o *Ops) sampleLoop(ctx context.Context) {
 	tick := time.NewTicker(sampleInterval)
 	defer tick.Stop()
 	var lastPL *pipeline.Pipeline
@@ -145,13 +179,13 @@ func (o *ops) sampleLoop(ctx context.Context) {
 	var retention retentionSampler
 	for {
 		o.probeSinks(ctx)
-		if o.role.leading() {
+		if o.relay.Leading() {
 			o.sampleRetention(ctx, &retention)
 			o.keepHolderLock(ctx)
 		}
-		if pl := o.pipeline(); pl != nil && o.role.leading() {
+		if pl := o.relay.Pipeline(); pl != nil && o.relay.Leading() {
 			qctx, cancel := context.WithTimeout(ctx, sampleInterval)
-			_, db := o.src.current()
+			_, db := o.relay.Source()
 			pos, err := server.Position(qctx, db, o.cfg.Source.Flavor)
 			cancel()
 			if err == nil {
@@ -178,17 +212,18 @@ func (o *ops) sampleLoop(ctx context.Context) {
 
 // keepHolderLock re-takes the mysql store's holder lock if its connection dropped: an idle
 // leader saves nothing, and without the lock backfill and checkpoint set would run beside it.
-func (o *ops) keepHolderLock(ctx context.Context) {
-	if ms, ok := o.saved.store.(checkpoint.HolderLocker); ok {
-		kctx, cancel := context.WithTimeout(ctx, sampleInterval)
-		ms.KeepHolderLock(kctx)
-		cancel()
+func (o *Ops) keepHolderLock(ctx context.Context) {
+	if o.holder == nil {
+		return
 	}
+	kctx, cancel := context.WithTimeout(ctx, sampleInterval)
+	o.holder.KeepHolderLock(kctx)
+	cancel()
 }
 
 // probeSinks checks every sink whose state is unknown or older than probeMaxAge; sinks that
 // send keep their state fresh themselves and are not probed.
-func (o *ops) probeSinks(ctx context.Context) {
+func (o *Ops) probeSinks(ctx context.Context) {
 	o.probeMu.Lock()
 	defer o.probeMu.Unlock()
 	states := o.m.Sinks()
@@ -216,9 +251,9 @@ func (o *ops) probeSinks(ctx context.Context) {
 // ready lists what is not ready: the source stream and every sink. A standby is ready when it
 // could take over: its sinks are reachable and its wait for the lock reaches the writer (the
 // stream is the leader's).
-func (o *ops) ready(ctx context.Context) []string {
+func (o *Ops) ready(ctx context.Context) []string {
 	var out []string
-	st := o.role.status()
+	st := o.relay.HA()
 	switch {
 	case st.Role != string(election.RoleLeader):
 		if st.WaitError != "" {
@@ -229,7 +264,7 @@ func (o *ops) ready(ctx context.Context) []string {
 		}
 	default:
 		if up, why := o.m.Source(); !up {
-			addr, _ := o.src.current()
+			addr, _ := o.relay.Source()
 			msg := "source " + addr + ": binlog stream not connected"
 			if why != "" {
 				msg += ": " + why
@@ -248,7 +283,7 @@ func (o *ops) ready(ctx context.Context) []string {
 			out = append(out, "sink "+name+": unreachable: "+st.Error)
 		}
 	}
-	if pl := o.pipeline(); pl != nil {
+	if pl := o.relay.Pipeline(); pl != nil {
 		for _, mt := range pl.MissingTopics() {
 			then := "on_poison applies"
 			if mt.DeadLetter {
@@ -262,27 +297,28 @@ func (o *ops) ready(ctx context.Context) []string {
 }
 
 // status builds the /status document.
-func (o *ops) status(context.Context) admin.Status {
+func (o *Ops) status(context.Context) admin.Status {
 	now := time.Now()
 	lag := o.m.Lag()
 	connected, why := o.m.Source()
-	saved := o.saved.state()
+	saved := o.relay.Saved()
+	addr, _ := o.relay.Source()
 	st := admin.Status{
 		Version:              o.version,
 		Flavor:               string(o.cfg.Source.Flavor),
 		StartedAt:            o.started.UTC(),
 		UptimeSeconds:        now.Sub(o.started).Seconds(),
-		Source:               admin.Source{Addr: o.sourceAddr(), Connected: connected, LastError: why},
-		CheckpointGTIDSet:    saved.last.GTIDSet,
-		CheckpointSavedAt:    saved.last.SavedAt.UTC(),
-		CheckpointCommitTime: saved.last.CommitTime.UTC(),
+		Source:               admin.Source{Addr: addr, Connected: connected, LastError: why},
+		CheckpointGTIDSet:    saved.Last.GTIDSet,
+		CheckpointSavedAt:    saved.Last.SavedAt.UTC(),
+		CheckpointCommitTime: saved.Last.CommitTime.UTC(),
 		LagSeconds:           lag.Lag.Seconds(),
 		OldestUnackedSeconds: lag.OldestUnacked.Seconds(),
 		CaughtUp:             lag.CaughtUp,
 		Sinks:                map[string]admin.Sink{},
-		HA:                   o.role.status(),
+		HA:                   o.relay.HA(),
 	}
-	if pl := o.pipeline(); pl != nil {
+	if pl := o.relay.Pipeline(); pl != nil {
 		st.ReadGTIDSet = pl.ReadSet().String()
 		st.AckedGTIDSet = pl.Acked().String()
 		st.InFlight.Events, st.InFlight.Bytes = pl.InFlight()
@@ -293,9 +329,9 @@ func (o *ops) status(context.Context) admin.Status {
 			}
 		}
 	}
-	if saved.lastErr != nil {
-		st.CheckpointSaveError = saved.lastErr.Error()
-		st.CheckpointFailingSince = saved.failingSince.UTC()
+	if saved.Err != nil {
+		st.CheckpointSaveError = saved.Err.Error()
+		st.CheckpointFailingSince = saved.FailingSince.UTC()
 	}
 	states := o.m.Sinks()
 	for name, sc := range o.cfg.Sinks {
@@ -319,7 +355,7 @@ func (o *ops) status(context.Context) admin.Status {
 // quiet database still writes binlog transactions: they move the checkpoint and prove the whole
 // path works. Failures are logged (at most once a minute while they last) and never stop the
 // relay.
-func (o *ops) heartbeatLoop(ctx context.Context, hb *config.Heartbeat) {
+func (o *Ops) heartbeatLoop(ctx context.Context, hb *config.Heartbeat) {
 	schema, table, _ := strings.Cut(hb.Table, ".")
 	stmt := fmt.Sprintf("INSERT INTO %s.%s (id, ts) VALUES (?, NOW(6)) ON DUPLICATE KEY UPDATE ts = NOW(6)",
 		sqlident.Quote(schema), sqlident.Quote(table))
@@ -334,7 +370,7 @@ func (o *ops) heartbeatLoop(ctx context.Context, hb *config.Heartbeat) {
 	tick := time.NewTicker(hb.Interval)
 	defer tick.Stop()
 	for {
-		if !o.role.leading() {
+		if !o.relay.Leading() {
 			// A standby writes nothing; the leader's own loop keeps the row fresh.
 			select {
 			case <-ctx.Done():
