@@ -23,12 +23,17 @@ func TestReadmeLayoutNamesEveryPackageFolder(t *testing.T) {
 	if !ok {
 		t.Fatal(`README.md has no "## Layout and data flow" section`)
 	}
-	_, block, _ := strings.Cut(rest, "```\n")
-	block, _, _ = strings.Cut(block, "```")
+	section, _, _ := strings.Cut(rest, "\n## ")
+	// The section's code blocks: the picture of the data path, then the folder list.
 	named := map[string]bool{}
-	for _, line := range strings.Split(block, "\n") {
-		if m := layoutEntry.FindStringSubmatch(line); m != nil {
-			named[m[1]] = true
+	for i, block := range strings.Split(section, "```") {
+		if i%2 == 0 {
+			continue // prose between the blocks
+		}
+		for _, line := range strings.Split(block, "\n") {
+			if m := layoutEntry.FindStringSubmatch(line); m != nil {
+				named[m[1]] = true
+			}
 		}
 	}
 	entries, err := os.ReadDir(root)
