@@ -90,7 +90,7 @@ func cmdBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	res, err := backfill.Run(ctx, bc)
 	if err != nil {
-		log.Error().Err(err).Msg("backfill failed; the checkpoint was not changed")
+		logFailure(log, err, "backfill failed; the checkpoint was not changed")
 		return fmt.Errorf("%w: %w", errReported, err)
 	}
 	snap := res.Snapshot

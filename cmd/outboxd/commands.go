@@ -113,7 +113,7 @@ func cmdRun(ctx context.Context, sig *signals, args []string, stdout, stderr io.
 	log.Info().Str("version", version).Msg("outboxd starting")
 	err = daemon.Run(ctx, cfg, daemon.Options{FromGTID: *from, Force: *force, DeadLetterEvents: dlEvents, Logger: log, Version: version})
 	if err != nil {
-		log.Error().Err(err).Msg("outboxd stopped with an error")
+		logFailure(log, err, "outboxd stopped with an error")
 		return fmt.Errorf("%w: %w", errReported, err)
 	}
 	return nil
