@@ -9,6 +9,7 @@ import (
 
 	"github.com/outboxd/outboxd/backfill"
 	"github.com/outboxd/outboxd/checkpoint"
+	"github.com/outboxd/outboxd/checkpoint/store"
 	"github.com/outboxd/outboxd/daemon"
 	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/sink/sinks"
@@ -47,17 +48,17 @@ func cmdBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	// The file's lock, held until the end, keeps an outboxd off the checkpoint meanwhile; the
 	// mysql store is guarded by the leader lock and the row holder's lock, checked now and
 	// again before the write.
-	store, err := openCLIStore(ctx, cfg)
+	st, err := store.OpenOnce(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	if cfg.Checkpoint.MySQL() && !*ignoreLeader {
-		if err := refuseWhileRunning(ctx, cfg, store); err != nil {
-			return err
+	defer st.Close()
+	if !*ignoreLeader {
+		if err := store.RefuseWhileRunning(ctx, cfg, st); err != nil {
+			return refusal(err)
 		}
 	}
-	old, err := store.Load(ctx)
+	old, err := st.Load(ctx)
 	if err != nil {
 		return err
 	}
@@ -108,13 +109,13 @@ func cmdBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *dryRun {
 		return nil
 	}
-	if cfg.Checkpoint.MySQL() && !*ignoreLeader {
-		if err := refuseWhileRunning(ctx, cfg, store); err != nil {
-			return fmt.Errorf("the rows were sent but the checkpoint was not set: %w", err)
+	if !*ignoreLeader {
+		if err := store.RefuseWhileRunning(ctx, cfg, st); err != nil {
+			return refusal(fmt.Errorf("the rows were sent but the checkpoint was not set: %w", err))
 		}
 	}
 	cp := checkpoint.Checkpoint{Flavor: cfg.Source.Flavor, GTIDSet: snap.Position.String(), SavedAt: timeNow()}
-	if err := replaceCheckpoint(ctx, cfg, store, cp, "backfill"); err != nil {
+	if err := store.Replace(ctx, cfg, st, cp, "backfill"); err != nil {
 		return fmt.Errorf("the rows were sent but the checkpoint was not set: %w", err)
 	}
 	prev := "(none)"
