@@ -10,7 +10,7 @@ import (
 	"github.com/outboxd/outboxd/backfill"
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/checkpoint/store"
-	"github.com/outboxd/outboxd/daemon"
+	"github.com/outboxd/outboxd/deadletter"
 	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/sink/sinks"
 )
@@ -41,7 +41,7 @@ func cmdBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return &exitError{code: 2, err: fmt.Errorf("--batch %d: must be positive", *batch)}
 	}
 	log := newLogger(cfg.Log, stderr)
-	dl, audit, err := daemon.DeadLetterOverride(cfg, dlEvents, log)
+	dl, audit, err := deadletter.Override(cfg, dlEvents, log)
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
