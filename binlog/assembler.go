@@ -504,7 +504,7 @@ func primaryKey(pks []any, cols []uint64, row []any) (key, rest []any) {
 }
 
 // errNoColumnNames is wrapped when MINIMAL metadata meets a missing resolver.
-var errNoColumnNames = errors.New("TABLE_MAP has no column names (binlog_row_metadata=MINIMAL) and no column resolver is configured; set binlog_row_metadata=FULL on the server")
+var errNoColumnNames = errors.New("TABLE_MAP has no column names (binlog_row_metadata=MINIMAL) and no column resolver is configured")
 
 // columnNames returns the names of tm's columns in ordinal order. Names from the resolver are
 // checked against tm's column types (see checkColumnTypes); a cached definition that does not
@@ -519,7 +519,8 @@ func (a *Assembler) columnNames(ctx context.Context, st *tableState, tm *replica
 	}
 	table := st.spec.Schema + "." + st.spec.Table
 	if a.resolver == nil {
-		return nil, fmt.Errorf("outbox table %s: %w", table, errNoColumnNames)
+		return nil, &StopError{Table: table, GTID: a.txnGTID(), Setting: "binlog_row_metadata", Err: errNoColumnNames,
+			Fix: "set binlog_row_metadata=FULL on the server"}
 	}
 	cols, err := a.resolver.Definitions(ctx, st.spec.Schema, st.spec.Table)
 	if err != nil {
@@ -528,9 +529,9 @@ func (a *Assembler) columnNames(ctx context.Context, st *tableState, tm *replica
 	if len(cols) != n {
 		// The table changed after this row was written: the current names cannot be mapped onto
 		// the old row by position.
-		return nil, fmt.Errorf("outbox table %s: binlog row has %d columns but the table now has %d; "+
-			"it was altered after this row was written — set binlog_row_metadata=FULL so rows carry their own column names",
-			table, n, len(cols))
+		return nil, &StopError{Table: table, GTID: a.txnGTID(), Setting: "binlog_row_metadata",
+			Problem: fmt.Sprintf("binlog row has %d columns but the table now has %d; it was altered after this row was written", n, len(cols)),
+			Fix:     "set binlog_row_metadata=FULL so rows carry their own column names"}
 	}
 	if err := a.checkColumnTypes(st.spec, tm, cols); err != nil {
 		return nil, err

@@ -28,7 +28,7 @@ func TestClassifyServerErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		err := connErr(r.classify(c.err, "0-1-5"))
-		if !errors.Is(err, c.want) || errors.Is(err, ErrDisconnected) != c.disconnected || !strings.Contains(err.Error(), c.mention) {
+		if !errors.Is(err, c.want) || errors.Is(err, ErrDisconnected) != c.disconnected || !strings.Contains(err.Error()+" fix: "+FixOf(err), c.mention) {
 			t.Errorf("%v: got %v (disconnected %v)", c.err, err, errors.Is(err, ErrDisconnected))
 		}
 	}

@@ -26,12 +26,15 @@ func (a *Assembler) checkColumnTypes(spec TableSpec, tm *replication.TableMapEve
 			break
 		}
 		if typ, meta := tm.ColumnType[i], tm.ColumnMeta[i]; !typeFits(c, typ, meta) {
-			return fmt.Errorf("outbox table %s.%s: %s has a row whose column %d is %s in the binlog, but information_schema has %s %s there now: "+
-				"the table was altered (columns moved or retyped) after the row was written, and with binlog_row_metadata=MINIMAL the row carries no column names, "+
-				"so outboxd would map it onto the wrong columns; outboxd stopped before that transaction and did not checkpoint it. "+
-				"Set binlog_row_metadata=FULL where the server has it (MySQL 8.0+, MariaDB 10.5+). For the rows written before the ALTER: undo the ALTER until outboxd "+
-				"has relayed them (it follows an ALTER it reads in the binlog), or start past them with --from-gtid",
-				spec.Schema, spec.Table, a.txnName(), i+1, binlogTypeName(typ, meta), sqlident.Quote(c.Name), c.ColumnType)
+			return &StopError{
+				Table: spec.Schema + "." + spec.Table, GTID: a.txnGTID(), Setting: "binlog_row_metadata",
+				Problem: fmt.Sprintf("%s has a row whose column %d is %s in the binlog, but information_schema has %s %s there now: "+
+					"the table was altered (columns moved or retyped) after the row was written, and with binlog_row_metadata=MINIMAL the row carries no column names, "+
+					"so outboxd would map it onto the wrong columns; outboxd stopped before that transaction and did not checkpoint it",
+					a.txnName(), i+1, binlogTypeName(typ, meta), sqlident.Quote(c.Name), c.ColumnType),
+				Fix: "Set binlog_row_metadata=FULL where the server has it (MySQL 8.0+, MariaDB 10.5+). For the rows written before the ALTER: undo the ALTER until outboxd " +
+					"has relayed them (it follows an ALTER it reads in the binlog), or start past them with --from-gtid",
+			}
 		}
 	}
 	return nil

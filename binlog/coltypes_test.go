@@ -2,6 +2,7 @@ package binlog
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -143,10 +144,15 @@ func TestColumnNamesCheckTypes(t *testing.T) {
 	a, st = newAsm(res)
 	_, err = a.columnNames(context.Background(), st, tm)
 	for _, want := range []string{"outbox table shop.outbox_event", "transaction 0-1-9", "column 2 is VARCHAR/VARBINARY of 256 bytes",
-		"`payload` longblob", "binlog_row_metadata=FULL"} {
+		"`payload` longblob", "did not checkpoint it"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("moved column: err = %v, want %q", err, want)
 		}
+	}
+	var se *StopError
+	if !errors.As(err, &se) || se.GTID != "0-1-9" || se.Table != "shop.outbox_event" || se.Setting != "binlog_row_metadata" ||
+		!strings.Contains(se.Fix, "binlog_row_metadata=FULL") || strings.Contains(err.Error(), se.Fix) {
+		t.Errorf("moved column: err = %#v, want a StopError with the fix apart from the message", err)
 	}
 
 	// Cached from before an ALTER that the stream's DDL did not announce: read again, fits.

@@ -332,25 +332,28 @@ func (r *Reader) classify(err error, start string) error {
 			(me.Code == mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG && strings.Contains(me.Message, "same server_uuid/server_id"))
 		switch {
 		case sameID:
-			return fmt.Errorf("%w: server %s dropped this binlog stream because another replica connected with server_id %d; "+
-				"give every outboxd and every replica of this server its own source.server_id: %w",
-				ErrServerIDInUse, r.cfg.Addr, r.cfg.ServerID, err)
+			return &StopError{Setting: "source.server_id", Err: fmt.Errorf("%w: %w", ErrServerIDInUse, err),
+				Problem: fmt.Sprintf("server %s dropped this binlog stream because another replica connected with server_id %d", r.cfg.Addr, r.cfg.ServerID),
+				Fix:     "give every outboxd and every replica of this server its own source.server_id"}
 		case me.Code == mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG && strings.Contains(me.Message, "purged"): // 1236
 			// MariaDB: "Could not find GTID state requested by slave in any binlog files.
 			// Probably the slave state is too old and required binlog files have been purged."
 			// MySQL: "...purged binary logs containing GTIDs that the slave requires."
-			return fmt.Errorf("%w: server %s no longer has the binlogs after GTID %q (%s); the transactions after it that were purged are lost to outboxd — "+
-				"choose a position the server still has with --from-gtid, or delete the checkpoint and use source.start: latest (both skip the purged events: data loss): %w",
-				ErrGTIDNotOnServer, r.cfg.Addr, start, me.Message, err)
+			return &StopError{GTID: start, Err: fmt.Errorf("%w: %w", ErrGTIDNotOnServer, err),
+				Problem: fmt.Sprintf("server %s no longer has the binlogs after GTID %q (%s); the transactions after it that were purged are lost to outboxd",
+					r.cfg.Addr, start, me.Message),
+				Fix: "choose a position the server still has with --from-gtid, or delete the checkpoint and use source.start: latest (both skip the purged events: data loss)"}
 		case me.Code == mysql.ER_MASTER_FATAL_ERROR_READING_BINLOG:
-			return fmt.Errorf("%w: server %s cannot stream from GTID %q (%s); the position is ahead of the server's binlog or from another server — "+
-				"check source.addr, or restart from an explicit position with --from-gtid, or delete the checkpoint and use source.start: latest: %w",
-				ErrGTIDNotOnServer, r.cfg.Addr, start, me.Message, err)
+			return &StopError{GTID: start, Setting: "source.addr", Err: fmt.Errorf("%w: %w", ErrGTIDNotOnServer, err),
+				Problem: fmt.Sprintf("server %s cannot stream from GTID %q (%s); the position is ahead of the server's binlog or from another server",
+					r.cfg.Addr, start, me.Message),
+				Fix: "check source.addr, or restart from an explicit position with --from-gtid, or delete the checkpoint and use source.start: latest"}
 		}
 		switch me.Code {
 		case mysql.ER_ACCESS_DENIED_ERROR: // 1045
-			return fmt.Errorf("%w: server %s refused user %q on the binlog dump connection; check the password and that the user has REPLICATION SLAVE "+
-				"(MariaDB reports a missing grant as ERROR 1045): %w", ErrAccessDenied, r.cfg.Addr, r.cfg.User, err)
+			return &StopError{Setting: "source.user", Err: fmt.Errorf("%w: %w", ErrAccessDenied, err),
+				Problem: fmt.Sprintf("server %s refused user %q on the binlog dump connection", r.cfg.Addr, r.cfg.User),
+				Fix:     "check the password and that the user has REPLICATION SLAVE (MariaDB reports a missing grant as ERROR 1045)"}
 		}
 	}
 	if strings.Contains(err.Error(), "i/o timeout") {

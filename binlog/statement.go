@@ -27,11 +27,14 @@ func (a *Assembler) partialImage(spec TableSpec, names []string, skipped []int) 
 			cols = append(cols, fmt.Sprintf("#%d", i+1))
 		}
 	}
-	return fmt.Errorf("outbox table %s.%s: %s inserts a row whose binlog image lacks column(s) %s (binlog_row_image is MINIMAL or NOBLOB, "+
-		"which leave out columns the INSERT did not set or BLOB/TEXT/JSON columns), so outboxd cannot read the row; outboxd stopped before that transaction and did not checkpoint it. "+
-		"Set binlog_row_image=FULL on the server and make sure no session writing the outbox runs SET SESSION binlog_row_image=MINIMAL or NOBLOB. "+
-		"The transaction stays in the binlog as it is and stops outboxd again at every start: write its outbox rows again with a full image, then start past it with --from-gtid",
-		spec.Schema, spec.Table, a.txnName(), strings.Join(cols, ", "))
+	return &StopError{
+		Table: spec.Schema + "." + spec.Table, GTID: a.txnGTID(), Setting: "binlog_row_image",
+		Problem: fmt.Sprintf("%s inserts a row whose binlog image lacks column(s) %s (binlog_row_image is MINIMAL or NOBLOB, "+
+			"which leave out columns the INSERT did not set or BLOB/TEXT/JSON columns), so outboxd cannot read the row; outboxd stopped before that transaction and did not checkpoint it",
+			a.txnName(), strings.Join(cols, ", ")),
+		Fix: "Set binlog_row_image=FULL on the server and make sure no session writing the outbox runs SET SESSION binlog_row_image=MINIMAL or NOBLOB. " +
+			"The transaction stays in the binlog as it is and stops outboxd again at every start: write its outbox rows again with a full image, then start past it with --from-gtid",
+	}
 }
 
 // txnName names the open transaction in errors.
@@ -40,6 +43,14 @@ func (a *Assembler) txnName() string {
 		return "transaction " + a.cur.GTID
 	}
 	return "a transaction"
+}
+
+// txnGTID is the open transaction's GTID for StopError, "" when it has none.
+func (a *Assembler) txnGTID() string {
+	if a.cur != nil {
+		return a.cur.GTID
+	}
+	return ""
 }
 
 // statementTarget is one table a DML statement writes, as written in it.
@@ -99,19 +110,25 @@ func sideEffectVerb(q string) string {
 // hiddenWrites is the error for a statement-logged write in an outbox table's schema whose
 // triggers, views or functions may have written outbox rows that the binlog holds only as SQL.
 func (a *Assembler) hiddenWrites(spec TableSpec, what string) error {
-	return fmt.Errorf("outbox table %s.%s: %s has a %s in the outbox table's schema; a trigger, a view or a stored function may have written outbox rows "+
-		"that the binlog then holds only as that SQL text, which outboxd cannot read or rule out, so it stopped before that transaction and did not checkpoint it. "+
-		"Set binlog_format=ROW on the server and make sure no session runs SET SESSION binlog_format=STATEMENT or MIXED. "+
-		"If that transaction wrote no outbox rows, start past it with --from-gtid; if it did, write them again from a row-logged session first",
-		spec.Schema, spec.Table, a.txnName(), what)
+	return &StopError{
+		Table: spec.Schema + "." + spec.Table, GTID: a.txnGTID(), Setting: "binlog_format",
+		Problem: fmt.Sprintf("%s has a %s in the outbox table's schema; a trigger, a view or a stored function may have written outbox rows "+
+			"that the binlog then holds only as that SQL text, which outboxd cannot read or rule out, so it stopped before that transaction and did not checkpoint it",
+			a.txnName(), what),
+		Fix: "Set binlog_format=ROW on the server and make sure no session runs SET SESSION binlog_format=STATEMENT or MIXED. " +
+			"If that transaction wrote no outbox rows, start past it with --from-gtid; if it did, write them again from a row-logged session first",
+	}
 }
 
 func (a *Assembler) unreadableStatement(spec TableSpec, verb string) error {
-	return fmt.Errorf("outbox table %s.%s: %s writes it with a statement-logged %s, which carries SQL text instead of rows, so outboxd cannot read the outbox rows; "+
-		"outboxd stopped before that transaction and did not checkpoint it. Set binlog_format=ROW on the server (MariaDB's default MIXED logs some INSERTs as statements) "+
-		"and make sure no session writing the outbox runs SET SESSION binlog_format=STATEMENT or MIXED. "+
-		"The transaction stays in the binlog as it is and stops outboxd again at every start: write its outbox rows again from a row-logged session, then start past it with --from-gtid",
-		spec.Schema, spec.Table, a.txnName(), verb)
+	return &StopError{
+		Table: spec.Schema + "." + spec.Table, GTID: a.txnGTID(), Setting: "binlog_format",
+		Problem: fmt.Sprintf("%s writes it with a statement-logged %s, which carries SQL text instead of rows, so outboxd cannot read the outbox rows; "+
+			"outboxd stopped before that transaction and did not checkpoint it", a.txnName(), verb),
+		Fix: "Set binlog_format=ROW on the server (MariaDB's default MIXED logs some INSERTs as statements) " +
+			"and make sure no session writing the outbox runs SET SESSION binlog_format=STATEMENT or MIXED. " +
+			"The transaction stays in the binlog as it is and stops outboxd again at every start: write its outbox rows again from a row-logged session, then start past it with --from-gtid",
+	}
 }
 
 // executeLoadQuery returns the statement text of MySQL/MariaDB's EXECUTE_LOAD_QUERY event (the
@@ -121,8 +138,9 @@ func (a *Assembler) unreadableStatement(spec TableSpec, verb string) error {
 func (a *Assembler) checkLoad(ev *replication.BinlogEvent) error {
 	db, q, ok := executeLoadQuery(ev.RawData)
 	if !ok {
-		return fmt.Errorf("statement-logged LOAD DATA event too short to read (%d bytes): outboxd cannot tell whether it loads an outbox table; set binlog_format=ROW on the server",
-			len(ev.RawData))
+		return &StopError{GTID: a.txnGTID(), Setting: "binlog_format",
+			Problem: fmt.Sprintf("statement-logged LOAD DATA event too short to read (%d bytes): outboxd cannot tell whether it loads an outbox table", len(ev.RawData)),
+			Fix:     "set binlog_format=ROW on the server"}
 	}
 	return a.checkStatement(db, q)
 }

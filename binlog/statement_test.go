@@ -138,7 +138,7 @@ func TestAssemblerStatementLoggedDML(t *testing.T) {
 		case c.wantErr == "" && err != nil:
 			t.Errorf("%s: %v", c.name, err)
 		case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr) ||
-			!strings.Contains(err.Error(), "binlog_format=ROW") || !strings.Contains(err.Error(), "SET SESSION binlog_format")):
+			!strings.Contains(FixOf(err), "binlog_format=ROW") || !strings.Contains(FixOf(err), "SET SESSION binlog_format")):
 			t.Errorf("%s: err = %v, want %q naming binlog_format=ROW and the session setting", c.name, err, c.wantErr)
 		case c.wantErr != "" && len(done) > 0:
 			t.Errorf("%s: the transaction with the statement completed: %+v", c.name, done)

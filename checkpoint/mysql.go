@@ -592,7 +592,10 @@ const (
 
 // classify decides, in one place, what a failed statement means: a server that is away
 // (ErrUnreachable), one that is set up wrong (ErrStoreMisconfigured, with the fix), or a
-// transient SQL error (nil: retry).
+// transient SQL error (nil: retry). It is not internal/sqlerr's Transient, and cannot share it:
+// sqlerr imports this package (ErrUnreachable is transient there), and the store reads more as
+// away (every error the server did not answer, and ERROR 1040, too many connections), retries
+// a lock wait or deadlock, and takes every other answer for a setup to fix, with its fix.
 func classify(err error) error {
 	var me *mysqldriver.MySQLError
 	if !errors.As(err, &me) {

@@ -7,8 +7,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -20,6 +18,7 @@ import (
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/checkpoint/store"
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/deadletter"
 	"github.com/outboxd/outboxd/election"
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/internal/sqlerr"
@@ -87,7 +86,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 		return fmt.Errorf("--from-gtid is refused with ha.enabled: set the position every instance resumes from with "+
 			"`outboxd checkpoint set --gtid %s --ignore-leader` (the running leader is superseded and restarts from it)", o.FromGTID)
 	}
-	if r.dlEvents, r.audit, err = deadLetterOverride(cfg, o.DeadLetterEvents, log); err != nil {
+	if r.dlEvents, r.audit, err = deadletter.Override(cfg, o.DeadLetterEvents, log); err != nil {
 		return err
 	}
 	cp, err := store.Open(ctx, cfg, log)
@@ -300,53 +299,6 @@ func declareSinks(m *metrics.Metrics, cfg *config.Config) {
 		m.DeclareSink(name, rs)
 	}
 	declareTables(m, cfg)
-}
-
-// deadLetterOverride checks --dead-letter-event against the config and returns the event set
-// and the audit writer: one line per diversion, appended and synced to audit.log beside the
-// checkpoint file, so the decision outlives the logs. The mysql store has no directory of its
-// own (a pod with a read-only root file system): there each diversion is a log line at error
-// level with audit: true, which the platform's log collection keeps. Only a leader diverts
-// rows, so only the leader writes either.
-func deadLetterOverride(cfg *config.Config, ids []string, log zerolog.Logger) (map[string]bool, func(string) error, error) {
-	if len(ids) == 0 {
-		return nil, nil, nil
-	}
-	if cfg.DeadLetter == nil {
-		return nil, nil, errors.New("--dead-letter-event needs a dead_letter block ({sink, topic}) to send the row to")
-	}
-	set := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		set[id] = true
-	}
-	if cfg.Checkpoint.MySQL() {
-		audit := func(line string) error {
-			log.Error().Bool("audit", true).Str("override", "--dead-letter-event").Msg(line)
-			return nil
-		}
-		log.Warn().Strs("event_ids", ids).Str("audit", "log lines with audit: true").
-			Msg("--dead-letter-event: these rows go to the dead-letter topic if they turn out to be poison or their topic does not exist")
-		return set, audit, nil
-	}
-	path := filepath.Join(filepath.Dir(cfg.Checkpoint.Path), "audit.log")
-	audit := func(line string) error {
-		f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-		if err != nil {
-			return err
-		}
-		if _, err := fmt.Fprintf(f, "%s %s\n", time.Now().UTC().Format(time.RFC3339Nano), line); err != nil {
-			f.Close()
-			return err
-		}
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return err
-		}
-		return f.Close()
-	}
-	log.Warn().Strs("event_ids", ids).Str("audit_file", path).
-		Msg("--dead-letter-event: these rows go to the dead-letter topic if they turn out to be poison or their topic does not exist")
-	return set, audit, nil
 }
 
 // openSource connects to the source for the start-up queries: to the first of source.addrs

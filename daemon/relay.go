@@ -170,7 +170,11 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 		if time.Since(began) >= server.ReconnectReset {
 			backoff.Reset()
 		}
-		log.Warn().Err(err).Stringer("retry_in", backoff.Next()).Str("gtid_set", start.String()).
+		warn := log.Warn().Err(err)
+		if fix := binlog.FixOf(err); fix != "" {
+			warn = warn.Str("fix", fix) // a dropped stream for a shared server_id says what to change
+		}
+		warn.Stringer("retry_in", backoff.Next()).Str("gtid_set", start.String()).
 			Msg("source connection lost; in-flight sends drained, reconnecting from the acknowledged position")
 		next, err := r.reconnect(ctx, start, &backoff)
 		if err != nil || ctx.Err() != nil {

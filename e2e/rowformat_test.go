@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,28 +21,29 @@ func TestUnreadableOutboxRowStopsOutboxd(t *testing.T) {
 		name    string
 		setup   []string // run first, as root; {schema} is the test's schema
 		session string
-		insert  string // into outbox_event, some columns left to their defaults; {csv} is a CSV's path
-		want    []string
+		insert  string   // into outbox_event, some columns left to their defaults; {csv} is a CSV's path
+		want    []string // in the error
+		fix     []string // in the fix, apart from the error
 	}{
 		// LOAD DATA is logged as its own event (EXECUTE_LOAD_QUERY), not as a QUERY.
 		{"load data", nil, "SET SESSION binlog_format = 'STATEMENT'",
 			"LOAD DATA INFILE '{csv}' INTO TABLE outbox_event FIELDS TERMINATED BY ',' (event_id, biz_key, topic, payload)",
-			[]string{"statement-logged LOAD DATA", "binlog_format=ROW"}},
+			[]string{"statement-logged LOAD DATA"}, []string{"binlog_format=ROW"}},
 		{"statement", nil, "SET SESSION binlog_format = 'STATEMENT'",
 			"INSERT INTO outbox_event (event_id, biz_key, topic, payload) VALUES ('bad', 'k', 't', 'p')",
-			[]string{"statement-logged INSERT", "binlog_format=ROW", "SET SESSION binlog_format"}},
+			[]string{"statement-logged INSERT"}, []string{"binlog_format=ROW", "SET SESSION binlog_format"}},
 		// The binlog keeps the text as sent: a "--<tab>" comment before it and MariaDB's
 		// per-statement variables must not hide the INSERT.
 		{"statement after a tab comment", nil, "SET SESSION binlog_format = 'STATEMENT'",
 			"--\tfrom the app\nINSERT INTO outbox_event (event_id, biz_key, topic, payload) VALUES ('bad', 'k', 't', 'p')",
-			[]string{"statement-logged INSERT", "binlog_format=ROW"}},
+			[]string{"statement-logged INSERT"}, []string{"binlog_format=ROW"}},
 		{"set statement for", nil, "SET SESSION binlog_format = 'STATEMENT'",
 			"SET STATEMENT sql_mode = '' FOR INSERT INTO outbox_event (event_id, biz_key, topic, payload) VALUES ('bad', 'k', 't', 'p')",
-			[]string{"statement-logged INSERT", "binlog_format=ROW"}},
+			[]string{"statement-logged INSERT"}, []string{"binlog_format=ROW"}},
 		// MariaDB's default: a deterministic INSERT is logged as a statement.
 		{"mixed", nil, "SET SESSION binlog_format = 'MIXED'",
 			"INSERT INTO outbox_event (event_id, biz_key, topic, payload) VALUES ('bad', 'k', 't', 'p')",
-			[]string{"statement-logged INSERT", "binlog_format=ROW"}},
+			[]string{"statement-logged INSERT"}, []string{"binlog_format=ROW"}},
 		// A trigger writes the outbox: the binlog holds only the INSERT into invoices.
 		{"trigger", []string{
 			"CREATE TABLE {schema}.invoices (id INT AUTO_INCREMENT PRIMARY KEY, note VARCHAR(20))",
@@ -49,13 +51,13 @@ func TestUnreadableOutboxRowStopsOutboxd(t *testing.T) {
 				"INSERT INTO {schema}.outbox_event (event_id, biz_key, topic, payload) VALUES ('bad', 'k', 't', 'p')",
 		}, "SET SESSION binlog_format = 'STATEMENT'",
 			"INSERT INTO invoices (note) VALUES ('x')",
-			[]string{"statement-logged INSERT into", ".invoices in the outbox table's schema", "a trigger", "binlog_format=ROW"}},
+			[]string{"statement-logged INSERT into", ".invoices in the outbox table's schema", "a trigger"}, []string{"binlog_format=ROW"}},
 		{"minimal row image", nil, "SET SESSION binlog_row_image = 'MINIMAL'",
 			"INSERT INTO outbox_event (event_id, biz_key, topic, payload) VALUES ('bad', 'k', 't', 'p')",
-			[]string{"lacks column(s) event_type, headers", "binlog_row_image=FULL", "SET SESSION binlog_row_image"}},
+			[]string{"lacks column(s) event_type, headers"}, []string{"binlog_row_image=FULL", "SET SESSION binlog_row_image"}},
 		{"noblob row image", nil, "SET SESSION binlog_row_image = 'NOBLOB'",
 			"INSERT INTO outbox_event (event_id, biz_key, topic, event_type) VALUES ('bad', 'k', 't', 'x')",
-			[]string{"lacks column(s) payload, headers", "binlog_row_image=FULL"}},
+			[]string{"lacks column(s) payload, headers"}, []string{"binlog_row_image=FULL"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -93,10 +95,21 @@ func TestUnreadableOutboxRowStopsOutboxd(t *testing.T) {
 			if code != 1 {
 				t.Fatalf("outboxd exited %d after an unreadable outbox row, want 1:\n%s", code, out)
 			}
+			// The error says what is wrong; the fix is a field of its own in the log line and a
+			// line of its own for the user.
+			errText, fix := stopFields(out)
 			for _, s := range want {
-				if !strings.Contains(out, s) {
-					t.Errorf("output lacks %q:\n%s", s, out)
+				if !strings.Contains(errText, s) {
+					t.Errorf("error lacks %q:\n%s", s, out)
 				}
+			}
+			for _, s := range c.fix {
+				if !strings.Contains(fix, s) || strings.Contains(errText, s) {
+					t.Errorf("fix lacks %q or the error has it too:\n%s", s, out)
+				}
+			}
+			if fix == "" || !strings.Contains(out, "outboxd: fix: "+fix) {
+				t.Errorf("the fix is not printed on a line of its own:\n%s", out)
 			}
 			if strings.Contains(out, "reconnecting") {
 				t.Errorf("an unreadable row was treated as a lost connection:\n%s", out)
@@ -118,6 +131,18 @@ func TestUnreadableOutboxRowStopsOutboxd(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stopFields returns the error and fix fields of the log line outboxd wrote when it stopped with
+// an error ("" when out has none).
+func stopFields(out string) (errText, fix string) {
+	for _, line := range strings.Split(out, "\n") {
+		var l struct{ Message, Error, Fix string }
+		if json.Unmarshal([]byte(line), &l) == nil && l.Message == "outboxd stopped with an error" {
+			return l.Error, l.Fix
+		}
+	}
+	return "", ""
 }
 
 // relayed is outboxd (the binary) streaming w's outbox from where it was at the start, with one

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/binlog"
+	"github.com/outboxd/outboxd/internal/wait"
 	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/sink"
 )
@@ -209,9 +210,9 @@ type rejection struct {
 // topic never appeared).
 func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink, items []item, acked func([]item)) ([]rejection, error) {
 	var rejected []rejection
-	wait := topicWait{p: p, sink: name}
-	defer wait.done()
-	backoff := p.cfg.RetryInitial
+	topics := topicWait{p: p, sink: name}
+	defer topics.done()
+	backoff := wait.Backoff{Initial: p.cfg.RetryInitial, Max: p.cfg.RetryMax}
 	attempt := 0
 	var lastLog time.Time
 	msgs := make([]*sink.Message, 0, len(items))
@@ -348,9 +349,10 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 			}
 			retry = append(retry, it)
 		}
-		wait.update(waiting)
+		topics.update(waiting)
 		if len(retry) < len(items) {
-			backoff, attempt = p.cfg.RetryInitial, 0 // progress: start the backoff over
+			backoff.Reset() // progress: start the backoff over
+			attempt = 0
 		}
 		items = retry
 		if len(items) == 0 {
@@ -361,14 +363,11 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 		if now := p.cfg.Now(); (len(waiting) == 0 || others > 0) && (attempt == 1 || now.Sub(lastLog) >= 5*time.Second) {
 			lastLog = now
 			p.cfg.Logger.Warn().Str("sink", name).Int("unacked", len(items)).Int("attempt", attempt).
-				Stringer("backoff", backoff).Str("gtid", items[0].txn.GTID).Err(err).Msg("send not acknowledged, retrying")
+				Stringer("backoff", backoff.Next()).Str("gtid", items[0].txn.GTID).Err(err).Msg("send not acknowledged, retrying")
 		}
-		select {
-		case <-ctx.Done():
+		if !backoff.Wait(ctx) {
 			return nil, fmt.Errorf("sink %s: %d message(s) still unacknowledged at shutdown: %w", name, len(items), ctx.Err())
-		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, p.cfg.RetryMax)
 	}
 	return rejected, nil
 }

@@ -9,7 +9,8 @@ import (
 
 	"github.com/outboxd/outboxd/backfill"
 	"github.com/outboxd/outboxd/checkpoint"
-	"github.com/outboxd/outboxd/daemon"
+	"github.com/outboxd/outboxd/checkpoint/store"
+	"github.com/outboxd/outboxd/deadletter"
 	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/sink/sinks"
 )
@@ -40,24 +41,24 @@ func cmdBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return &exitError{code: 2, err: fmt.Errorf("--batch %d: must be positive", *batch)}
 	}
 	log := newLogger(cfg.Log, stderr)
-	dl, audit, err := daemon.DeadLetterOverride(cfg, dlEvents, log)
+	dl, audit, err := deadletter.Override(cfg, dlEvents, log)
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
 	// The file's lock, held until the end, keeps an outboxd off the checkpoint meanwhile; the
 	// mysql store is guarded by the leader lock and the row holder's lock, checked now and
 	// again before the write.
-	store, err := openCLIStore(ctx, cfg)
+	st, err := store.OpenOnce(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	if cfg.Checkpoint.MySQL() && !*ignoreLeader {
-		if err := refuseWhileRunning(ctx, cfg, store); err != nil {
-			return err
+	defer st.Close()
+	if !*ignoreLeader {
+		if err := store.RefuseWhileRunning(ctx, cfg, st); err != nil {
+			return refusal(err)
 		}
 	}
-	old, err := store.Load(ctx)
+	old, err := st.Load(ctx)
 	if err != nil {
 		return err
 	}
@@ -90,7 +91,7 @@ func cmdBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	res, err := backfill.Run(ctx, bc)
 	if err != nil {
-		log.Error().Err(err).Msg("backfill failed; the checkpoint was not changed")
+		logFailure(log, err, "backfill failed; the checkpoint was not changed")
 		return fmt.Errorf("%w: %w", errReported, err)
 	}
 	snap := res.Snapshot
@@ -108,13 +109,13 @@ func cmdBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *dryRun {
 		return nil
 	}
-	if cfg.Checkpoint.MySQL() && !*ignoreLeader {
-		if err := refuseWhileRunning(ctx, cfg, store); err != nil {
-			return fmt.Errorf("the rows were sent but the checkpoint was not set: %w", err)
+	if !*ignoreLeader {
+		if err := store.RefuseWhileRunning(ctx, cfg, st); err != nil {
+			return refusal(fmt.Errorf("the rows were sent but the checkpoint was not set: %w", err))
 		}
 	}
 	cp := checkpoint.Checkpoint{Flavor: cfg.Source.Flavor, GTIDSet: snap.Position.String(), SavedAt: timeNow()}
-	if err := replaceCheckpoint(ctx, cfg, store, cp, "backfill"); err != nil {
+	if err := store.Replace(ctx, cfg, st, cp, "backfill"); err != nil {
 		return fmt.Errorf("the rows were sent but the checkpoint was not set: %w", err)
 	}
 	prev := "(none)"

@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboxd/outboxd/admin"
 	"github.com/outboxd/outboxd/checkpoint"
+	"github.com/outboxd/outboxd/checkpoint/store"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/daemon"
 	"github.com/outboxd/outboxd/gtid"
@@ -114,7 +115,7 @@ func cmdRun(ctx context.Context, sig *signals, args []string, stdout, stderr io.
 	log.Info().Str("version", version).Msg("outboxd starting")
 	err = daemon.Run(ctx, cfg, daemon.Options{FromGTID: *from, Force: *force, DeadLetterEvents: dlEvents, Logger: log, Version: version})
 	if err != nil {
-		log.Error().Err(err).Msg("outboxd stopped with an error")
+		logFailure(log, err, "outboxd stopped with an error")
 		return fmt.Errorf("%w: %w", errReported, err)
 	}
 	return nil
@@ -221,11 +222,11 @@ func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writ
 	// The file's lock makes this fail while outboxd runs on the same checkpoint; the mysql
 	// store's guard is the leader lock, and the row's epoch stops an outboxd without ha. A
 	// position kept as it is needs no check against the source.
-	store, old, err := openStoreToReplace(ctx, cfg, parsed, *force || *fromCP, *ignoreLeader)
+	st, old, err := store.OpenToReplace(ctx, cfg, parsed, store.ReplaceOptions{Force: *force || *fromCP, IgnoreLeader: *ignoreLeader})
 	if err != nil {
-		return err
+		return refusal(err)
 	}
-	defer store.Close()
+	defer st.Close()
 	if layoutOnly {
 		if err := checkpoint.CheckScope(cfg.Checkpoint.Where(), old, cfg.ScopeTables()); err != nil {
 			return &exitError{code: 1, err: fmt.Errorf("--accept-layout alone records layouts only, and this checkpoint needs more: %w. "+
@@ -236,7 +237,7 @@ func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writ
 	if *fromCP && old != nil && old.GTIDSet == cp.GTIDSet {
 		cp = *old // the same position: keep what it recorded (commit time, layouts)
 		cp.SavedAt = timeNow()
-		cp.Scope = nil // but cover this config's tables (replaceCheckpoint), as a live one does
+		cp.Scope = nil // but cover this config's tables (store.Replace), as a live one does
 	} else {
 		// At a new position the layouts there are unknown: none are written, and the next
 		// start records the current ones with a warning.
@@ -247,7 +248,7 @@ func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writ
 			return err
 		}
 	}
-	if err := replaceCheckpoint(ctx, cfg, store, cp, "checkpoint set"); err != nil {
+	if err := store.Replace(ctx, cfg, st, cp, "checkpoint set"); err != nil {
 		return err
 	}
 	prev := "(none)"

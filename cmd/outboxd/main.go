@@ -15,6 +15,10 @@ import (
 	"runtime/pprof"
 	"slices"
 	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/outboxd/outboxd/binlog"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -141,19 +145,38 @@ func main() {
 	if err == nil {
 		return
 	}
+	os.Exit(report(os.Stderr, err))
+}
+
+// report prints err for the user unless it was logged already, then a stop error's fix on its
+// own line (the log has it in the fix field, where a reader of the terminal may miss it), and
+// returns the process exit code: an exitError's code, else 1.
+func report(w io.Writer, err error) int {
 	code := 1
 	var ee *exitError
 	if errors.As(err, &ee) {
 		code = ee.code
 	}
 	if !errors.Is(err, errReported) {
-		fmt.Fprintln(os.Stderr, "outboxd:", err)
+		fmt.Fprintln(w, "outboxd:", err)
 	}
-	os.Exit(code)
+	if fix := binlog.FixOf(err); fix != "" {
+		fmt.Fprintln(w, "outboxd: fix:", fix)
+	}
+	return code
 }
 
 // errReported marks an error that was already logged in full.
 var errReported = errors.New("reported")
+
+// logFailure logs err at error level with msg, and a stop error's fix as its own field, fix.
+func logFailure(log zerolog.Logger, err error, msg string) {
+	ev := log.Error().Err(err)
+	if fix := binlog.FixOf(err); fix != "" {
+		ev = ev.Str("fix", fix)
+	}
+	ev.Msg(msg)
+}
 
 // dispatch runs the command args names. sig, when not nil, is told the run command's logger.
 // A command's --help or -h prints its usage to stdout and returns nil; a bad flag prints the

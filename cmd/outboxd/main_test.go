@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/outboxd/outboxd/binlog"
 )
 
 // helpArgs are every command's help requests and the synopsis each must print.
@@ -214,6 +219,28 @@ func TestReadmeSynopsisNamesEveryFlag(t *testing.T) {
 			if !strings.Contains(line, "--"+m[1]) {
 				t.Errorf("README's synopsis line for %v lacks --%s: %q", h.args, m[1], line)
 			}
+		}
+	}
+}
+
+// A stop error's fix reaches the user on a line of its own, also when the error was logged
+// already; the exit code is the exitError's, else 1.
+func TestReportPrintsTheFixOnItsOwnLine(t *testing.T) {
+	stop := &binlog.StopError{Table: "shop.outbox", Problem: "transaction 0-1-5 is unreadable", Fix: "Set binlog_format=ROW"}
+	cases := []struct {
+		err   error
+		code  int
+		lines []string
+	}{
+		{fmt.Errorf("%w: %w", errReported, stop), 1, []string{"outboxd: fix: Set binlog_format=ROW"}},
+		{stop, 1, []string{"outboxd: outbox table shop.outbox: transaction 0-1-5 is unreadable", "outboxd: fix: Set binlog_format=ROW"}},
+		{&exitError{code: 2, err: errors.New("bad flag")}, 2, []string{"outboxd: bad flag"}},
+	}
+	for _, c := range cases {
+		var w bytes.Buffer
+		code := report(&w, c.err)
+		if got := strings.Split(strings.TrimSuffix(w.String(), "\n"), "\n"); code != c.code || !slices.Equal(got, c.lines) {
+			t.Errorf("report(%v) = %d, %q; want %d, %q", c.err, code, got, c.code, c.lines)
 		}
 	}
 }
