@@ -15,6 +15,7 @@ import (
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/election"
+	"github.com/outboxd/outboxd/failover"
 	"github.com/outboxd/outboxd/internal/logging"
 	"github.com/outboxd/outboxd/internal/sqlident"
 	"github.com/outboxd/outboxd/metrics"
@@ -40,8 +41,8 @@ type ops struct {
 	cfg     *config.Config
 	m       *metrics.Metrics
 	sinks   map[string]sink.Sink
-	src     *sources    // the source candidates; the sampler queries the current one
-	saved   *savedStore // the checkpoint on disk
+	src     *failover.Sources // the source candidates; the sampler queries the current one
+	saved   *savedStore       // the checkpoint on disk
 	started time.Time
 	version string
 	log     zerolog.Logger
@@ -63,7 +64,7 @@ func (o *ops) setPipeline(pl *pipeline.Pipeline) {
 }
 
 func (o *ops) sourceAddr() string {
-	addr, _ := o.src.current()
+	addr, _ := o.src.Current()
 	return addr
 }
 
@@ -127,7 +128,7 @@ func (o *ops) start(ctx context.Context) (*sync.WaitGroup, error) {
 type reconcileHost struct{ o *ops }
 
 func (h reconcileHost) Leading() bool             { return h.o.role.leading() }
-func (h reconcileHost) Source() (string, *sql.DB) { return h.o.src.current() }
+func (h reconcileHost) Source() (string, *sql.DB) { return h.o.src.Current() }
 func (h reconcileHost) Checkpointed() (time.Time, bool) {
 	st := h.o.saved.state()
 	return st.last.CommitTime, st.ok && !st.last.CommitTime.IsZero()
@@ -151,7 +152,7 @@ func (o *ops) sampleLoop(ctx context.Context) {
 		}
 		if pl := o.pipeline(); pl != nil && o.role.leading() {
 			qctx, cancel := context.WithTimeout(ctx, sampleInterval)
-			_, db := o.src.current()
+			_, db := o.src.Current()
 			pos, err := server.Position(qctx, db, o.cfg.Source.Flavor)
 			cancel()
 			if err == nil {
@@ -229,7 +230,7 @@ func (o *ops) ready(ctx context.Context) []string {
 		}
 	default:
 		if up, why := o.m.Source(); !up {
-			addr, _ := o.src.current()
+			addr, _ := o.src.Current()
 			msg := "source " + addr + ": binlog stream not connected"
 			if why != "" {
 				msg += ": " + why

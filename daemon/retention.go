@@ -35,12 +35,12 @@ func (o *ops) sampleRetention(ctx context.Context, st *retentionSampler) {
 	defer cancel()
 	// Each gauge on its own: the retention (and the alert on it) must not depend on the dump
 	// connection the oldest binlog's age needs.
-	addr, db := o.src.current()
+	addr, db := o.src.Current()
 	r, err := server.BinlogRetention(qctx, db)
 	if err == nil {
 		o.m.SetBinlogRetention(r.Period)
 		var oldest server.OldestBinlog
-		if oldest, _, err = server.OldestBinlogFile(qctx, db, server.SourceConn(o.src.at(addr))); err == nil {
+		if oldest, _, err = server.OldestBinlogFile(qctx, db, server.SourceConn(o.src.At(addr))); err == nil {
 			o.m.SetOldestBinlog(oldest.Created)
 		}
 	}

@@ -1,4 +1,4 @@
-package daemon
+package failover
 
 import (
 	"context"
@@ -11,59 +11,55 @@ import (
 
 	"github.com/outboxd/outboxd/binlog"
 	"github.com/outboxd/outboxd/config"
-	"github.com/outboxd/outboxd/failover"
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/internal/sqlerr"
 	"github.com/outboxd/outboxd/metrics"
-	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/startpos"
 )
 
-// ErrMissingGTIDs is failover.ErrMissingGTIDs: no source candidate has every transaction of the
-// position outboxd resumes from, and source.on_missing_gtids is stop.
-var ErrMissingGTIDs = failover.ErrMissingGTIDs
-
-// sources are the candidate servers of source.addrs, each with its pool and binlog reader, and
+// Sources are the candidate servers of source.addrs, each with its pool and binlog reader, and
 // the one streaming now. Safe for concurrent use.
-type sources struct {
+type Sources struct {
 	cfg *config.Config
 	m   *metrics.Metrics
 	log zerolog.Logger
+	sc  SourcesConfig
+	// dial and history are the I/O (sourcesio.go), replaced in the unit tests.
+	dial    func(ctx context.Context, cfg *config.Config) (*sql.DB, error)
+	history func(db *sql.DB) history
 
 	mu      sync.Mutex
 	dbs     map[string]*sql.DB
 	readers map[string]*binlog.Reader
 	cur     string
-	// verified is the candidate whose checks Run's start-up preflight passed ("" when none).
-	verified string
-	// layouts learns the layouts after DDL statements the readers pass; set before the first
-	// reader is made.
-	layouts binlog.LayoutRecorder
 }
 
-func newSources(cfg *config.Config, m *metrics.Metrics, log zerolog.Logger) *sources {
-	return &sources{cfg: cfg, m: m, log: log, dbs: map[string]*sql.DB{}, readers: map[string]*binlog.Reader{}, cur: cfg.Source.Addr}
+// NewSources returns the candidates of c.Config's source.addrs, none opened yet; the current
+// one is source.addr. It does no I/O.
+func NewSources(c SourcesConfig) *Sources {
+	return &Sources{cfg: c.Config, m: c.Metrics, log: c.Log, sc: c, dial: dialSource, history: sqlHistory,
+		dbs: map[string]*sql.DB{}, readers: map[string]*binlog.Reader{}, cur: c.Config.Source.Addr}
 }
 
-// at is the config with source.addr set to addr (cfgAt).
-func (s *sources) at(addr string) *config.Config { return s.cfg.SourceAt(addr) }
+// At is the config with source.addr set to addr (config.SourceAt).
+func (s *Sources) At(addr string) *config.Config { return s.cfg.SourceAt(addr) }
 
-// current is the candidate streaming now (or last), and its pool (nil before it was opened).
-func (s *sources) current() (string, *sql.DB) {
+// Current is the candidate streaming now (or last), and its pool (nil before it was opened).
+func (s *Sources) Current() (string, *sql.DB) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cur, s.dbs[s.cur]
 }
 
 // open returns addr's pool, opening it on first use (one attempt).
-func (s *sources) open(ctx context.Context, addr string) (*sql.DB, error) {
+func (s *Sources) open(ctx context.Context, addr string) (*sql.DB, error) {
 	s.mu.Lock()
 	db := s.dbs[addr]
 	s.mu.Unlock()
 	if db != nil {
 		return db, nil
 	}
-	db, err := server.Open(ctx, server.SourceConn(s.at(addr)))
+	db, err := s.dial(ctx, s.At(addr))
 	if err != nil {
 		return nil, err
 	}
@@ -77,16 +73,18 @@ func (s *sources) open(ctx context.Context, addr string) (*sql.DB, error) {
 	return db, nil
 }
 
-// adopt records db as addr's pool (the one Run opened with the start-up backoff).
-func (s *sources) adopt(addr string, db *sql.DB) {
+// Adopt records db as addr's pool (the one Run opened with the start-up backoff).
+// addr becomes the current candidate; Close closes db.
+func (s *Sources) Adopt(addr string, db *sql.DB) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.dbs[addr] = db
 	s.cur = addr
 }
 
-// reader returns addr's binlog reader, created on first use.
-func (s *sources) reader(ctx context.Context, addr string) (*binlog.Reader, error) {
+// Reader returns addr's binlog reader, created on first use.
+// addr must have been opened (Adopt, or chosen by Pick). It blocks on what NewReader asks.
+func (s *Sources) Reader(ctx context.Context, addr string) (*binlog.Reader, error) {
 	s.mu.Lock()
 	r := s.readers[addr]
 	db := s.dbs[addr]
@@ -97,7 +95,7 @@ func (s *sources) reader(ctx context.Context, addr string) (*binlog.Reader, erro
 	if db == nil {
 		return nil, fmt.Errorf("source %s: not opened", addr)
 	}
-	r, err := newReader(ctx, s.at(addr), db, s.m, s.layouts, s.log)
+	r, err := s.sc.NewReader(ctx, s.At(addr), db)
 	if err != nil {
 		return nil, err
 	}
@@ -107,8 +105,8 @@ func (s *sources) reader(ctx context.Context, addr string) (*binlog.Reader, erro
 	return r, nil
 }
 
-// close closes every pool.
-func (s *sources) close() {
+// Close closes every pool.
+func (s *Sources) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, db := range s.dbs {
@@ -116,30 +114,30 @@ func (s *sources) close() {
 	}
 }
 
-// choice is the candidate pick chose.
-type choice struct {
-	addr string
-	db   *sql.DB
-	// resume, when set, is where to stream from instead of the position asked for: the newest
+// Picked is the candidate Pick chose.
+type Picked struct {
+	Addr string
+	DB   *sql.DB
+	// Resume, when set, is where to stream from instead of the position asked for: the newest
 	// position this candidate shares with it (on_missing_gtids: continue), with what it lacks.
-	resume *failover.Missing
+	Resume *Missing
 }
 
-// pick chooses the candidate to stream from for pos (any with hasPos false) with
-// failover.Choose, which asks the candidates in order over their pools. The error wraps
-// binlog.ErrDisconnected when the caller should wait and try again, ErrPreflight when every
+// Pick chooses the candidate to stream from for pos (any with hasPos false) with
+// Choose, which asks the candidates in order over their pools, and makes it current. The error wraps
+// binlog.ErrDisconnected when the caller should wait and try again, SourcesConfig.Ineligible when every
 // reachable candidate fails the checks, ErrMissingGTIDs when every reachable, eligible one
 // lacks part of pos and on_missing_gtids is stop (without the mysql store). verified names a
 // candidate whose checks just passed (Run's start-up preflight), which are not run again. It
 // blocks on a few queries per candidate.
-func (s *sources) pick(ctx context.Context, pos gtid.Set, hasPos bool, verified string) (choice, error) {
-	rules := failover.Rules{
+func (s *Sources) Pick(ctx context.Context, pos gtid.Set, hasPos bool, verified string) (Picked, error) {
+	rules := Rules{
 		Addrs: s.cfg.Source.Addrs, Flavor: s.cfg.Source.Flavor, GoesOn: goesOn(s.cfg),
-		Wait: binlog.ErrDisconnected, Ineligible: ErrPreflight,
+		Wait: binlog.ErrDisconnected, Ineligible: s.sc.Ineligible,
 	}
-	ch, err := failover.Choose(ctx, rules, inspector{s: s, verified: verified}, pos, hasPos)
+	ch, err := Choose(ctx, rules, inspector{s: s, verified: verified}, pos, hasPos)
 	if err != nil {
-		return choice{}, err
+		return Picked{}, err
 	}
 	s.mu.Lock()
 	db := s.dbs[ch.Addr]
@@ -147,48 +145,49 @@ func (s *sources) pick(ctx context.Context, pos gtid.Set, hasPos bool, verified 
 	return s.chose(ch.Addr, db, ch.Resume), nil
 }
 
-// inspector reads the facts failover.Choose asks of a candidate, over the candidate's pool.
+// inspector reads the facts Choose asks of a candidate, over the candidate's pool.
 type inspector struct {
-	s        *sources
+	s        *Sources
 	verified string // a candidate whose start-up checks passed already
 }
 
 // Reach opens addr's pool (one attempt) and runs the start-up checks unless addr is verified.
-func (in inspector) Reach(ctx context.Context, addr string) (failover.Reach, error) {
+func (in inspector) Reach(ctx context.Context, addr string) (Reach, error) {
 	db, err := in.s.open(ctx, addr)
 	if err == nil && addr != in.verified {
-		err = preflight(ctx, db, in.s.at(addr), in.s.log)
+		err = in.s.sc.Check(ctx, db, in.s.At(addr))
 	}
 	switch {
 	case err == nil:
-		return failover.Reachable, nil
-	case errors.Is(err, ErrPreflight):
-		return failover.Ineligible, err
+		return Reachable, nil
+	case errors.Is(err, in.s.sc.Ineligible):
+		return Ineligible, err
 	case sqlerr.LoginRefused(err):
-		return failover.Refused, err
+		return Refused, err
 	default:
-		return failover.Away, err
+		return Away, err
 	}
 }
 
 // History compares pos with addr's history; when addr has all of pos, it checks that addr's
 // binlogs still reach back to it, and when it lacks some, whether addr is a running replica.
-func (in inspector) History(ctx context.Context, addr string, pos gtid.Set) (failover.Facts, error) {
+func (in inspector) History(ctx context.Context, addr string, pos gtid.Set) (Facts, error) {
 	cfg := in.s.cfg
 	db, err := in.s.open(ctx, addr)
 	if err != nil {
-		return failover.Facts{}, err
+		return Facts{}, err
 	}
-	m, err := missingAt(ctx, db, cfg.Source.Flavor, pos)
+	srv := in.s.history(db)
+	m, err := missingAt(ctx, srv, cfg.Source.Flavor, pos)
 	if err != nil {
-		return failover.Facts{}, err
+		return Facts{}, err
 	}
-	f := failover.Facts{Missing: m}
+	f := Facts{Missing: m}
 	if m.Lacks() {
-		f.Replicating, err = server.Replicating(ctx, db, cfg.Source.Flavor)
+		f.Replicating, err = srv.Replicating(ctx, cfg.Source.Flavor)
 		return f, err
 	}
-	err = startpos.CheckPurged(ctx, startpos.SQL{DB: db}, cfg.Source.Flavor, pos, "checkpoint", cfg.Checkpoint.Where())
+	err = startpos.CheckPurged(ctx, srv, cfg.Source.Flavor, pos, "checkpoint", cfg.Checkpoint.Where())
 	if errors.Is(err, startpos.ErrPurged) {
 		if len(cfg.Source.Addrs) > 1 {
 			in.s.log.Warn().Str("source", addr).Err(err).Msg("source candidate skipped: its binlogs no longer reach back to the checkpoint")
@@ -209,7 +208,7 @@ func goesOn(cfg *config.Config) bool {
 	return cfg.Source.OnMissingGTIDs == config.OnMissingContinue || cfg.Checkpoint.MySQL()
 }
 
-func (s *sources) chose(addr string, db *sql.DB, resume *failover.Missing) choice {
+func (s *Sources) chose(addr string, db *sql.DB, resume *Missing) Picked {
 	s.mu.Lock()
 	prev := s.cur
 	s.cur = addr
@@ -217,22 +216,22 @@ func (s *sources) chose(addr string, db *sql.DB, resume *failover.Missing) choic
 	if prev != addr {
 		s.log.Warn().Str("source", addr).Str("previous", prev).Msg("streaming from another source candidate")
 	}
-	return choice{addr: addr, db: db, resume: resume}
+	return Picked{Addr: addr, DB: db, Resume: resume}
 }
 
 // missingAt is what of pos the server lacks: MariaDB by its gtid_binlog_state, MySQL by its
 // gtid_executed. It blocks on one query.
-func missingAt(ctx context.Context, db *sql.DB, flavor gtid.Flavor, pos gtid.Set) (failover.Missing, error) {
+func missingAt(ctx context.Context, srv startpos.Server, flavor gtid.Flavor, pos gtid.Set) (Missing, error) {
 	if flavor == gtid.MySQL {
-		executed, err := startpos.ServerPosition(ctx, startpos.SQL{DB: db}, flavor)
+		executed, err := startpos.ServerPosition(ctx, srv, flavor)
 		if err != nil {
-			return failover.Missing{}, err
+			return Missing{}, err
 		}
-		return failover.MySQLMissing(pos, executed), nil
+		return MySQLMissing(pos, executed), nil
 	}
-	var state string
-	if err := db.QueryRowContext(ctx, "SELECT @@GLOBAL.gtid_binlog_state").Scan(&state); err != nil {
-		return failover.Missing{}, fmt.Errorf("read gtid_binlog_state: %w", err)
+	state, _, err := srv.BinlogState(ctx)
+	if err != nil {
+		return Missing{}, fmt.Errorf("read gtid_binlog_state: %w", err)
 	}
-	return failover.MariaDBMissing(pos, state)
+	return MariaDBMissing(pos, state)
 }
