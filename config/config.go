@@ -101,7 +101,7 @@ type Source struct {
 	// (an asynchronous failover discarded some outboxd already delivered): OnMissingStop
 	// (default) stops with the GTIDs; OnMissingContinue logs and counts them, and resumes from
 	// the newest transaction both histories share. With the mysql store outboxd does the latter
-	// under either (its row replicates with the data; see daemon's goesOn).
+	// under either (its row replicates with the data; see failover's goesOn).
 	OnMissingGTIDs string `yaml:"on_missing_gtids"`
 	User           string `yaml:"user"`
 	Password       string `yaml:"password"`

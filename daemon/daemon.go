@@ -20,6 +20,7 @@ import (
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/deadletter"
 	"github.com/outboxd/outboxd/election"
+	"github.com/outboxd/outboxd/failover"
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/internal/sqlerr"
 	"github.com/outboxd/outboxd/metrics"
@@ -102,19 +103,34 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 	if err != nil {
 		return fmt.Errorf("connect to source %s: %w", strings.Join(cfg.Source.Addrs, ", "), err)
 	}
-	r.src = newSources(cfg, nil, log)
-	r.src.adopt(addr, db)
-	defer r.src.close()
+	mo := metrics.Options{Version: o.Version, HeartbeatPeriod: sourceHeartbeatPeriod}
+	if cfg.HA.Enabled {
+		mo.LockName = cfg.HA.LockName
+	}
+	r.m = metrics.New(mo)
+	r.src = failover.NewSources(failover.SourcesConfig{
+		Config: cfg, Log: log, Metrics: r.m,
+		Check: func(ctx context.Context, db *sql.DB, at *config.Config) error {
+			return preflight.Gate(ctx, db, at, log)
+		},
+		Ineligible: preflight.ErrNotSetUp,
+		// r.saver (its layouts) is set before the first reader is made, below.
+		NewReader: func(ctx context.Context, at *config.Config, db *sql.DB) (*binlog.Reader, error) {
+			return newReader(ctx, at, db, r.m, r.saver.layouts, log)
+		},
+	})
+	r.src.Adopt(addr, db)
+	defer r.src.Close()
 	// Before anything reads positions: log_bin off or the wrong flavor would otherwise surface
 	// as a confusing GTID error.
-	if err := preflight.StartWaiting(ctx, db, r.src.at(addr), log); err != nil {
+	if err := preflight.StartWaiting(ctx, db, r.src.At(addr), log); err != nil {
 		if len(cfg.Source.Addrs) <= 1 || !errors.Is(err, preflight.ErrNotSetUp) {
 			return err
 		}
 		// Another candidate may pass: the first pick checks them all, in order.
 		log.Warn().Err(err).Str("source", addr).Msg("source candidate fails the start-up checks; trying the others")
 	} else {
-		r.src.verified = addr
+		r.verified = addr
 	}
 
 	opened, err := sinks.Open(cfg, log)
@@ -130,17 +146,10 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 	if r.router, err = router.New(cfg); err != nil {
 		return err
 	}
-	mo := metrics.Options{Version: o.Version, HeartbeatPeriod: sourceHeartbeatPeriod}
-	if cfg.HA.Enabled {
-		mo.LockName = cfg.HA.LockName
-	}
-	r.m = metrics.New(mo)
 	r.saver = newSavedStore(ctx, cp, r.m)
 	r.saver.scope = store.Scope(cfg)
 	declareSinks(r.m, cfg)
-	r.src.m = r.m
-	r.src.layouts = r.saver.layouts
-	if _, err := r.src.reader(ctx, addr); err != nil {
+	if _, err := r.src.Reader(ctx, addr); err != nil {
 		return err
 	}
 	cleaner, closeCleaner, err := openCleaner(ctx, cfg, r, log)

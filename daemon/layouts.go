@@ -14,7 +14,7 @@ import (
 // the current layouts the ones saved from now on. A start the operator chose (--from-gtid,
 // source.start) has no recorded layouts to check.
 func (r *relay) startLayouts(ctx context.Context, start gtid.Set, origin string) error {
-	_, db := r.src.current()
+	_, db := r.src.Current()
 	var now checkpoint.Layouts
 	var err error
 	switch origin {
@@ -42,7 +42,7 @@ func (r *relay) startLayouts(ctx context.Context, start gtid.Set, origin string)
 // have the layouts of the acknowledged position start: the server may have been altered while
 // the stream was away, or a DDL the last session read was not acknowledged yet.
 func (r *relay) resumeLayouts(ctx context.Context, start gtid.Set) error {
-	_, db := r.src.current()
+	_, db := r.src.Current()
 	recorded := r.saver.layouts.At(checkpoint.Checkpoint{Flavor: start.Flavor(), GTIDSet: start.String()})
 	now, err := tablelayout.Check(ctx, db, r.cfg, recorded, start.String(), r.log)
 	if err != nil {

@@ -15,7 +15,7 @@ type opsRelay struct{ r *relay }
 var _ ops.Relay = opsRelay{}
 
 func (v opsRelay) Leading() bool                { return v.r.role.leading() }
-func (v opsRelay) Source() (string, *sql.DB)    { return v.r.src.current() }
+func (v opsRelay) Source() (string, *sql.DB)    { return v.r.src.Current() }
 func (v opsRelay) Pipeline() *pipeline.Pipeline { return v.r.pl.Load() }
 func (v opsRelay) HA() admin.HA                 { return v.r.role.status() }
 func (v opsRelay) Saved() ops.Saved {

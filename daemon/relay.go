@@ -32,7 +32,7 @@ type relay struct {
 	cfg    *config.Config
 	o      Options
 	log    zerolog.Logger
-	src    *sources // the candidates of source.addrs and the one streaming now
+	src    *failover.Sources // the candidates of source.addrs and the one streaming now
 	sinks  map[string]sink.Sink
 	router *router.Router
 	m      *metrics.Metrics
@@ -49,6 +49,8 @@ type relay struct {
 	streamed atomic.Bool
 	// replayed is set once --from-gtid was used: a later term resumes from the checkpoint.
 	replayed bool
+	// verified is the candidate whose checks Run's start-up preflight passed ("" when none).
+	verified string
 }
 
 // lead relays as leader until ctx ends: it resolves and saves the start position, then streams
@@ -128,8 +130,8 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 		r.setPipeline(pl)
 		began := time.Now()
 		sessCtx, endSession := r.saver.fault.session(ctx)
-		addr, db := r.src.current()
-		reader, err := r.src.reader(ctx, addr)
+		addr, db := r.src.Current()
+		reader, err := r.src.Reader(ctx, addr)
 		if err != nil {
 			endSession()
 			return err
@@ -250,20 +252,20 @@ func (r *relay) resolve(ctx context.Context, fromGTID string) (gtid.Set, string,
 		}
 	}
 	backoff := server.ReconnectBackoff()
-	verified := r.src.verified // Run's preflight checked it, for the first term only
-	r.src.verified = ""
+	verified := r.verified // Run's preflight checked it, for the first term only
+	r.verified = ""
 	for {
-		ch, err := r.src.pick(ctx, cp, hasCP, verified)
+		ch, err := r.src.Pick(ctx, cp, hasCP, verified)
 		verified = ""
 		if err == nil && earlier.ok {
-			r.lostBehind(ctx, earlier.last, cp, ch)
+			r.src.LostBehind(ctx, earlier.last, cp, ch)
 		}
 		switch {
-		case err == nil && ch.resume != nil:
-			r.gaveUp(cp, ch)
-			return ch.resume.Shared, originMissingContinue, nil
+		case err == nil && ch.Resume != nil:
+			r.src.GaveUp(cp, ch)
+			return ch.Resume.Shared, originMissingContinue, nil
 		case err == nil:
-			start, origin, err := startpos.Resolve(ctx, startpos.SQL{DB: ch.db}, r.src.at(ch.addr), r.saver.store, startpos.Options{FromGTID: fromGTID, Force: r.o.Force})
+			start, origin, err := startpos.Resolve(ctx, startpos.SQL{DB: ch.DB}, r.src.At(ch.Addr), r.saver.store, startpos.Options{FromGTID: fromGTID, Force: r.o.Force})
 			if err == nil || !sqlerr.Transient(err) || ctx.Err() != nil {
 				return start, origin, err
 			}
@@ -274,10 +276,10 @@ func (r *relay) resolve(ctx context.Context, fromGTID string) (gtid.Set, string,
 				return gtid.Set{}, "", ctx.Err()
 			}
 			continue
-		case errors.Is(err, ErrMissingGTIDs):
+		case errors.Is(err, failover.ErrMissingGTIDs):
 			// The refusal as for one server (startpos.ErrAhead, the fix), then every candidate.
-			addr, db := r.src.current()
-			if _, _, rerr := startpos.Resolve(ctx, startpos.SQL{DB: db}, r.src.at(addr), r.saver.store, startpos.Options{FromGTID: fromGTID, Force: r.o.Force}); rerr != nil {
+			addr, db := r.src.Current()
+			if _, _, rerr := startpos.Resolve(ctx, startpos.SQL{DB: db}, r.src.At(addr), r.saver.store, startpos.Options{FromGTID: fromGTID, Force: r.o.Force}); rerr != nil {
 				return gtid.Set{}, "", fmt.Errorf("%w\n%w", rerr, err)
 			}
 			return gtid.Set{}, "", err
@@ -318,16 +320,16 @@ func (r *relay) reconnect(ctx context.Context, start gtid.Set, backoff *wait.Bac
 			return start, nil
 		}
 		pingWriter(ctx, r.saver.store, r.log)
-		ch, err := r.src.pick(ctx, start, true, "")
+		ch, err := r.src.Pick(ctx, start, true, "")
 		if err == nil {
-			if ch.resume == nil {
+			if ch.Resume == nil {
 				return start, nil
 			}
-			r.gaveUp(start, ch)
-			next := ch.resume.Shared
+			r.src.GaveUp(start, ch)
+			next := ch.Resume.Shared
 			c := checkpoint.Checkpoint{Flavor: next.Flavor(), GTIDSet: next.String(), SavedAt: time.Now().UTC()}
 			if err := r.saver.Save(ctx, c); err != nil {
-				return start, fmt.Errorf("save the position %s (%s) before streaming from %s: %w: %w", next, originMissingContinue, ch.addr, pipeline.ErrCheckpointSave, err)
+				return start, fmt.Errorf("save the position %s (%s) before streaming from %s: %w: %w", next, originMissingContinue, ch.Addr, pipeline.ErrCheckpointSave, err)
 			}
 			return next, nil
 		}
@@ -340,62 +342,4 @@ func (r *relay) reconnect(ctx context.Context, start gtid.Set, backoff *wait.Bac
 		}
 		r.log.Warn().Err(err).Stringer("retry_in", backoff.Next()).Msg(msg)
 	}
-}
-
-// lostBehind reports the transactions of prev, the last checkpoint this process saved (or
-// loaded) in an earlier term, that the chosen candidate no longer has (nothing when prev is
-// the position pick was given, picked). That happens when the
-// checkpoint lives on the database (the mysql store) and an asynchronous crash failover lost
-// the old primary's last transactions: the checkpoint row the new primary holds replicated
-// with the data, so it is older and consistent with that server (outboxd resumes from it), but
-// this process remembers delivering what the database lost. They are logged and counted as
-// on_missing_gtids: continue's are, under either setting: there is nothing to stop for, the
-// store's position is on the server. A process started after the failover cannot know them.
-func (r *relay) lostBehind(ctx context.Context, prev checkpoint.Checkpoint, picked gtid.Set, ch choice) {
-	if prev.Flavor != r.cfg.Source.Flavor {
-		return
-	}
-	pos, err := prev.Set()
-	if err != nil || pos.IsEmpty() || pos.Equal(picked) {
-		return // the position pick judged (and gaveUp reported) already
-	}
-	cctx, cancel := context.WithTimeout(ctx, failover.CandidateTimeout)
-	defer cancel()
-	m, err := missingAt(cctx, ch.db, r.cfg.Source.Flavor, pos)
-	if err != nil || !m.Lacks() {
-		return
-	}
-	if m.MayCatchUp(r.cfg.Source.Flavor) {
-		// A replica still catching up may have them yet (after a checkpoint set rewound the
-		// store): no report.
-		if repl, err := server.Replicating(cctx, ch.db, r.cfg.Source.Flavor); err != nil || repl {
-			return
-		}
-	}
-	for _, line := range m.Lines {
-		r.log.Error().Str("source", ch.addr).Str("position", pos.String()).Str("missing", line).
-			Msg(lostBehindMsg)
-	}
-	r.m.MissingTransactions(m.Count)
-}
-
-// lostBehindMsg is lostBehind's log message.
-const lostBehindMsg = "these transactions were delivered and checkpointed by this process, and the database no longer has them (a crash failover lost them); resuming from the older checkpoint the store holds"
-
-// gaveUp logs, once per lacking domain or source, the transactions outboxd delivered that the
-// chosen candidate no longer has, and counts them.
-func (r *relay) gaveUp(pos gtid.Set, ch choice) {
-	for _, line := range ch.resume.Lines {
-		r.log.Error().Str("source", ch.addr).Str("position", pos.String()).Str("resume_from", ch.resume.Shared.String()).
-			Str("missing", line).Msg(r.gaveUpPrefix() + ": these transactions were delivered, and the database no longer has them; resuming from the newest position both histories share")
-	}
-	r.m.MissingTransactions(ch.resume.Count)
-}
-
-// gaveUpPrefix names why gaveUp goes on: the setting, or the store that makes it.
-func (r *relay) gaveUpPrefix() string {
-	if r.cfg.Source.OnMissingGTIDs == config.OnMissingContinue {
-		return "on_missing_gtids: continue"
-	}
-	return "checkpoint.store: mysql"
 }

@@ -16,9 +16,9 @@ var (
 	errPurged     = errors.New("start position needs purged binlogs")
 )
 
-// server is one fake candidate: how it answers Reach, and its history (MariaDB
+// candidate is one fake candidate: how it answers Reach, and its history (MariaDB
 // @@gtid_binlog_state or MySQL @@gtid_executed).
-type server struct {
+type candidate struct {
 	reach    Reach
 	reachErr error
 	history  string
@@ -31,7 +31,7 @@ type server struct {
 // asked what.
 type fakeInspector struct {
 	flavor  gtid.Flavor
-	servers map[string]server
+	servers map[string]candidate
 	asked   []string
 }
 
@@ -76,16 +76,16 @@ const (
 )
 
 func TestChoose(t *testing.T) {
-	up := func(history string) server { return server{history: history} }
-	replica := func(history string) server { return server{history: history, repl: true} }
-	down := server{reach: Away, reachErr: errors.New("i/o timeout")}
+	up := func(history string) candidate { return candidate{history: history} }
+	replica := func(history string) candidate { return candidate{history: history, repl: true} }
+	down := candidate{reach: Away, reachErr: errors.New("i/o timeout")}
 	for _, c := range []struct {
 		name    string
 		flavor  gtid.Flavor // MariaDB when empty
 		pos     string      // "" for no position
 		goesOn  bool
 		addrs   []string
-		servers map[string]server
+		servers map[string]candidate
 		// want is the chosen address, or "" for an error wrapping wantErr (nil: not wrapping
 		// any of the sentinels) and containing every wantText.
 		want     string
@@ -98,87 +98,87 @@ func TestChoose(t *testing.T) {
 		// e2e TestFailoverSwitchover: the old primary is down, the promoted replica has
 		// everything and wrote on (0-2-N after 0-1-40).
 		{name: "switchover", pos: "0-1-40", addrs: []string{"a", "b"},
-			servers: map[string]server{"a": down, "b": up("0-1-40,0-2-60")}, want: "b"},
+			servers: map[string]candidate{"a": down, "b": up("0-1-40,0-2-60")}, want: "b"},
 		// e2e TestFailoverReadingTheReplica: the only candidate, promoted, has all outboxd read.
 		{name: "reading the replica", pos: "0-1-30", addrs: []string{"r"},
-			servers: map[string]server{"r": up("0-1-30,0-2-50")}, want: "r"},
+			servers: map[string]candidate{"r": up("0-1-30,0-2-50")}, want: "r"},
 		// e2e TestFailoverCrashLosesDeliveredTransactions, stop: the promoted replica never got
 		// 0-1-21..30 and is a primary now.
 		{name: "crash lost delivered, stop", pos: "0-1-30", addrs: []string{"a", "b"},
-			servers: map[string]server{"a": down, "b": up("0-1-20")}, wantErr: ErrMissingGTIDs,
+			servers: map[string]candidate{"a": down, "b": up("0-1-20")}, wantErr: ErrMissingGTIDs,
 			wantText: []string{"b lacks domain 0: 0-1-21..0-1-30", "on_missing_gtids: continue", "(0-1-20 on b)", "checkpoint set --gtid"}},
 		// ... continue (and the mysql store): resume from the newest shared position.
 		{name: "crash lost delivered, continue", pos: "0-1-30", goesOn: true, addrs: []string{"a", "b"},
-			servers: map[string]server{"a": down, "b": up("0-1-20,0-2-25")}, want: "b", resume: "0-1-20", count: 10},
+			servers: map[string]candidate{"a": down, "b": up("0-1-20,0-2-25")}, want: "b", resume: "0-1-20", count: 10},
 		// e2e TestFailoverSilentOldPrimary: a blackholed candidate times out, the next serves.
 		{name: "silent old primary", pos: "0-1-20", addrs: []string{"a", "b"},
-			servers: map[string]server{"a": down, "b": up("0-1-20")}, want: "b"},
+			servers: map[string]candidate{"a": down, "b": up("0-1-20")}, want: "b"},
 		// e2e TestFailoverSkipsAnIneligibleCandidate.
 		{name: "skips an ineligible candidate", pos: "0-1-5", addrs: []string{"bad", "p"},
-			servers: map[string]server{"bad": {reach: Ineligible, reachErr: errIneligible}, "p": up("0-1-9")}, want: "p"},
+			servers: map[string]candidate{"bad": {reach: Ineligible, reachErr: errIneligible}, "p": up("0-1-9")}, want: "p"},
 		// e2e TestFailoverSkipsACandidateThatPurged.
 		{name: "skips a candidate that purged", pos: "0-1-10", addrs: []string{"r", "p"},
-			servers: map[string]server{"r": {history: "0-1-20", repl: true, purged: true}, "p": up("0-1-20")}, want: "p"},
+			servers: map[string]candidate{"r": {history: "0-1-20", repl: true, purged: true}, "p": up("0-1-20")}, want: "p"},
 		// e2e TestPurgedStartIsRefused: one server, purged: its refusal as is.
 		{name: "only candidate purged", pos: "0-1-3", addrs: []string{"s"},
-			servers: map[string]server{"s": {history: "0-1-7", purged: true}}, wantErr: errPurged,
+			servers: map[string]candidate{"s": {history: "0-1-7", purged: true}}, wantErr: errPurged,
 			wantText: []string{"source s: start position needs purged binlogs"}},
 
 		{name: "no position: first reachable", addrs: []string{"a", "b", "c"},
-			servers: map[string]server{"a": down, "b": up("0-1-1"), "c": up("0-1-1")}, want: "b",
+			servers: map[string]candidate{"a": down, "b": up("0-1-1"), "c": up("0-1-1")}, want: "b",
 			asked: []string{"reach a", "reach b"}},
 		{name: "ties: the first in order, later ones not asked", pos: "0-1-5", addrs: []string{"a", "b"},
-			servers: map[string]server{"a": up("0-1-5"), "b": up("0-1-9")}, want: "a",
+			servers: map[string]candidate{"a": up("0-1-5"), "b": up("0-1-9")}, want: "a",
 			asked: []string{"reach a", "history a"}},
 		{name: "a later complete candidate beats an earlier lacking one", pos: "0-1-30", addrs: []string{"a", "b"},
-			servers: map[string]server{"a": up("0-1-20,0-2-40"), "b": up("0-1-30")}, want: "b"},
+			servers: map[string]candidate{"a": up("0-1-20,0-2-40"), "b": up("0-1-30")}, want: "b"},
 		{name: "all down", pos: "0-1-5", addrs: []string{"a", "b"},
-			servers: map[string]server{"a": down}, wantErr: errWait,
+			servers: map[string]candidate{"a": down}, wantErr: errWait,
 			wantText: []string{"no source candidate is reachable and eligible", "a: i/o timeout", "b: dial tcp b"}},
 		{name: "history query fails: away", pos: "0-1-5", addrs: []string{"a"},
-			servers: map[string]server{"a": {histErr: errors.New("read gtid_binlog_state: bad connection")}}, wantErr: errWait},
+			servers: map[string]candidate{"a": {histErr: errors.New("read gtid_binlog_state: bad connection")}}, wantErr: errWait},
 		{name: "all ineligible", pos: "0-1-5", addrs: []string{"a", "b"},
-			servers: map[string]server{"a": {reach: Ineligible, reachErr: errIneligible}, "b": {reach: Refused, reachErr: errors.New("Error 1045")}},
+			servers: map[string]candidate{"a": {reach: Ineligible, reachErr: errIneligible}, "b": {reach: Refused, reachErr: errors.New("Error 1045")}},
 			wantErr: errIneligible, wantText: []string{"no source candidate passes the checks", "b refused the login"}},
 		{name: "only a refused login: that error", pos: "0-1-5", addrs: []string{"a"},
-			servers:  map[string]server{"a": {reach: Refused, reachErr: errors.New("Error 1045")}},
+			servers:  map[string]candidate{"a": {reach: Refused, reachErr: errors.New("Error 1045")}},
 			wantText: []string{"source a refused the login: Error 1045"}},
 		{name: "ineligible and down: wait", pos: "0-1-5", addrs: []string{"a", "b"},
-			servers: map[string]server{"a": {reach: Ineligible, reachErr: errIneligible}, "b": down}, wantErr: errWait},
+			servers: map[string]candidate{"a": {reach: Ineligible, reachErr: errIneligible}, "b": down}, wantErr: errWait},
 		{name: "a replica catching up: wait", pos: "0-1-30", addrs: []string{"a"},
-			servers: map[string]server{"a": replica("0-1-25")}, wantErr: errWait,
+			servers: map[string]candidate{"a": replica("0-1-25")}, wantErr: errWait,
 			wantText: []string{"a replica catching up?", "0-1-26..0-1-30"}},
 		{name: "behind but a primary: stop", pos: "0-1-30", addrs: []string{"a"},
-			servers: map[string]server{"a": up("0-1-25")}, wantErr: ErrMissingGTIDs},
+			servers: map[string]candidate{"a": up("0-1-25")}, wantErr: ErrMissingGTIDs},
 		// TRAPS: a promoted replica keeps the domain and writes its own server id. 0-2-130 is
 		// past 0-1-105, yet 0-1-101..105 never reached it: replicating or not, it will not get them.
 		{name: "promoted replica's own ids, stop", pos: "0-1-105", addrs: []string{"a"},
-			servers: map[string]server{"a": replica("0-1-100,0-2-130")}, wantErr: ErrMissingGTIDs,
+			servers: map[string]candidate{"a": replica("0-1-100,0-2-130")}, wantErr: ErrMissingGTIDs,
 			wantText: []string{"domain 0: 0-1-101..0-1-105", "(0-1-100 on a)"}},
 		{name: "promoted replica's own ids, continue", pos: "0-1-105", goesOn: true, addrs: []string{"a"},
-			servers: map[string]server{"a": replica("0-1-100,0-2-130")}, want: "a", resume: "0-1-100", count: 5},
+			servers: map[string]candidate{"a": replica("0-1-100,0-2-130")}, want: "a", resume: "0-1-100", count: 5},
 		{name: "same number from another server", pos: "0-1-105", goesOn: true, addrs: []string{"a"},
-			servers: map[string]server{"a": up("0-1-104,0-2-105")}, want: "a", resume: "0-1-104", count: 1},
+			servers: map[string]candidate{"a": up("0-1-104,0-2-105")}, want: "a", resume: "0-1-104", count: 1},
 		{name: "continue: the first with a known shared position", pos: "0-1-30", goesOn: true, addrs: []string{"a", "b"},
-			servers: map[string]server{"a": up("0-2-99"), "b": up("0-1-28")}, want: "b", resume: "0-1-28", count: 2},
+			servers: map[string]candidate{"a": up("0-2-99"), "b": up("0-1-28")}, want: "b", resume: "0-1-28", count: 2},
 		{name: "continue: none shares a known position", pos: "0-1-30", goesOn: true, addrs: []string{"a"},
-			servers: map[string]server{"a": up("0-2-99")}, wantErr: ErrMissingGTIDs,
+			servers: map[string]candidate{"a": up("0-2-99")}, wantErr: ErrMissingGTIDs,
 			wantText: []string{"none shares a known position", "a lacks domain 0: 0-1-1..0-1-30"}},
 		{name: "stop: no shared position to name", pos: "0-1-30", addrs: []string{"a"},
-			servers: map[string]server{"a": up("0-2-99")}, wantErr: ErrMissingGTIDs,
+			servers: map[string]candidate{"a": up("0-2-99")}, wantErr: ErrMissingGTIDs,
 			wantText: []string{"share and re-delivers"}},
 		{name: "one lacking, one down: the decision is the lacking one's", pos: "0-1-30", addrs: []string{"a", "b"},
-			servers: map[string]server{"a": up("0-1-20"), "b": down}, wantErr: ErrMissingGTIDs},
+			servers: map[string]candidate{"a": up("0-1-20"), "b": down}, wantErr: ErrMissingGTIDs},
 
 		{name: "mysql: has it", flavor: gtid.MySQL, pos: uuidA + ":1-40", addrs: []string{"a"},
-			servers: map[string]server{"a": up(uuidA + ":1-40," + uuidB + ":1-3")}, want: "a"},
+			servers: map[string]candidate{"a": up(uuidA + ":1-40," + uuidB + ":1-3")}, want: "a"},
 		{name: "mysql: a running replica lacking: wait", flavor: gtid.MySQL, pos: uuidA + ":1-40", addrs: []string{"a"},
-			servers: map[string]server{"a": replica(uuidA + ":1-35")}, wantErr: errWait},
+			servers: map[string]candidate{"a": replica(uuidA + ":1-35")}, wantErr: errWait},
 		{name: "mysql: a primary lacking, stop", flavor: gtid.MySQL, pos: uuidA + ":1-40", addrs: []string{"a"},
-			servers: map[string]server{"a": up(uuidA + ":1-35," + uuidB + ":1-9")}, wantErr: ErrMissingGTIDs,
+			servers: map[string]candidate{"a": up(uuidA + ":1-35," + uuidB + ":1-9")}, wantErr: ErrMissingGTIDs,
 			wantText: []string{uuidA + ":36-40 (not in @@gtid_executed)"}},
 		{name: "mysql: a primary lacking, continue", flavor: gtid.MySQL, pos: uuidA + ":1-40," + uuidB + ":1-2", goesOn: true, addrs: []string{"a"},
-			servers: map[string]server{"a": up(uuidA + ":1-35," + uuidB + ":1-9")}, want: "a", resume: uuidA + ":1-35," + uuidB + ":1-2", count: 5},
+			servers: map[string]candidate{"a": up(uuidA + ":1-35," + uuidB + ":1-9")}, want: "a", resume: uuidA + ":1-35," + uuidB + ":1-2", count: 5},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			flavor := c.flavor
@@ -233,7 +233,7 @@ func TestChoose(t *testing.T) {
 func TestChooseStopsWhenCtxEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	in := &fakeInspector{flavor: gtid.MariaDB, servers: map[string]server{"a": {reach: Away, reachErr: context.Canceled}}}
+	in := &fakeInspector{flavor: gtid.MariaDB, servers: map[string]candidate{"a": {reach: Away, reachErr: context.Canceled}}}
 	_, err := Choose(ctx, Rules{Addrs: []string{"a", "b"}, Flavor: gtid.MariaDB, Wait: errWait, Ineligible: errIneligible}, in, gtid.Empty(gtid.MariaDB), true)
 	if !errors.Is(err, context.Canceled) || errors.Is(err, errWait) || len(in.asked) != 1 {
 		t.Fatalf("err %v after asking %q; want ctx's error after the first", err, in.asked)

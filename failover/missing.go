@@ -1,7 +1,9 @@
 // Package failover decides which candidate of source.addrs outboxd streams from, and compares
 // histories: which transactions of the position outboxd resumes from (what it already
-// delivered) a server lacks. It does no I/O: the caller reads each candidate's facts (daemon
-// does, over its pools) and Choose asks for them in order, only as far as a decision needs.
+// delivered) a server lacks. The decisions (Choose, MariaDBMissing, MySQLMissing) do no I/O:
+// Choose asks an Inspector for each candidate's facts in order, only as far as a decision
+// needs. Sources is the thin I/O side: the candidates' pools and binlog readers, the
+// Inspector over those pools (Pick), and the report of what the chosen one lacks.
 package failover
 
 import (
