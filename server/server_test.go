@@ -13,40 +13,22 @@ import (
 	"github.com/outboxd/outboxd/testenv/mariadb"
 )
 
-func exec(t *testing.T, db *sql.DB, qs ...string) {
-	t.Helper()
-	for _, q := range qs {
-		if _, err := db.ExecContext(t.Context(), q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-}
+func exec(t *testing.T, db *sql.DB, qs ...string) { t.Helper(); mariadb.ExecT(t, db, qs...) }
 
 // setup starts a server with app.outbox and returns root's pool.
 func setup(t *testing.T, o mariadb.Options) (*mariadb.Server, *sql.DB) {
 	t.Helper()
-	s := mariadb.StartT(t, o)
-	root, err := s.DB(t.Context(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { root.Close() })
-	exec(t, root,
+	return mariadb.RootT(t, o,
 		"CREATE DATABASE app",
 		"CREATE TABLE app.outbox (id BIGINT AUTO_INCREMENT PRIMARY KEY, topic VARCHAR(100), payload TEXT)",
 		"CREATE TABLE app.other (id INT PRIMARY KEY)")
-	return s, root
 }
 
 // openAs creates user name with the given GRANT statements (each "%s" is the account) and connects.
 func openAs(t *testing.T, s *mariadb.Server, root *sql.DB, name string, grantStmts ...string) *sql.DB {
 	t.Helper()
-	acct := fmt.Sprintf("'%s'@'%%'", name)
-	exec(t, root, "CREATE USER "+acct+" IDENTIFIED BY 'pw'")
-	for _, g := range grantStmts {
-		exec(t, root, fmt.Sprintf(g, acct))
-	}
-	db, err := Open(t.Context(), Conn{Flavor: gtid.MariaDB, Addr: s.Addr, User: name, Password: "pw"})
+	pw := mariadb.CreateUserT(t, root, name, grantStmts...)
+	db, err := Open(t.Context(), Conn{Flavor: gtid.MariaDB, Addr: s.Addr, User: name, Password: pw})
 	if err != nil {
 		t.Fatal(err)
 	}

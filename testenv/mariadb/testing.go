@@ -1,6 +1,8 @@
 package mariadb
 
 import (
+	"database/sql"
+	"fmt"
 	"testing"
 
 	"github.com/outboxd/outboxd/testenv/internal/serverproc"
@@ -25,4 +27,40 @@ func StartT(t testing.TB, o Options) *Server {
 func RequireT(t testing.TB) {
 	t.Helper()
 	serverproc.RequireT(t, "MariaDB", Binary, "mariadbd not found: apt-get install -y mariadb-server")
+}
+
+// ExecT runs each statement on db in order, failing t at the first error.
+func ExecT(t testing.TB, db *sql.DB, qs ...string) {
+	t.Helper()
+	for _, q := range qs {
+		if _, err := db.ExecContext(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+// RootT starts a server for a test (StartT), opens root's pool (closed with t.Cleanup) and runs
+// stmts on it, failing t on any error.
+func RootT(t testing.TB, o Options, stmts ...string) (*Server, *sql.DB) {
+	t.Helper()
+	s := StartT(t, o)
+	root, err := s.DB(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	ExecT(t, root, stmts...)
+	return s, root
+}
+
+// CreateUserT creates the account 'name'@'%' with the password "pw" on root and runs each
+// grant statement, in which "%s" stands for the account. It returns the password.
+func CreateUserT(t testing.TB, root *sql.DB, name string, grants ...string) string {
+	t.Helper()
+	acct := fmt.Sprintf("'%s'@'%%'", name)
+	ExecT(t, root, "CREATE USER "+acct+" IDENTIFIED BY 'pw'")
+	for _, g := range grants {
+		ExecT(t, root, fmt.Sprintf(g, acct))
+	}
+	return "pw"
 }
