@@ -100,19 +100,21 @@ func checkSource(ctx context.Context, cfg *config.Config, r *Report) {
 	}
 }
 
+// unreachable returns how a check whose server could not be reached or read records that: a
+// problem of check on subject, "what: err", with fix.
+func (r *Report) unreachable(check, subject, fix string) func(what string, err error) {
+	return func(what string, err error) {
+		msg := fmt.Sprintf("%s: %v", what, err)
+		r.Problems = append(r.Problems, Item{Check: check, Subject: subject, Message: msg, Fix: fix, line: fmt.Sprintf("%s: %s", subject, msg)})
+	}
+}
+
 func checkSourceAt(ctx context.Context, cfg *config.Config, r *Report) {
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 	addr := cfg.Source.Addr
 	subject := "source " + addr
-	fail := func(what string, err error) {
-		msg := fmt.Sprintf("%s: %v", what, err)
-		r.Problems = append(r.Problems, Item{
-			Check: CheckSource, Subject: subject, Message: msg,
-			Fix:  "check source.addr, source.user and source.password, and that the server is up and reachable from here",
-			line: fmt.Sprintf("%s: %s", subject, msg),
-		})
-	}
+	fail := r.unreachable(CheckSource, subject, "check source.addr, source.user and source.password, and that the server is up and reachable from here")
 	db, err := server.Open(ctx, server.SourceConn(cfg))
 	if err != nil {
 		fail("cannot connect", err)

@@ -109,12 +109,7 @@ func checkCleanup(ctx context.Context, cfg *config.Config, r *Report) {
 			return
 		}
 	}
-	msg := fmt.Sprintf("cannot inspect: %v", err)
-	r.Problems = append(r.Problems, Item{
-		Check: CheckCleanupGrants, Subject: subject, Message: msg,
-		Fix:  "check checkpoint.writer_addr (default source.addr), source.user and source.password, and that the writable primary is up",
-		line: fmt.Sprintf("%s: %s", subject, msg),
-	})
+	r.unreachable(CheckCleanupGrants, subject, fixWriterUnreachable)("cannot inspect", err)
 }
 
 // CleanupLine is how check prints a cleanup finding of the writer at addr, and how run refuses

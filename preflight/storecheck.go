@@ -35,14 +35,7 @@ func checkStore(ctx context.Context, cfg *config.Config, r *Report) {
 	defer cancel()
 	conn := server.WriterConn(cfg)
 	subject := "checkpoint writer " + conn.Addr
-	fail := func(what string, err error) {
-		msg := fmt.Sprintf("%s: %v", what, err)
-		r.Problems = append(r.Problems, Item{
-			Check: CheckCheckpointTable, Subject: subject, Message: msg,
-			Fix:  "check checkpoint.writer_addr (default source.addr), source.user and source.password, and that the writable primary is up",
-			line: fmt.Sprintf("%s: %s", subject, msg),
-		})
-	}
+	fail := r.unreachable(CheckCheckpointTable, subject, fixWriterUnreachable)
 	db, err := server.Open(ctx, conn)
 	if err != nil {
 		fail("cannot connect", err)
@@ -109,3 +102,6 @@ func checkScope(cfg *config.Config, cp *checkpoint.Checkpoint, r *Report) {
 	r.Verified = append(r.Verified, Item{Check: checkCheckpointScope, Subject: subject, Message: msg,
 		line: fmt.Sprintf("%s: %s [check %s]", subject, msg, checkCheckpointScope)})
 }
+
+// fixWriterUnreachable is the fix when check cannot reach or read the checkpoint writer.
+const fixWriterUnreachable = "check checkpoint.writer_addr (default source.addr), source.user and source.password, and that the writable primary is up"
