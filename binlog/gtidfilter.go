@@ -61,11 +61,12 @@ type startFilter struct {
 
 func newStartFilter(start gtid.Set) *startFilter {
 	f := &startFilter{flavor: start.Flavor(), start: start}
-	if m, ok := start.Native().(*mysql.MariadbGTIDSet); ok {
-		f.pending = make(map[uint32]mysql.MariadbGTID, len(m.Sets))
-		for d, g := range m.Sets {
-			if g.SequenceNumber > 0 { // seq 0: the domain's beginning, nothing covered
-				f.pending[d] = *g
+	if start.Flavor() == gtid.MariaDB {
+		ps := start.Positions()
+		f.pending = make(map[uint32]mysql.MariadbGTID, len(ps))
+		for _, p := range ps {
+			if p.Seq > 0 { // seq 0: the domain's beginning, nothing covered
+				f.pending[p.Domain] = mysql.MariadbGTID{DomainID: p.Domain, ServerID: p.Server, SequenceNumber: p.Seq}
 			}
 		}
 	}

@@ -191,9 +191,9 @@ func (r *Reader) run(ctx context.Context, start, dump gtid.Set, out chan<- *Txn)
 	var runErr error
 	defer func() { m.SourceConnected(false, runErr) }()
 
-	// StartSyncGTID keeps and mutates the set it is given: hand it a copy.
+	// StartSyncGTID keeps and mutates the set it is given: nativeSet builds a new one.
 	startStr := start.String()
-	streamer, err := syncer.StartSyncGTID(dump.Clone().Native())
+	streamer, err := syncer.StartSyncGTID(nativeSet(dump))
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()

@@ -3,8 +3,6 @@ package gtid
 import (
 	"fmt"
 	"slices"
-
-	"github.com/go-mysql-org/go-mysql/mysql"
 )
 
 // AddSet adds every GTID of o to s, as if o's transactions were added with Add after s's: for
@@ -15,24 +13,19 @@ func (s *Set) AddSet(o Set) error {
 	if o.IsEmpty() {
 		return nil
 	}
-	if s.flavor != o.flavor || s.s == nil {
+	if s.flavor != o.flavor || (s.my == nil && s.ma == nil) {
 		return fmt.Errorf("gtid: add a %s set to a %s set", o.flavor, s.flavor)
 	}
-	switch m := s.s.(type) {
-	case *mysql.MysqlGTIDSet:
-		for u, tags := range *o.mysqlSet() {
-			if (*m)[u] == nil {
-				(*m)[u] = map[mysql.Tag]mysql.IntervalSlice{}
-			}
-			for tag, ivs := range tags {
-				(*m)[u][tag] = append(slices.Clone((*m)[u][tag]), ivs...).Normalize()
-			}
+	for u, otags := range o.my {
+		if s.my[u] == nil {
+			s.my[u] = map[string][]Interval{}
 		}
-	case *mysql.MariadbGTIDSet:
-		for d, g := range o.mariaSet().Sets {
-			c := *g
-			m.Sets[d] = &c
+		for tag, ivs := range otags {
+			s.my[u][tag] = normalize(slices.Concat(s.my[u][tag], ivs))
 		}
+	}
+	for d, p := range o.ma {
+		s.ma[d] = p
 	}
 	return nil
 }

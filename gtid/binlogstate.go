@@ -28,8 +28,8 @@ func ParseBinlogState(s string) (BinlogState, error) {
 		if err != nil {
 			return BinlogState{}, fmt.Errorf("gtid: parse binlog state %q: %w", s, err)
 		}
-		b.last[[2]uint32{g.DomainID, g.ServerID}] = g.SequenceNumber
-		b.maxSeq[g.DomainID] = max(b.maxSeq[g.DomainID], g.SequenceNumber)
+		b.last[[2]uint32{g.Domain, g.Server}] = g.Seq
+		b.maxSeq[g.Domain] = max(b.maxSeq[g.Domain], g.Seq)
 	}
 	return b, nil
 }

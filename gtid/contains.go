@@ -1,10 +1,6 @@
 package gtid
 
-import (
-	"fmt"
-
-	"github.com/go-mysql-org/go-mysql/mysql"
-)
+import "fmt"
 
 // ContainsGTID reports whether one transaction's GTID is in s, for the MySQL flavor ("uuid:N",
 // "uuid:tag:N"): the binlog reader's check that a transaction the server streams is one the
@@ -16,25 +12,20 @@ import (
 // position covers a GTID cannot be read off the position. For MariaDB, ContainsGTID reports only
 // whether g is exactly its domain's position. It returns an error for a malformed g.
 func (s Set) ContainsGTID(g string) (bool, error) {
-	switch m := s.s.(type) {
-	case *mysql.MysqlGTIDSet:
+	switch {
+	case s.my != nil:
 		u, tag, gno, err := parseMySQLGTID(g)
 		if err != nil {
 			return false, fmt.Errorf("gtid: mysql GTID %q: %w", g, err)
 		}
-		for _, iv := range (*m)[u][tag] {
-			if iv.Start <= gno && gno < iv.Stop {
-				return true, nil
-			}
-		}
-		return false, nil
-	case *mysql.MariadbGTIDSet:
+		return containsIntervals(s.my[u][tag], []Interval{{gno, gno + 1}}), nil
+	case s.ma != nil:
 		mg, err := parseMariaDBGTID(g)
 		if err != nil {
 			return false, fmt.Errorf("gtid: mariadb GTID %q: %w", g, err)
 		}
-		p, ok := m.Sets[mg.DomainID]
-		return ok && *p == *mg, nil
+		p, ok := s.ma[mg.Domain]
+		return ok && p == mg, nil
 	}
 	return false, fmt.Errorf("gtid: look up %q in an uninitialised set of flavor %q: use gtid.Parse or gtid.Empty", g, s.flavor)
 }

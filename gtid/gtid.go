@@ -1,14 +1,15 @@
 // Package gtid parses, merges and formats GTID sets of both flavors: MySQL ("uuid:1-5:7", tagged
 // "uuid:tag:3" of 8.3+) and MariaDB ("0-1-42,1-2-7", one position per domain).
 //
-// A Set wraps go-mysql's mysql.GTIDSet but does its own parsing and formatting: go-mysql sorts
-// MariaDB domains as text ("10-…" before "2-…"), joins MySQL uuid sets with "," where the server
-// prints ",\n", accepts signs and empty elements, and its errors do not name the bad part.
+// A Set holds its own representation and imports no MySQL client, so config (which parses GTIDs)
+// links none. It does not borrow go-mysql's either: go-mysql sorts MariaDB domains as text
+// ("10-…" before "2-…"), joins MySQL uuid sets with "," where the server prints ",\n", accepts
+// signs and empty elements, and its errors do not name the bad part. The binlog reader converts a
+// Set to go-mysql's form for the dump request from Sources and Positions.
 package gtid
 
 import (
 	"bytes"
-	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -16,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/google/uuid"
 )
 
@@ -42,7 +42,27 @@ func (f Flavor) Validate() error {
 // copy before mutating one of them with Add.
 type Set struct {
 	flavor Flavor
-	s      mysql.GTIDSet
+	// my is a MySQL set: uuid → tag ("" for untagged GTIDs) → intervals, sorted and merged
+	// (normalize), with no empty interval list, tag map or uuid left behind (prune). Nil unless
+	// the set is an initialised MySQL set.
+	my map[uuid.UUID]map[string][]Interval
+	// ma is a MariaDB position: domain → the GTID of its last transaction. Nil unless the set is
+	// an initialised MariaDB set.
+	ma map[uint32]Position
+}
+
+// Interval is a run of MySQL transaction numbers, half-open as in the server's Gtid_set: Start
+// is the first number, Stop one past the last. "5-7" is {5, 8}.
+type Interval struct {
+	Start, Stop int64
+}
+
+// Source is one MySQL source of a set: a server uuid and a tag ("" for untagged GTIDs, else
+// lowercase as the server stores it) with its transactions, sorted, merged and never empty.
+type Source struct {
+	UUID      uuid.UUID
+	Tag       string
+	Intervals []Interval
 }
 
 // Empty returns an empty set of the flavor. For an unknown flavor it returns a set that behaves
@@ -50,10 +70,9 @@ type Set struct {
 func Empty(f Flavor) Set {
 	switch f {
 	case MySQL:
-		m := mysql.NewMysqlGTIDSet()
-		return Set{flavor: f, s: &m}
+		return Set{flavor: f, my: map[uuid.UUID]map[string][]Interval{}}
 	case MariaDB:
-		return Set{flavor: f, s: &mysql.MariadbGTIDSet{Sets: map[uint32]*mysql.MariadbGTID{}}}
+		return Set{flavor: f, ma: map[uint32]Position{}}
 	}
 	return Set{flavor: f}
 }
@@ -73,19 +92,17 @@ func Parse(f Flavor, s string) (Set, error) {
 		var err error
 		switch f {
 		case MySQL:
-			err = parseMySQLPart(set.mysqlSet(), part)
+			err = parseMySQLPart(set.my, part)
 		case MariaDB:
-			err = parseMariaDBPart(set.mariaSet(), part)
+			err = parseMariaDBPart(set.ma, part)
 		}
 		if err != nil {
 			return Set{}, fmt.Errorf("gtid: parse %s set %q: %w", f, s, err)
 		}
 	}
-	if f == MySQL {
-		for _, tags := range *set.mysqlSet() {
-			for tag, ivs := range tags {
-				tags[tag] = ivs.Normalize()
-			}
+	for _, tags := range set.my {
+		for tag, ivs := range tags {
+			tags[tag] = normalize(ivs)
 		}
 	}
 	return set, nil
@@ -99,40 +116,56 @@ func (s Set) Flavor() Flavor { return s.flavor }
 // each uuid once, its untagged intervals first, then ":tag:intervals" per tag in tag order, all
 // intervals merged. The empty set is "".
 func (s Set) String() string {
-	switch m := s.s.(type) {
-	case *mysql.MysqlGTIDSet:
-		return formatMySQL(*m)
-	case *mysql.MariadbGTIDSet:
-		return formatMariaDB(m)
+	switch {
+	case s.my != nil:
+		return formatMySQL(s.my)
+	case s.ma != nil:
+		return formatMariaDB(s.ma)
 	}
 	return ""
 }
 
 // Clone returns an independent copy.
 func (s Set) Clone() Set {
-	if s.s == nil {
-		return Set{flavor: s.flavor}
+	c := Set{flavor: s.flavor}
+	if s.my != nil {
+		c.my = make(map[uuid.UUID]map[string][]Interval, len(s.my))
+		for u, tags := range s.my {
+			ct := make(map[string][]Interval, len(tags))
+			for tag, ivs := range tags {
+				ct[tag] = slices.Clone(ivs)
+			}
+			c.my[u] = ct
+		}
 	}
-	return Set{flavor: s.flavor, s: s.s.Clone()}
+	if s.ma != nil {
+		c.ma = maps.Clone(s.ma)
+	}
+	return c
 }
 
 // Add records one transaction's GTID ("0-1-42", "uuid:7", "uuid:tag:3"). For MariaDB the GTID
 // replaces the domain's position, as the server's binlog position does. On error s is unchanged.
 func (s *Set) Add(gtid string) error {
-	switch m := s.s.(type) {
-	case *mysql.MysqlGTIDSet:
+	switch {
+	case s.my != nil:
 		u, tag, gno, err := parseMySQLGTID(gtid)
 		if err != nil {
 			return fmt.Errorf("gtid: add mysql GTID %q: %w", gtid, err)
 		}
-		m.AddGTIDWithTag(u, tag, gno)
+		tags := s.my[u]
+		if tags == nil {
+			tags = map[string][]Interval{}
+			s.my[u] = tags
+		}
+		tags[tag] = normalize(append(tags[tag], Interval{gno, gno + 1}))
 		return nil
-	case *mysql.MariadbGTIDSet:
+	case s.ma != nil:
 		g, err := parseMariaDBGTID(gtid)
 		if err != nil {
 			return fmt.Errorf("gtid: add mariadb GTID %q: %w", gtid, err)
 		}
-		m.Sets[g.DomainID] = g
+		s.ma[g.Domain] = g
 		return nil
 	}
 	return fmt.Errorf("gtid: add %q to an uninitialised set of flavor %q: use gtid.Parse or gtid.Empty", gtid, s.flavor)
@@ -144,10 +177,28 @@ func (s Set) Contains(o Set) bool {
 	if o.IsEmpty() {
 		return true
 	}
-	if s.s == nil || s.flavor != o.flavor {
+	if s.flavor != o.flavor {
 		return false
 	}
-	return s.s.Contain(o.s)
+	switch {
+	case s.my != nil && o.my != nil:
+		for u, otags := range o.my {
+			for tag, oivs := range otags {
+				if !containsIntervals(s.my[u][tag], oivs) {
+					return false
+				}
+			}
+		}
+		return true
+	case s.ma != nil && o.ma != nil:
+		for d, op := range o.ma {
+			if p, ok := s.ma[d]; !ok || p.Seq < op.Seq {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }
 
 // Equal reports whether s and o hold the same GTIDs. Two empty sets are equal whatever their
@@ -159,46 +210,36 @@ func (s Set) Equal(o Set) bool {
 	if s.flavor != o.flavor {
 		return false
 	}
-	return s.s.Equal(o.s)
+	switch {
+	case s.my != nil && o.my != nil:
+		// Both are pruned, so equal maps are equal sets.
+		return maps.EqualFunc(s.my, o.my, func(a, b map[string][]Interval) bool {
+			return maps.EqualFunc(a, b, slices.Equal)
+		})
+	case s.ma != nil && o.ma != nil:
+		return maps.Equal(s.ma, o.ma)
+	}
+	return false
 }
 
 // IsEmpty reports whether s holds no GTID.
 func (s Set) IsEmpty() bool {
-	switch m := s.s.(type) {
-	case *mysql.MysqlGTIDSet:
-		for _, tags := range *m {
-			for _, ivs := range tags {
-				if len(ivs) > 0 {
-					return false
-				}
-			}
-		}
-		return true
-	case *mysql.MariadbGTIDSet:
-		return len(m.Sets) == 0
-	}
-	return true
+	// A MySQL set is pruned, so a uuid present holds a GTID.
+	return len(s.my) == 0 && len(s.ma) == 0
 }
 
-// Native returns go-mysql's representation, for BinlogSyncer.StartSyncGTID. It is a copy,
-// because the syncer mutates the set it is given as it streams. It is nil for the zero Set.
-func (s Set) Native() mysql.GTIDSet {
-	switch m := s.s.(type) {
-	case *mysql.MysqlGTIDSet:
-		c := m.Clone().(*mysql.MysqlGTIDSet)
-		pruneMySQL(*c)
-		return c
-	case *mysql.MariadbGTIDSet:
-		c := m.Clone().(*mysql.MariadbGTIDSet)
-		// go-mysql prints the GTID 0-0-0 as "" and so would send a malformed position such as
-		// ",1-2-3". Position 0 of domain 0 means "from the domain's beginning", which is also what
-		// the server does for a domain the position omits.
-		if g, ok := c.Sets[0]; ok && g.ServerID == 0 && g.SequenceNumber == 0 {
-			delete(c.Sets, 0)
+// Sources returns a MySQL set's sources in the order String prints them: by uuid, then the
+// untagged source first and the tags in order. It is nil for a MariaDB set, an empty set and the
+// zero Set. The result shares no storage with s. Pure; safe for concurrent use with other reads
+// of s.
+func (s Set) Sources() []Source {
+	var out []Source
+	for _, u := range sortedUUIDs(s.my) {
+		for _, tag := range sortedTags(s.my[u]) {
+			out = append(out, Source{UUID: u, Tag: tag, Intervals: slices.Clone(s.my[u][tag])})
 		}
-		return c
 	}
-	return nil
+	return out
 }
 
 // MissingSources lists the sources that other has and s lacks entirely: MariaDB domain ids, or
@@ -207,29 +248,20 @@ func (s Set) Native() mysql.GTIDSet {
 // flavors differ every source of other is missing.
 func (s Set) MissingSources(other Set) []string {
 	var missing []string
-	switch om := other.s.(type) {
-	case *mysql.MysqlGTIDSet:
-		sm, _ := s.s.(*mysql.MysqlGTIDSet)
-		for _, u := range sortedUUIDs(*om) {
-			for _, tag := range sortedTags(om, u) {
-				if sm != nil && len((*sm)[u][tag]) > 0 {
-					continue
-				}
-				src := u.String()
-				if tag != (mysql.Tag{}) {
-					src += ":" + tag.String()
-				}
-				missing = append(missing, src)
+	for _, u := range sortedUUIDs(other.my) {
+		for _, tag := range sortedTags(other.my[u]) {
+			if len(s.my[u][tag]) > 0 {
+				continue
 			}
+			src := u.String()
+			if tag != "" {
+				src += ":" + tag
+			}
+			missing = append(missing, src)
 		}
-	case *mysql.MariadbGTIDSet:
-		sm, _ := s.s.(*mysql.MariadbGTIDSet)
-		for _, d := range sortedDomains(om) {
-			if sm != nil {
-				if _, ok := sm.Sets[d]; ok {
-					continue
-				}
-			}
+	}
+	for _, d := range sortedDomains(other.ma) {
+		if _, ok := s.ma[d]; !ok {
 			missing = append(missing, strconv.FormatUint(uint64(d), 10))
 		}
 	}
@@ -241,23 +273,21 @@ func (s Set) MissingSources(other Set) []string {
 // when the flavors differ it is a copy of s.
 func (s Set) Subtract(o Set) Set {
 	out := s.Clone()
-	if s.flavor != o.flavor || o.s == nil {
+	if s.flavor != o.flavor {
 		return out
 	}
-	switch m := out.s.(type) {
-	case *mysql.MysqlGTIDSet:
-		om := o.s.(*mysql.MysqlGTIDSet)
-		for u, tags := range *m {
+	if out.my != nil && o.my != nil {
+		for u, tags := range out.my {
 			for tag, ivs := range tags {
-				tags[tag] = subtractIntervals(ivs, (*om)[u][tag])
+				tags[tag] = subtractIntervals(ivs, o.my[u][tag])
 			}
 		}
-		pruneMySQL(*m)
-	case *mysql.MariadbGTIDSet:
-		om := o.s.(*mysql.MariadbGTIDSet)
-		for d, g := range m.Sets {
-			if og, ok := om.Sets[d]; ok && og.SequenceNumber >= g.SequenceNumber {
-				delete(m.Sets, d)
+		prune(out.my)
+	}
+	if out.ma != nil && o.ma != nil {
+		for d, p := range out.ma {
+			if op, ok := o.ma[d]; ok && op.Seq >= p.Seq {
+				delete(out.ma, d)
 			}
 		}
 	}
@@ -267,12 +297,8 @@ func (s Set) Subtract(o Set) Set {
 // Count is the number of transactions a MySQL set names (the sum of its intervals' lengths);
 // 0 for a MariaDB set, whose positions do not say how many transactions precede them. Pure.
 func (s Set) Count() uint64 {
-	m, ok := s.s.(*mysql.MysqlGTIDSet)
-	if !ok {
-		return 0
-	}
 	var n uint64
-	for _, tags := range *m {
+	for _, tags := range s.my {
 		for _, ivs := range tags {
 			for _, iv := range ivs {
 				n += uint64(iv.Stop - iv.Start)
@@ -282,12 +308,9 @@ func (s Set) Count() uint64 {
 	return n
 }
 
-func (s Set) mysqlSet() *mysql.MysqlGTIDSet   { return s.s.(*mysql.MysqlGTIDSet) }
-func (s Set) mariaSet() *mysql.MariadbGTIDSet { return s.s.(*mysql.MariadbGTIDSet) }
-
 // parseMySQLPart adds one comma-separated element, "uuid[:tag]:interval[:interval|:tag:interval]...",
 // to set. Intervals are appended unnormalised; Parse normalises once at the end.
-func parseMySQLPart(set *mysql.MysqlGTIDSet, part string) error {
+func parseMySQLPart(set map[uuid.UUID]map[string][]Interval, part string) error {
 	p := strings.TrimSpace(part)
 	if p == "" {
 		return fmt.Errorf("empty element between commas")
@@ -300,12 +323,12 @@ func parseMySQLPart(set *mysql.MysqlGTIDSet, part string) error {
 	if len(elems) < 2 {
 		return fmt.Errorf("element %q: uuid %s has no interval", p, u)
 	}
-	tags := (*set)[u]
+	tags := set[u]
 	if tags == nil {
-		tags = make(map[mysql.Tag]mysql.IntervalSlice, 1)
-		(*set)[u] = tags
+		tags = make(map[string][]Interval, 1)
+		set[u] = tags
 	}
-	tag := mysql.Tag{}
+	tag := ""
 	tagPending := false // a tag was read and no interval follows it yet
 	for _, e := range elems[1:] {
 		e = strings.TrimSpace(e)
@@ -314,7 +337,7 @@ func parseMySQLPart(set *mysql.MysqlGTIDSet, part string) error {
 			return fmt.Errorf("element %q: empty field between colons", p)
 		case isTagStart(e[0]):
 			if tagPending {
-				return fmt.Errorf("element %q: tag %q has no interval", p, tag.String())
+				return fmt.Errorf("element %q: tag %q has no interval", p, tag)
 			}
 			t, err := parseTag(e)
 			if err != nil {
@@ -331,30 +354,30 @@ func parseMySQLPart(set *mysql.MysqlGTIDSet, part string) error {
 		}
 	}
 	if tagPending {
-		return fmt.Errorf("element %q: tag %q has no interval", p, tag.String())
+		return fmt.Errorf("element %q: tag %q has no interval", p, tag)
 	}
 	return nil
 }
 
 // parseMySQLGTID parses one transaction's GTID: "uuid:N" or "uuid:tag:N".
-func parseMySQLGTID(s string) (uuid.UUID, mysql.Tag, int64, error) {
+func parseMySQLGTID(s string) (uuid.UUID, string, int64, error) {
 	elems := strings.Split(strings.TrimSpace(s), ":")
 	if len(elems) != 2 && len(elems) != 3 {
-		return uuid.UUID{}, mysql.Tag{}, 0, fmt.Errorf("want uuid:N or uuid:tag:N")
+		return uuid.UUID{}, "", 0, fmt.Errorf("want uuid:N or uuid:tag:N")
 	}
 	u, err := parseUUID(elems[0])
 	if err != nil {
-		return uuid.UUID{}, mysql.Tag{}, 0, err
+		return uuid.UUID{}, "", 0, err
 	}
-	tag := mysql.Tag{}
+	tag := ""
 	if len(elems) == 3 {
 		if tag, err = parseTag(strings.TrimSpace(elems[1])); err != nil {
-			return uuid.UUID{}, mysql.Tag{}, 0, err
+			return uuid.UUID{}, "", 0, err
 		}
 	}
 	gno, err := parseGNO(strings.TrimSpace(elems[len(elems)-1]))
 	if err != nil {
-		return uuid.UUID{}, mysql.Tag{}, 0, err
+		return uuid.UUID{}, "", 0, err
 	}
 	return u, tag, gno, nil
 }
@@ -374,37 +397,38 @@ func isTagStart(c byte) bool {
 	return c == '_' || ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z')
 }
 
-// parseTag checks MySQL's tag syntax [a-zA-Z_][a-zA-Z0-9_]{0,31}; the server stores it lowercased.
-func parseTag(s string) (mysql.Tag, error) {
+// parseTag checks MySQL's tag syntax [a-zA-Z_][a-zA-Z0-9_]{0,31} and lowercases it, as the
+// server stores it.
+func parseTag(s string) (string, error) {
 	if len(s) == 0 || len(s) > 32 || !isTagStart(s[0]) {
-		return mysql.Tag{}, fmt.Errorf("bad tag %q: want a letter or _ then up to 31 letters, digits or _", s)
+		return "", fmt.Errorf("bad tag %q: want a letter or _ then up to 31 letters, digits or _", s)
 	}
 	for i := 1; i < len(s); i++ {
 		c := s[i]
 		if !isTagStart(c) && (c < '0' || c > '9') {
-			return mysql.Tag{}, fmt.Errorf("bad tag %q: want a letter or _ then up to 31 letters, digits or _", s)
+			return "", fmt.Errorf("bad tag %q: want a letter or _ then up to 31 letters, digits or _", s)
 		}
 	}
-	return mysql.NewTag(s), nil
+	return strings.ToLower(s), nil
 }
 
-// parseInterval parses "N" or "N-M" (closed) into go-mysql's half-open Interval.
-func parseInterval(s string) (mysql.Interval, error) {
+// parseInterval parses "N" or "N-M" (closed) into a half-open Interval.
+func parseInterval(s string) (Interval, error) {
 	lo, hi, isRange := strings.Cut(s, "-")
 	start, err := parseGNO(strings.TrimSpace(lo))
 	if err != nil {
-		return mysql.Interval{}, fmt.Errorf("interval %q: %w", s, err)
+		return Interval{}, fmt.Errorf("interval %q: %w", s, err)
 	}
 	end := start
 	if isRange {
 		if end, err = parseGNO(strings.TrimSpace(hi)); err != nil {
-			return mysql.Interval{}, fmt.Errorf("interval %q: %w", s, err)
+			return Interval{}, fmt.Errorf("interval %q: %w", s, err)
 		}
 		if end < start {
-			return mysql.Interval{}, fmt.Errorf("interval %q: end %d is below start %d", s, end, start)
+			return Interval{}, fmt.Errorf("interval %q: end %d is below start %d", s, end, start)
 		}
 	}
-	return mysql.Interval{Start: start, Stop: end + 1}, nil
+	return Interval{Start: start, Stop: end + 1}, nil
 }
 
 // parseGNO parses a transaction number: decimal digits only, 1 to 2^63-2 (the server's GNO_END
@@ -434,7 +458,7 @@ func allDigits(s string) bool {
 
 // parseMariaDBPart adds one "domain-server-seq" element to set. A second position for a domain
 // already present is an error, as on the server: a position holds one GTID per domain.
-func parseMariaDBPart(set *mysql.MariadbGTIDSet, part string) error {
+func parseMariaDBPart(set map[uint32]Position, part string) error {
 	p := strings.TrimSpace(part)
 	if p == "" {
 		return fmt.Errorf("empty element between commas")
@@ -443,38 +467,33 @@ func parseMariaDBPart(set *mysql.MariadbGTIDSet, part string) error {
 	if err != nil {
 		return err
 	}
-	if prev, ok := set.Sets[g.DomainID]; ok {
-		return fmt.Errorf("element %q: domain %d already has position %s", p, g.DomainID, formatMariaDBGTID(prev))
+	if prev, ok := set[g.Domain]; ok {
+		return fmt.Errorf("element %q: domain %d already has position %s", p, g.Domain, prev)
 	}
-	set.Sets[g.DomainID] = g
+	set[g.Domain] = g
 	return nil
 }
 
-func parseMariaDBGTID(s string) (*mysql.MariadbGTID, error) {
+func parseMariaDBGTID(s string) (Position, error) {
 	s = strings.TrimSpace(s)
 	f := strings.Split(s, "-")
 	if len(f) != 3 {
-		return nil, fmt.Errorf("element %q: want domain-server-sequence", s)
+		return Position{}, fmt.Errorf("element %q: want domain-server-sequence", s)
 	}
 	names := [3]string{"domain id", "server id", "sequence number"}
 	bits := [3]int{32, 32, 64}
 	var v [3]uint64
 	for i := range f {
 		if !allDigits(f[i]) {
-			return nil, fmt.Errorf("element %q: bad %s %q: want decimal digits", s, names[i], f[i])
+			return Position{}, fmt.Errorf("element %q: bad %s %q: want decimal digits", s, names[i], f[i])
 		}
 		n, err := strconv.ParseUint(f[i], 10, bits[i])
 		if err != nil {
-			return nil, fmt.Errorf("element %q: bad %s %q: want at most %d bits", s, names[i], f[i], bits[i])
+			return Position{}, fmt.Errorf("element %q: bad %s %q: want at most %d bits", s, names[i], f[i], bits[i])
 		}
 		v[i] = n
 	}
-	return &mysql.MariadbGTID{DomainID: uint32(v[0]), ServerID: uint32(v[1]), SequenceNumber: v[2]}, nil
-}
-
-func formatMariaDBGTID(g *mysql.MariadbGTID) string {
-	// Not g.String(): it prints 0-0-0 as "".
-	return FormatMariaDB(g.DomainID, g.ServerID, g.SequenceNumber)
+	return Position{Domain: uint32(v[0]), Server: uint32(v[1]), Seq: v[2]}, nil
 }
 
 // FormatMariaDB formats one MariaDB GTID as the server prints it, "domain-server-seq", with one
@@ -489,28 +508,29 @@ func FormatMariaDB(domain, server uint32, seq uint64) string {
 	return string(out)
 }
 
-func formatMariaDB(m *mysql.MariadbGTIDSet) string {
+func formatMariaDB(m map[uint32]Position) string {
 	var sb strings.Builder
 	for i, d := range sortedDomains(m) {
 		if i > 0 {
 			sb.WriteByte(',')
 		}
-		sb.WriteString(formatMariaDBGTID(m.Sets[d]))
+		sb.WriteString(m[d].String())
 	}
 	return sb.String()
 }
 
-func sortedDomains(m *mysql.MariadbGTIDSet) []uint32 {
-	return slices.Sorted(maps.Keys(m.Sets))
+// sortedDomains orders numerically, as the server prints a position.
+func sortedDomains(m map[uint32]Position) []uint32 {
+	return slices.Sorted(maps.Keys(m))
 }
 
 // formatMySQL follows the server's Gtid_set::to_string with its default format: uuid sets
 // separated by ",\n", a uuid written once followed by its (tag, intervals) groups in tag order.
-func formatMySQL(m mysql.MysqlGTIDSet) string {
+func formatMySQL(m map[uuid.UUID]map[string][]Interval) string {
 	var sb strings.Builder
 	first := true
 	for _, u := range sortedUUIDs(m) {
-		tags := sortedTags(&m, u)
+		tags := sortedTags(m[u])
 		if len(tags) == 0 {
 			continue
 		}
@@ -520,9 +540,9 @@ func formatMySQL(m mysql.MysqlGTIDSet) string {
 		first = false
 		sb.WriteString(u.String())
 		for _, tag := range tags {
-			if tag != (mysql.Tag{}) {
+			if tag != "" {
 				sb.WriteByte(':')
-				sb.WriteString(tag.String())
+				sb.WriteString(tag)
 			}
 			for _, iv := range m[u][tag] {
 				sb.WriteByte(':')
@@ -538,25 +558,25 @@ func formatMySQL(m mysql.MysqlGTIDSet) string {
 }
 
 // sortedUUIDs orders as the server does (byte order, which is the order of the lowercase text).
-func sortedUUIDs(m mysql.MysqlGTIDSet) []uuid.UUID {
+func sortedUUIDs(m map[uuid.UUID]map[string][]Interval) []uuid.UUID {
 	return slices.SortedFunc(maps.Keys(m), func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
 }
 
-// sortedTags lists u's tags that hold intervals, the untagged group ("" sorts first) then by tag.
-func sortedTags(m *mysql.MysqlGTIDSet, u uuid.UUID) []mysql.Tag {
-	var tags []mysql.Tag
-	for tag, ivs := range (*m)[u] {
+// sortedTags lists the tags that hold intervals, the untagged group ("" sorts first) then by tag.
+func sortedTags(tags map[string][]Interval) []string {
+	var out []string
+	for tag, ivs := range tags {
 		if len(ivs) > 0 {
-			tags = append(tags, tag)
+			out = append(out, tag)
 		}
 	}
-	slices.SortFunc(tags, func(a, b mysql.Tag) int { return cmp.Compare(a.String(), b.String()) })
-	return tags
+	slices.Sort(out)
+	return out
 }
 
-// pruneMySQL drops tags and uuids left without intervals, which go-mysql's Equal, Contain and
-// Encode would otherwise treat as present.
-func pruneMySQL(m mysql.MysqlGTIDSet) {
+// prune drops tags and uuids left without intervals, so that map equality is set equality and
+// a uuid present holds a GTID.
+func prune(m map[uuid.UUID]map[string][]Interval) {
 	for u, tags := range m {
 		for tag, ivs := range tags {
 			if len(ivs) == 0 {
@@ -567,26 +587,4 @@ func pruneMySQL(m mysql.MysqlGTIDSet) {
 			delete(m, u)
 		}
 	}
-}
-
-// subtractIntervals returns a minus b; both must be sorted and merged (Normalize), as is the result.
-func subtractIntervals(a, b mysql.IntervalSlice) mysql.IntervalSlice {
-	out := mysql.IntervalSlice{}
-	j := 0
-	for _, iv := range a {
-		cur := iv.Start
-		for j < len(b) && b[j].Stop <= cur {
-			j++
-		}
-		for k := j; k < len(b) && b[k].Start < iv.Stop && cur < iv.Stop; k++ {
-			if b[k].Start > cur {
-				out = append(out, mysql.Interval{Start: cur, Stop: b[k].Start})
-			}
-			cur = max(cur, b[k].Stop)
-		}
-		if cur < iv.Stop {
-			out = append(out, mysql.Interval{Start: cur, Stop: iv.Stop})
-		}
-	}
-	return out
 }

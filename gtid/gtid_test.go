@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/go-mysql-org/go-mysql/mysql"
 )
 
 const (
@@ -81,22 +79,6 @@ func TestParseFormat(t *testing.T) {
 				t.Fatalf("IsEmpty() = %v for %q", s.IsEmpty(), tt.want)
 			}
 		})
-	}
-}
-
-// TestMySQLStringDiffersFromGoMySQL pins the reason we format ourselves: the server separates uuid
-// sets with ",\n", go-mysql with ",". If go-mysql changes, this test tells us.
-func TestMySQLStringDiffersFromGoMySQL(t *testing.T) {
-	s := mustParse(t, MySQL, u1+":1-13:mytag:1-2,"+u2+":5")
-	if got, want := s.String(), u1+":1-13:mytag:1-2,\n"+u2+":5"; got != want {
-		t.Fatalf("String() = %q, want %q", got, want)
-	}
-	if got, want := s.Native().String(), u1+":1-13:mytag:1-2,"+u2+":5"; got != want {
-		t.Fatalf("go-mysql String() = %q, want %q", got, want)
-	}
-	m := mustParse(t, MariaDB, "10-1-5,2-1-7")
-	if got := m.Native().String(); got != "10-1-5,2-1-7" {
-		t.Fatalf("go-mysql MariaDB String() = %q; the text-order trap may be fixed upstream", got)
 	}
 }
 
@@ -285,7 +267,7 @@ func TestCrossFlavor(t *testing.T) {
 		t.Fatalf("Subtract across flavors = %q", got)
 	}
 	var zero Set
-	if !zero.IsEmpty() || zero.String() != "" || zero.Native() != nil || zero.Contains(my) || !my.Contains(zero) {
+	if !zero.IsEmpty() || zero.String() != "" || zero.Contains(my) || !my.Contains(zero) {
 		t.Fatal("zero Set does not behave as an empty set")
 	}
 }
@@ -399,37 +381,6 @@ func TestCloneIndependent(t *testing.T) {
 		if s.String() != tc.start || c.String() == tc.start {
 			t.Fatalf("%s: clone shares storage: s=%q c=%q", tc.f, s, c)
 		}
-	}
-}
-
-func TestNative(t *testing.T) {
-	s := mustParse(t, MySQL, u1+":1-3:t:5")
-	n := s.Native()
-	if _, ok := n.(*mysql.MysqlGTIDSet); !ok {
-		t.Fatalf("Native() is %T", n)
-	}
-	if err := n.Update(u1 + ":9"); err != nil {
-		t.Fatal(err)
-	}
-	if s.String() != u1+":1-3:t:5" {
-		t.Fatalf("mutating Native() changed the set: %q", s)
-	}
-	want, err := mysql.ParseMysqlGTIDSet(u1 + ":1-3:t:5")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := s.Native(); !got.Equal(want) || string(got.Encode()) != string(want.Encode()) {
-		t.Fatalf("Native() = %q, want %q", got, want)
-	}
-
-	m := mustParse(t, MariaDB, "0-0-0,10-1-5,2-1-7")
-	mn := m.Native()
-	if _, ok := mn.(*mysql.MariadbGTIDSet); !ok {
-		t.Fatalf("Native() is %T", mn)
-	}
-	// The dump request carries go-mysql's String(): it must stay well formed.
-	if got := mn.String(); got != "10-1-5,2-1-7" {
-		t.Fatalf("MariaDB Native().String() = %q", got)
 	}
 }
 

@@ -49,6 +49,13 @@ func TestIntervalsMatchBruteForce(t *testing.T) {
 		}
 		return ivs, in
 	}
+	oneSource := func(ivs []Interval) Set {
+		s := Empty(MySQL)
+		if len(ivs) > 0 {
+			s.my[uuid.MustParse(u1)] = map[string][]Interval{"": ivs}
+		}
+		return s
+	}
 	for range 3000 {
 		a, ain := randIvs()
 		b, bin := randIvs()
@@ -72,14 +79,8 @@ func TestIntervalsMatchBruteForce(t *testing.T) {
 		if got := containsIntervals(na, nb); got != want {
 			t.Fatalf("containsIntervals(%v, %v) = %v, want %v", na, nb, got, want)
 		}
-		sa, sb := Set{flavor: MySQL, my: map[uuid.UUID]map[string][]Interval{}}, Set{flavor: MySQL, my: map[uuid.UUID]map[string][]Interval{}}
-		if len(na) > 0 {
-			sa.my[uuid.MustParse(u1)] = map[string][]Interval{"": na}
-		}
-		if len(nb) > 0 {
-			sb.my[uuid.MustParse(u1)] = map[string][]Interval{"": nb}
-		}
-		if err := sa.AddSet(sb); err != nil {
+		sa := oneSource(na)
+		if err := sa.AddSet(oneSource(nb)); err != nil {
 			t.Fatal(err)
 		}
 		union := Empty(MySQL)
@@ -107,7 +108,7 @@ func TestSetArithmeticEdges(t *testing.T) {
 		}
 	})
 	t.Run("tags are lowercase sources, untagged first", func(t *testing.T) {
-		s := mustParse(t, MySQL, u2+":Zed:1,"+u1+":B:1:A:2:3")
+		s := mustParse(t, MySQL, u2+":Zed:1,"+u1+":B:1:A:2,"+u1+":3")
 		var got []string
 		for _, src := range s.Sources() {
 			got = append(got, src.UUID.String()+"/"+src.Tag+fmt.Sprint(src.Intervals))
@@ -115,6 +116,13 @@ func TestSetArithmeticEdges(t *testing.T) {
 		want := []string{u1 + "/[{3 4}]", u1 + "/a[{2 3}]", u1 + "/b[{1 2}]", u2 + "/zed[{1 2}]"}
 		if !slices.Equal(got, want) {
 			t.Fatalf("Sources() = %q, want %q", got, want)
+		}
+	})
+	t.Run("Sources shares no storage", func(t *testing.T) {
+		s := mustParse(t, MySQL, u1+":1-3")
+		s.Sources()[0].Intervals[0].Stop = 99
+		if s.String() != u1+":1-3" {
+			t.Fatalf("changing Sources' result changed the set: %q", s)
 		}
 	})
 	t.Run("emptied uuids and tags are pruned", func(t *testing.T) {

@@ -1,7 +1,5 @@
 package gtid
 
-import "github.com/go-mysql-org/go-mysql/mysql"
-
 // Position is one MariaDB domain's position: the GTID "domain-server-seq" of the last
 // transaction the set records in that domain.
 type Position struct {
@@ -16,14 +14,12 @@ func (p Position) String() string { return FormatMariaDB(p.Domain, p.Server, p.S
 // prints them in. It is nil for a MySQL set, an empty set and the zero Set. The result shares no
 // storage with s. Pure; safe for concurrent use with other reads of s.
 func (s Set) Positions() []Position {
-	m, ok := s.s.(*mysql.MariadbGTIDSet)
-	if !ok || len(m.Sets) == 0 {
+	if len(s.ma) == 0 {
 		return nil
 	}
-	out := make([]Position, 0, len(m.Sets))
-	for _, d := range sortedDomains(m) {
-		g := m.Sets[d]
-		out = append(out, Position{Domain: g.DomainID, Server: g.ServerID, Seq: g.SequenceNumber})
+	out := make([]Position, 0, len(s.ma))
+	for _, d := range sortedDomains(s.ma) {
+		out = append(out, s.ma[d])
 	}
 	return out
 }
@@ -31,13 +27,6 @@ func (s Set) Positions() []Position {
 // Position returns the position of one domain of a MariaDB set, and whether the set has the
 // domain. It is false for a MySQL set and the zero Set. Pure.
 func (s Set) Position(domain uint32) (Position, bool) {
-	m, ok := s.s.(*mysql.MariadbGTIDSet)
-	if !ok {
-		return Position{}, false
-	}
-	g, ok := m.Sets[domain]
-	if !ok {
-		return Position{}, false
-	}
-	return Position{Domain: g.DomainID, Server: g.ServerID, Seq: g.SequenceNumber}, true
+	p, ok := s.ma[domain]
+	return p, ok
 }
