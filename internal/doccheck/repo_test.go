@@ -148,3 +148,27 @@ func TestRunbookURLs(t *testing.T) {
 		t.Error("no runbook_url found in configs/prometheus/*.yml")
 	}
 }
+
+// README.md stays a landing page (one or two screens of what it is, the guarantees, the demo,
+// install, the top limits and links), and docs/index.md links every page under docs/, so a page
+// nobody can find from the index is a test failure rather than a surprise.
+func TestReadmeIsALandingPageAndIndexListsEveryPage(t *testing.T) {
+	if n := strings.Count(read(t, "README.md"), "\n"); n >= 300 {
+		t.Errorf("README.md has %d lines; keep it under 300 and move the rest to a page under docs/", n)
+	}
+	listed := map[string]bool{}
+	for _, l := range doccheck.Links(read(t, "docs/index.md")) {
+		file, _, _ := strings.Cut(l.Target, "#")
+		listed[path.Clean(path.Join("docs", file))] = true
+	}
+	for _, p := range pages(t) {
+		if strings.HasPrefix(p, "docs/") && p != "docs/index.md" && !listed[p] {
+			t.Errorf("docs/index.md does not link %s", p)
+		}
+	}
+	for _, p := range pendingPages {
+		if !listed[p] {
+			t.Errorf("docs/index.md does not link %s, which another slice writes", p)
+		}
+	}
+}
