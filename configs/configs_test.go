@@ -10,10 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/outboxd/outboxd/internal/doccheck"
 )
 
 // requirePromtool returns promtool's path. It fails the test in CI (env CI set) when promtool
@@ -49,15 +52,15 @@ func TestPromtool(t *testing.T) {
 	}
 }
 
-// runbookBase is where every alert's runbook_url points: a subsection of the README's Runbook.
-const runbookBase = "https://github.com/outboxd/outboxd/blob/main/README.md#"
+// runbookBase is where every alert's runbook_url points: a section of the runbook page.
+const runbookBase = "https://github.com/outboxd/outboxd/blob/main/docs/operations/runbook.md#"
 
 // jobMatcher finds a label matcher on job in PromQL: job="x", job=~"x", job!="x".
 var jobMatcher = regexp.MustCompile(`\bjob\s*(=|!=|=~|!~)`)
 
 // Every alert works under any job name (no expression selects a job, and no unit test feeds
 // series under the compose stack's job="outboxd"), and its runbook_url names a heading of
-// README.md that exists.
+// docs/operations/runbook.md that exists.
 func TestAlertRules(t *testing.T) {
 	var rules struct {
 		Groups []struct {
@@ -69,16 +72,11 @@ func TestAlertRules(t *testing.T) {
 		} `yaml:"groups"`
 	}
 	readYAML(t, "prometheus/alerts.yml", &rules)
-	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	runbook, err := os.ReadFile(filepath.Join("..", "docs", "operations", "runbook.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	anchors := map[string]bool{}
-	for _, line := range strings.Split(string(readme), "\n") {
-		if strings.HasPrefix(line, "#") {
-			anchors[githubAnchor(strings.TrimLeft(line, "# "))] = true
-		}
-	}
+	anchors := doccheck.Anchors(string(runbook))
 	tests, err := os.ReadFile(filepath.Join("prometheus", "alerts_test.yml"))
 	if err != nil {
 		t.Fatal(err)
@@ -99,11 +97,11 @@ func TestAlertRules(t *testing.T) {
 			url := r.Annotations["runbook_url"]
 			if want := runbookBase + strings.ToLower(r.Alert); url != want {
 				t.Errorf("alert %s: runbook_url %q, want %q", r.Alert, url, want)
-			} else if !anchors[strings.ToLower(r.Alert)] {
-				t.Errorf("alert %s: README.md has no heading %q for its runbook_url", r.Alert, r.Alert)
+			} else if !slices.Contains(anchors, strings.ToLower(r.Alert)) {
+				t.Errorf("alert %s: docs/operations/runbook.md has no heading %q for its runbook_url", r.Alert, r.Alert)
 			}
-			if !strings.Contains(string(readme), "\n| "+r.Alert+" | ") {
-				t.Errorf("alert %s is not in README.md's table of alerts", r.Alert)
+			if !strings.Contains(string(runbook), "\n| "+r.Alert+" | ") {
+				t.Errorf("alert %s is not in docs/operations/runbook.md's table of alerts", r.Alert)
 			}
 			if !strings.Contains(string(tests), "alertname: "+r.Alert+"\n") {
 				t.Errorf("alert %s has no promtool unit test in alerts_test.yml", r.Alert)
@@ -113,21 +111,6 @@ func TestAlertRules(t *testing.T) {
 	if n < 10 {
 		t.Errorf("alerts.yml has %d alerts, want at least 10", n)
 	}
-}
-
-// githubAnchor is the fragment GitHub gives a Markdown heading: lower case, spaces to
-// hyphens, punctuation other than hyphens and underscores dropped.
-func githubAnchor(heading string) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(strings.TrimSpace(heading)) {
-		switch {
-		case r == ' ':
-			b.WriteByte('-')
-		case r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
 }
 
 type dashboard struct {

@@ -10,12 +10,15 @@ import (
 	"testing"
 )
 
-// rowsSentence is the README's "It has N rows:" above the dashboard's row table.
+// dashboardPage is the page that describes the Grafana dashboard.
+const dashboardPage = "docs/operations/monitoring.md"
+
+// rowsSentence is the page's "It has N rows:" above the dashboard's row table.
 var rowsSentence = regexp.MustCompile(`It has (\w+) rows:\n\n\| row \| panels \|\n\|---\|---\|\n((?:\|.*\n)+)`)
 
-// The README's dashboard paragraph says how many rows the dashboard has and lists them: the
+// The dashboard page says how many rows the dashboard has and lists them: the
 // number and the table's first column are the dashboard's rows, in its order.
-func TestReadmeDashboardRows(t *testing.T) {
+func TestDocsDashboardRows(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join("grafana", "outboxd.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -30,23 +33,23 @@ func TestReadmeDashboardRows(t *testing.T) {
 			rows = append(rows, p.Title)
 		}
 	}
-	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	readme, err := os.ReadFile(filepath.Join("..", filepath.FromSlash(dashboardPage)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := rowsSentence.FindSubmatch(readme)
 	if m == nil {
-		t.Fatal(`README.md has no "It has N rows:" followed by the | row | panels | table`)
+		t.Fatalf(`%s has no "It has N rows:" followed by the | row | panels | table`, dashboardPage)
 	}
 	words := []string{"zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"}
 	if n := slices.Index(words, string(m[1])); n != len(rows) {
-		t.Errorf("README.md says the dashboard has %s rows; it has %d: %q", m[1], len(rows), rows)
+		t.Errorf("%s says the dashboard has %s rows; it has %d: %q", dashboardPage, m[1], len(rows), rows)
 	}
 	var listed []string
 	for _, line := range strings.Split(strings.TrimSpace(string(m[2])), "\n") {
 		listed = append(listed, strings.TrimSpace(strings.Split(line, "|")[1]))
 	}
 	if !slices.Equal(listed, rows) {
-		t.Errorf("README.md's row table lists %q; the dashboard's rows are %q", listed, rows)
+		t.Errorf("%s's row table lists %q; the dashboard's rows are %q", dashboardPage, listed, rows)
 	}
 }

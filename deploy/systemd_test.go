@@ -39,7 +39,7 @@ func unitFile(t *testing.T, path string) map[string]map[string][]string {
 }
 
 // The systemd unit restarts a failed (or superseded) outboxd, not a config error, gives the
-// drain its time, and runs unprivileged; its ExecStart is the README's command.
+// drain its time, and runs unprivileged; its ExecStart is the command the docs give.
 func TestSystemdUnit(t *testing.T) {
 	u := unitFile(t, filepath.Join(repoRoot(t), "deploy", "systemd", "outboxd.service"))
 	svc := u["Service"]
@@ -60,11 +60,11 @@ func TestSystemdUnit(t *testing.T) {
 	if u["Install"]["WantedBy"][0] != "multi-user.target" {
 		t.Errorf("WantedBy %q", u["Install"]["WantedBy"])
 	}
-	readme, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	ha, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "operations", "ha.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(readme), "deploy/systemd/outboxd.service") {
-		t.Error("the README does not point at deploy/systemd/outboxd.service")
+	if !strings.Contains(string(ha), "deploy/systemd/outboxd.service") {
+		t.Error("docs/operations/ha.md does not point at deploy/systemd/outboxd.service")
 	}
 }

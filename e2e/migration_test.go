@@ -12,17 +12,17 @@ import (
 	"github.com/outboxd/outboxd/testenv/rocketmq"
 )
 
-// guideBlock is one fenced block of docs/migration.md.
+// guideBlock is one fenced block of docs/migrate/polling.md.
 type guideBlock struct {
 	lang, text string
 	rollback   bool // under "## Rolling back"
 }
 
-// readGuide returns the fenced blocks of docs/migration.md in order.
+// readGuide returns the fenced blocks of docs/migrate/polling.md in order.
 func readGuide(t *testing.T) []guideBlock {
 	t.Helper()
 	_, self, _, _ := runtime.Caller(0)
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "docs", "migration.md"))
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "docs", "migrate", "polling.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

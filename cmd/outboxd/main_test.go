@@ -185,22 +185,25 @@ func TestConfigFromEnvironment(t *testing.T) {
 	}
 }
 
-// The README's Running synopsis names every flag of every command, as the usage does.
-func TestReadmeSynopsisNamesEveryFlag(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+// cliGuide is the page whose Synopsis lists every command with its flags.
+const cliGuide = "../../docs/reference/cli-guide.md"
+
+// The commands guide's synopsis names every flag of every command, as the usage does.
+func TestDocsSynopsisNamesEveryFlag(t *testing.T) {
+	b, err := os.ReadFile(cliGuide)
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := string(b)
-	i := strings.Index(readme, "\n## Running\n")
+	page := string(b)
+	i := strings.Index(page, "\n## Synopsis\n")
 	if i < 0 {
-		t.Fatal("README has no Running section")
+		t.Fatalf("%s has no Synopsis section", cliGuide)
 	}
-	block := readme[i:]
+	block := page[i:]
 	start := strings.Index(block, "```sh\n")
 	end := strings.Index(block[start+6:], "```")
 	if start < 0 || end < 0 {
-		t.Fatal("README's Running section has no sh block")
+		t.Fatalf("%s's Synopsis section has no sh block", cliGuide)
 	}
 	synopsis := block[start+6 : start+6+end]
 	flagLine := regexp.MustCompile(`(?m)^  -([a-z-]+)`)
@@ -217,7 +220,7 @@ func TestReadmeSynopsisNamesEveryFlag(t *testing.T) {
 				continue // its subcommands have their lines
 			}
 			if !strings.Contains(line, "--"+m[1]) {
-				t.Errorf("README's synopsis line for %v lacks --%s: %q", h.args, m[1], line)
+				t.Errorf("%s: the synopsis line for %v lacks --%s: %q", cliGuide, h.args, m[1], line)
 			}
 		}
 	}

@@ -12,7 +12,7 @@ CREATE TABLE shop.orders (
   created_at   DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
 );
 
--- The outbox table outboxd reads, as in README.md: internal/outboxtable.DDL (TestDocsCopies keeps this copy equal).
+-- The outbox table outboxd reads, as in docs/getting-started/preparing-the-database.md: internal/outboxtable.DDL (TestDocsCopies keeps this copy equal).
 CREATE TABLE shop.outbox_event (
   id         BIGINT PRIMARY KEY AUTO_INCREMENT,
   event_id   VARCHAR(64)  NOT NULL,

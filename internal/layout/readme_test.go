@@ -8,22 +8,24 @@ import (
 	"testing"
 )
 
-// layoutEntry is a line of the README's "Layout and data flow" block that names a folder.
+// layoutEntry is a line of docs/development/architecture.md's blocks that names a folder.
 var layoutEntry = regexp.MustCompile(`^([a-z][a-z0-9_-]*)/`)
 
-// The README's "Layout and data flow" names every top-level folder that holds Go code, and
-// names none that does not exist: someone new reads the data flow from it.
-func TestReadmeLayoutNamesEveryPackageFolder(t *testing.T) {
+// architecture is the page that draws the layout and the data flow.
+const architecture = "docs/development/architecture.md"
+
+// The architecture page ("Layout and data flow") names every top-level folder that holds Go
+// code, and names none that does not exist: someone new reads the data flow from it.
+func TestArchitectureNamesEveryPackageFolder(t *testing.T) {
 	root := filepath.Join("..", "..")
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	page, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(architecture)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, ok := strings.Cut(string(readme), "## Layout and data flow\n")
+	section, ok := strings.CutPrefix(string(page), "# Layout and data flow\n")
 	if !ok {
-		t.Fatal(`README.md has no "## Layout and data flow" section`)
+		t.Fatalf(`%s does not start with "# Layout and data flow"`, architecture)
 	}
-	section, _, _ := strings.Cut(rest, "\n## ")
 	// The section's code blocks: the picture of the data path, then the folder list.
 	named := map[string]bool{}
 	for i, block := range strings.Split(section, "```") {
@@ -45,12 +47,12 @@ func TestReadmeLayoutNamesEveryPackageFolder(t *testing.T) {
 			continue
 		}
 		if hasGo(t, filepath.Join(root, e.Name())) && !named[e.Name()] {
-			t.Errorf("README.md's layout does not name %s/, which holds Go code", e.Name())
+			t.Errorf("%s does not name %s/, which holds Go code", architecture, e.Name())
 		}
 		delete(named, e.Name())
 	}
 	for dir := range named {
-		t.Errorf("README.md's layout names %s/, which does not exist", dir)
+		t.Errorf("%s names %s/, which does not exist", architecture, dir)
 	}
 }
 

@@ -50,7 +50,7 @@ func TestType(t *testing.T) {
 // whitespace, "--" comments and the final semicolon.
 func TestDocsCopies(t *testing.T) {
 	for _, c := range []struct{ file, table string }{
-		{"../../README.md", "outbox_event"},
+		{"../../docs/getting-started/preparing-the-database.md", "outbox_event"},
 		{"../../deploy/mysql/init.sql", "shop.outbox_event"},
 	} {
 		b, err := os.ReadFile(c.file)
