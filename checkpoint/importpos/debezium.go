@@ -49,7 +49,8 @@ type debeziumRecord struct {
 // ReadDebezium reads Debezium offset records from r and returns the position of connector
 // ("" when r holds one connector's records only). r holds JSON values one after the other: a
 // key (the array) followed by its value (object, or null for a tombstone), any number of
-// times, as a dump of the offsets topic prints them (kcat -f '%k %s\n'); or a value alone. The
+// times, as a dump of the offsets topic prints them (kcat -f '%k %s\n'); or a value alone; or
+// the answer of Kafka Connect's GET /connectors/<name>/offsets. The
 // last record of the connector wins, as in the topic. It does not block beyond reading r.
 func ReadDebezium(r io.Reader, connector string) (Position, error) {
 	recs, err := decodeDebezium(r)
@@ -73,8 +74,9 @@ func ReadDebezium(r io.Reader, connector string) (Position, error) {
 	rec := mine[len(mine)-1]
 	where := "of connector " + rec.connector
 	if rec.connector == "" {
-		where = "(offset value without key)"
-	} else if rec.server != "" {
+		where = "(offset value)"
+	}
+	if rec.server != "" {
 		where += " (topic.prefix " + rec.server + ")"
 	}
 	if rec.value == nil {
@@ -106,6 +108,9 @@ func decodeDebezium(r io.Reader) ([]debeziumRecord, error) {
 		raw = bytes.TrimSpace(raw)
 		switch raw[0] {
 		case '{':
+			if rest, ok, err := decodeConnectREST(raw); ok || err != nil {
+				return rest, err
+			}
 			if len(recs) > 0 || dec.More() {
 				return nil, errors.New("debezium: an offset value without its key among other records: give each value after its key [\"<connector>\",{\"server\":\"<topic.prefix>\"}]")
 			}
@@ -147,6 +152,37 @@ func decodeDebezium(r io.Reader) ([]debeziumRecord, error) {
 		return nil, errors.New("debezium: the offset file holds no record")
 	}
 	return recs, nil
+}
+
+// decodeConnectREST reads the answer of Kafka Connect's GET /connectors/<name>/offsets
+// (KIP-875, Kafka 3.6+, in distributed and standalone mode alike):
+// {"offsets":[{"partition":{"server":"<topic.prefix>"},"offset":{...}}]}. The connector is the
+// one the URL named, so the records carry no connector name. ok is false for any other object.
+func decodeConnectREST(raw []byte) (recs []debeziumRecord, ok bool, err error) {
+	var rest struct {
+		Offsets *[]struct {
+			Partition struct {
+				Server string `json:"server"`
+			} `json:"partition"`
+			Offset json.RawMessage `json:"offset"`
+		} `json:"offsets"`
+	}
+	if json.Unmarshal(raw, &rest) != nil || rest.Offsets == nil {
+		return nil, false, nil
+	}
+	for _, o := range *rest.Offsets {
+		rec := debeziumRecord{server: o.Partition.Server}
+		if s := string(bytes.TrimSpace(o.Offset)); s != "" && s != "null" {
+			if rec.value, err = decodeDebeziumValue(o.Offset); err != nil {
+				return nil, true, err
+			}
+		}
+		recs = append(recs, rec)
+	}
+	if len(recs) != 1 {
+		return nil, true, fmt.Errorf("debezium: the connector's offsets (GET /connectors/<name>/offsets) hold %d partitions, want the one of a MySQL or MariaDB connector", len(recs))
+	}
+	return recs, true, nil
 }
 
 func decodeDebeziumValue(raw []byte) (*debeziumValue, error) {

@@ -36,6 +36,8 @@ func TestReadDebezium(t *testing.T) {
 		{"debezium-offsets-topic.txt", "inventory-connector", gtid.MySQL, "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-7", false},
 		{"debezium-offsets-topic.txt", "billing-connector", gtid.MySQL, "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-2", false},
 		{"debezium-mariadb.json", "", gtid.MariaDB, "0-1-42,1-1-7", false},
+		// Kafka Connect's GET /connectors/<name>/offsets (KIP-875).
+		{"debezium-connect-rest.json", "", gtid.MySQL, "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-7", false},
 	} {
 		p, err := ReadDebezium(open(t, c.file), c.connector)
 		if err != nil {
@@ -63,7 +65,7 @@ func TestReadDebeziumRefuses(t *testing.T) {
 			t.Errorf("%s: %v, want an error with %q", c.file, err, c.want)
 		}
 	}
-	for _, in := range []string{"", "[1,2,3] {}", `"x"`, `{"foo":1}`, `["c",{"server":"s"}]`} {
+	for _, in := range []string{"", "[1,2,3] {}", `"x"`, `{"foo":1}`, `["c",{"server":"s"}]`, `{"offsets":[]}`} {
 		if _, err := ReadDebezium(strings.NewReader(in), ""); err == nil {
 			t.Errorf("%q: accepted", in)
 		}

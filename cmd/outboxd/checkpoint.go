@@ -104,7 +104,7 @@ func currentLayouts(ctx context.Context, cfg *config.Config) (checkpoint.Layouts
 func cmdCheckpointImport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newConfigFlags("checkpoint import", stdout, stderr)
 	from := fs.String("from", "", "the tool whose position to import: debezium, maxwell or canal (required)")
-	file := fs.String("file", "", "debezium: the offset records (key and value JSON); canal: meta.dat or the ZooKeeper cursor node's content")
+	file := fs.String("file", "", "debezium: the offset records (key and value JSON) or the answer of GET /connectors/<name>/offsets; canal: meta.dat or the ZooKeeper cursor node's content")
 	connector := fs.String("connector", "", "debezium: the connector's name, when the file holds several connectors' offsets")
 	clientID := fs.String("client-id", "", "maxwell: the client_id (default maxwell); canal: the clientId, when meta.dat holds several")
 	schema := fs.String("maxwell-schema", "maxwell", "maxwell: the schema_database holding the positions table, read on the source")

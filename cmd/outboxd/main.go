@@ -104,7 +104,8 @@ the file first (its lock is taken while copying), then start it with the new con
 		`Turns the position another relay saved into the checkpoint, for moving over from it: stop
 the tool, import its position, start outboxd. --from debezium reads --file holding the
 connector's offset records (key and value JSON, as a dump of the offsets topic prints them; the
-last record of --connector wins); --from maxwell reads the row of --client-id in
+last record of --connector wins) or Kafka Connect's answer to GET /connectors/<name>/offsets;
+--from maxwell reads the row of --client-id in
 --maxwell-schema's positions table on the source; --from canal reads --file holding meta.dat
 or the ZooKeeper cursor node's content (--client-id picks a client). The saved GTID set becomes
 the checkpoint: each tool saves the set through the last transaction it delivered in full, so
