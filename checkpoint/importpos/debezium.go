@@ -155,7 +155,7 @@ func decodeDebezium(r io.Reader) ([]debeziumRecord, error) {
 }
 
 // decodeConnectREST reads the answer of Kafka Connect's GET /connectors/<name>/offsets
-// (KIP-875, Kafka 3.6+, in distributed and standalone mode alike):
+// (KIP-875, Kafka 3.5+, in distributed and standalone mode alike):
 // {"offsets":[{"partition":{"server":"<topic.prefix>"},"offset":{...}}]}. The connector is the
 // one the URL named, so the records carry no connector name. ok is false for any other object.
 func decodeConnectREST(raw []byte) (recs []debeziumRecord, ok bool, err error) {
