@@ -57,6 +57,52 @@ func ReadDebezium(r io.Reader, connector string) (Position, error) {
 	if err != nil {
 		return Position{}, err
 	}
+	return pickDebezium(recs, connector)
+}
+
+// KeyValue is one record of Kafka Connect's offsets topic; Value is nil for a tombstone.
+type KeyValue struct {
+	Key, Value []byte
+}
+
+// ReadDebeziumTopic returns the position of connector from the records of Kafka Connect's
+// offsets topic (offset.storage.topic), in the topic's order: the connector's last record wins.
+// Records of other connectors, and of connectors that are not Debezium's, are skipped. Pure.
+func ReadDebeziumTopic(recs []KeyValue, connector string) (Position, error) {
+	if connector == "" {
+		return Position{}, errors.New("debezium: reading the offsets topic needs the connector's name (--connector)")
+	}
+	var mine []debeziumRecord
+	for _, kv := range recs {
+		var key []json.RawMessage
+		var name string
+		if json.Unmarshal(kv.Key, &key) != nil || len(key) != 2 || json.Unmarshal(key[0], &name) != nil || name != connector {
+			continue
+		}
+		var part struct {
+			Server string `json:"server"`
+		}
+		if json.Unmarshal(key[1], &part) != nil {
+			return Position{}, fmt.Errorf("debezium: key %s is not [\"<connector>\",{\"server\":\"<topic.prefix>\"}]", kv.Key)
+		}
+		rec := debeziumRecord{connector: name, server: part.Server}
+		if kv.Value != nil && string(bytes.TrimSpace(kv.Value)) != "null" {
+			v, err := decodeDebeziumValue(kv.Value)
+			if err != nil {
+				return Position{}, err
+			}
+			rec.value = v
+		}
+		mine = append(mine, rec)
+	}
+	if len(mine) == 0 {
+		return Position{}, fmt.Errorf("debezium: the offsets topic has no record of connector %q", connector)
+	}
+	return pickDebezium(mine, connector)
+}
+
+// pickDebezium maps the last record of connector in recs ("": the only connector's).
+func pickDebezium(recs []debeziumRecord, connector string) (Position, error) {
 	var mine []debeziumRecord
 	names := map[string]bool{}
 	for _, rec := range recs {

@@ -138,3 +138,34 @@ func TestFlavorMismatch(t *testing.T) {
 		t.Fatalf("a MariaDB set under source.flavor mysql: %v", err)
 	}
 }
+
+// The offsets topic's records: other connectors and non-Debezium keys are skipped, the last
+// record of the connector wins, a tombstone after it is refused.
+func TestReadDebeziumTopic(t *testing.T) {
+	kv := func(k, v string) KeyValue {
+		r := KeyValue{Key: []byte(k)}
+		if v != "" {
+			r.Value = []byte(v)
+		}
+		return r
+	}
+	recs := []KeyValue{
+		kv(`["outbox",{"server":"shop"}]`, `{"file":"mysql-bin.000001","pos":4,"gtids":"3e11fa47-71ca-11e1-9e33-c80aa9429562:1-3"}`),
+		kv(`{"some":"other connector"}`, `{"x":1}`),
+		kv(`["billing",{"server":"b"}]`, `{"file":"mysql-bin.000001","pos":9,"gtids":"3e11fa47-71ca-11e1-9e33-c80aa9429562:1-9"}`),
+		kv(`["outbox",{"server":"shop"}]`, `{"file":"mysql-bin.000001","pos":77,"gtids":"3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5"}`),
+	}
+	p, err := ReadDebeziumTopic(recs, "outbox")
+	if err != nil || p.GTIDSet != "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5" || p.Pos != 77 {
+		t.Fatalf("%+v, %v", p, err)
+	}
+	if _, err := ReadDebeziumTopic(append(recs, kv(`["outbox",{"server":"shop"}]`, "")), "outbox"); err == nil || !strings.Contains(err.Error(), "tombstone") {
+		t.Fatalf("tombstone: %v", err)
+	}
+	if _, err := ReadDebeziumTopic(recs, "nope"); err == nil || !strings.Contains(err.Error(), `no record of connector "nope"`) {
+		t.Fatalf("missing connector: %v", err)
+	}
+	if _, err := ReadDebeziumTopic(recs, ""); err == nil {
+		t.Fatal("no connector name accepted")
+	}
+}

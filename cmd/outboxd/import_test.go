@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/outboxd/outboxd/checkpoint"
 )
 
@@ -31,10 +34,14 @@ func TestCheckpointImportFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"--from", "kafka-connect"}, "want debezium, maxwell or canal"},
-		{[]string{"--from", "debezium"}, "--file is required with --from debezium"},
-		{[]string{"--from", "maxwell", "--file", "x"}, "--file is not used with --from maxwell"},
+		{[]string{"--from", "debezium"}, "--file or --offsets-topic is required with --from debezium"},
+		{[]string{"--from", "maxwell", "--file", "x"}, "--file and --offsets-topic are not used with --from maxwell"},
 		{[]string{"--from", "canal", "--file", importdata + "canal-meta.dat", "--binlog-gtid-pos"}, "--binlog-gtid-pos is for --from debezium only"},
 		{[]string{"--from", "canal", "--file", filepath.Join(t.TempDir(), "missing.dat")}, "--file: open"},
+		{[]string{"--from", "debezium", "--offsets-topic", "connect-offsets"}, "--offsets-topic needs --connector"},
+		{[]string{"--from", "canal", "--offsets-topic", "connect-offsets"}, "--offsets-topic is for --from debezium only"},
+		{[]string{"--from", "debezium", "--offsets-topic", "t", "--file", "f", "--connector", "c"}, "either --file or --offsets-topic"},
+		{[]string{"--from", "debezium", "--offsets-topic", "t", "--connector", "c", "--kafka-sink", "nope"}, `--kafka-sink "nope" is not a Kafka sink`},
 	} {
 		err, _, _ := run(append([]string{"checkpoint", "import", "--config", cfg}, c.args...)...)
 		if exitCode(err) != 2 || !strings.Contains(err.Error(), c.want) {
@@ -66,5 +73,56 @@ func TestCheckpointImportIntoFile(t *testing.T) {
 	err, _, _ = run("checkpoint", "import", "--config", cfg, "--from", "debezium", "--file", importdata+"debezium-mariadb.json", "--force")
 	if exitCode(err) != 1 || !strings.Contains(err.Error(), "--overwrite") {
 		t.Fatalf("second import: exit %d (%v), want 1 naming --overwrite", exitCode(err), err)
+	}
+}
+
+// --offsets-topic reads Kafka Connect's offsets topic on the config's Kafka sink: the
+// connector's last record becomes the checkpoint, other connectors' records (and their
+// tombstones) do not matter.
+func TestCheckpointImportFromOffsetsTopic(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(5, "connect-offsets"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for _, r := range []struct{ key, value string }{
+		{`["outbox",{"server":"shop"}]`, `{"file":"mariadb-bin.000001","pos":4,"gtids":"0-1-3"}`},
+		{`["billing",{"server":"b"}]`, `{"file":"mariadb-bin.000001","pos":9,"gtids":"0-1-9"}`},
+		{`["outbox",{"server":"shop"}]`, `{"file":"mariadb-bin.000001","pos":99,"gtids":"0-1-5"}`},
+		{`["billing",{"server":"b"}]`, ""},
+	} {
+		rec := &kgo.Record{Topic: "connect-offsets", Key: []byte(r.key)}
+		if r.value != "" {
+			rec.Value = []byte(r.value)
+		}
+		if err := cl.ProduceSync(t.Context(), rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir)
+	text, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text = []byte(strings.Replace(string(text), `brokers: ["127.0.0.1:1"]`, `brokers: ["`+c.ListenAddrs()[0]+`"]`, 1))
+	if err := os.WriteFile(cfg, text, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err, out, _ := run("checkpoint", "import", "--config", cfg, "--from", "debezium", "--offsets-topic", "connect-offsets", "--connector", "outbox", "--force")
+	if err != nil || !strings.Contains(out, "-> 0-1-5") {
+		t.Fatalf("import from the offsets topic: %v\n%s", err, out)
+	}
+	if cp, err := checkpoint.Read(filepath.Join(dir, "checkpoint.json")); err != nil || cp == nil || cp.GTIDSet != "0-1-5" {
+		t.Fatalf("checkpoint: %+v, %v", cp, err)
+	}
+	err, _, _ = run("checkpoint", "import", "--config", cfg, "--from", "debezium", "--offsets-topic", "connect-offsets", "--connector", "billing", "--force", "--overwrite")
+	if exitCode(err) != 1 || !strings.Contains(err.Error(), "tombstone") {
+		t.Fatalf("import of a deleted offset: exit %d (%v), want 1 naming the tombstone", exitCode(err), err)
 	}
 }

@@ -72,7 +72,7 @@ something did, 2 on a bad config or flag.`},
 	"status": {"outboxd status [--config F | --addr HOST:PORT] [--json]",
 		`Prints a running outboxd's state from its admin server: admin.listen from the config, or
 --addr. --addr wins over $OUTBOXD_CONFIG, not over an explicit --config (give one of them).`},
-	"checkpoint": {"outboxd checkpoint show [--config F]\n       outboxd checkpoint set [--config F] (--gtid SET [--force] | --from-checkpoint) [--accept-layout] [--ignore-leader]\n       outboxd checkpoint migrate [--config F] --from-file PATH [--overwrite] [--force] [--ignore-leader]\n       outboxd checkpoint import [--config F] --from debezium|maxwell|canal [--file PATH] [--connector NAME] [--client-id ID] [--maxwell-schema S] [--server-id N] [--binlog-gtid-pos] [--overwrite] [--force] [--ignore-leader]",
+	"checkpoint": {"outboxd checkpoint show [--config F]\n       outboxd checkpoint set [--config F] (--gtid SET [--force] | --from-checkpoint) [--accept-layout] [--ignore-leader]\n       outboxd checkpoint migrate [--config F] --from-file PATH [--overwrite] [--force] [--ignore-leader]\n       outboxd checkpoint import [--config F] --from debezium|maxwell|canal [--file PATH | --offsets-topic T [--kafka-sink S]] [--connector NAME] [--client-id ID] [--maxwell-schema S] [--server-id N] [--binlog-gtid-pos] [--overwrite] [--force] [--ignore-leader]",
 		`show prints the saved checkpoint as JSON; set replaces it (while no outboxd runs on it);
 migrate copies a checkpoint file into the mysql store (checkpoint.store: mysql); import turns
 the position Debezium, Maxwell or Canal saved into the checkpoint.
@@ -100,12 +100,13 @@ columns.`},
 (checkpoint.store: mysql), after checking it against the source as set does (--force skips
 that). It refuses when the row already exists unless --overwrite. Stop the outboxd that used
 the file first (its lock is taken while copying), then start it with the new config.`},
-	"checkpoint import": {"outboxd checkpoint import [--config F] --from debezium|maxwell|canal [--file PATH] [--connector NAME] [--client-id ID] [--maxwell-schema S] [--server-id N] [--binlog-gtid-pos] [--overwrite] [--force] [--ignore-leader]",
+	"checkpoint import": {"outboxd checkpoint import [--config F] --from debezium|maxwell|canal [--file PATH | --offsets-topic T [--kafka-sink S]] [--connector NAME] [--client-id ID] [--maxwell-schema S] [--server-id N] [--binlog-gtid-pos] [--overwrite] [--force] [--ignore-leader]",
 		`Turns the position another relay saved into the checkpoint, for moving over from it: stop
 the tool, import its position, start outboxd. --from debezium reads --file holding the
 connector's offset records (key and value JSON, as a dump of the offsets topic prints them; the
-last record of --connector wins) or Kafka Connect's answer to GET /connectors/<name>/offsets;
---from maxwell reads the row of --client-id in
+last record of --connector wins) or Kafka Connect's answer to GET /connectors/<name>/offsets,
+or reads --connector's records from Kafka Connect's offsets topic --offsets-topic on the config's
+Kafka sink (--kafka-sink); --from maxwell reads the row of --client-id in
 --maxwell-schema's positions table on the source; --from canal reads --file holding meta.dat
 or the ZooKeeper cursor node's content (--client-id picks a client). The saved GTID set becomes
 the checkpoint: each tool saves the set through the last transaction it delivered in full, so
