@@ -69,27 +69,9 @@ func (k *KafkaReader) Count(ctx context.Context, topic string, from, to time.Tim
 // CountTable implements TableReader: Count of the records whose outbox_table header is table.
 func (k *KafkaReader) CountTable(ctx context.Context, topic, table string, from, to time.Time, counts map[string]int) error {
 	tl := tally{table: table, counts: counts}
-	md, err := k.client.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{topic}})
-	if err != nil {
-		return fmt.Errorf("metadata: %w", err)
-	}
-	var parts []int
-	for _, t := range md.Topics {
-		if t.Name != topic {
-			continue
-		}
-		if t.Error != nil {
-			if errors.Is(t.Error, kafkago.UnknownTopicOrPartition) {
-				return nil // nothing was delivered there
-			}
-			return fmt.Errorf("metadata: %w", t.Error)
-		}
-		for _, p := range t.Partitions {
-			parts = append(parts, p.ID)
-		}
-	}
-	if len(parts) == 0 {
-		return nil
+	parts, err := k.partitions(ctx, topic)
+	if err != nil || len(parts) == 0 {
+		return err // no topic: nothing was delivered there
 	}
 	starts, err := k.offsets(ctx, topic, parts, func(p int) kafkago.OffsetRequest { return kafkago.TimeOffsetOf(p, from) })
 	if err != nil {
@@ -110,11 +92,83 @@ func (k *KafkaReader) CountTable(ctx context.Context, topic, table string, from,
 		if !ok {
 			continue
 		}
-		if err := k.read(ctx, topic, r, tl); err != nil {
+		if err := k.read(ctx, topic, r, tl.record); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// ReadTopic calls each with the key and value of every record of topic (nil for a null one),
+// partition by partition in offset order, from the first offset to the log end at the time of
+// the call. A topic that does not exist has no records. It blocks on the fetches; an error from
+// each stops it and is returned.
+func (k *KafkaReader) ReadTopic(ctx context.Context, topic string, each func(key, value []byte) error) error {
+	parts, err := k.partitions(ctx, topic)
+	if err != nil || len(parts) == 0 {
+		return err
+	}
+	firsts, err := k.offsets(ctx, topic, parts, kafkago.FirstOffsetOf)
+	if err != nil {
+		return err
+	}
+	lasts, err := k.offsets(ctx, topic, parts, kafkago.LastOffsetOf)
+	if err != nil {
+		return err
+	}
+	for _, p := range parts {
+		var failed error
+		err := k.read(ctx, topic, partRange{partition: p, start: firsts[p], end: lasts[p]}, func(rec kafkago.Record) {
+			if failed != nil {
+				return
+			}
+			var key, value []byte
+			if key, failed = readBytes(rec.Key); failed == nil {
+				if value, failed = readBytes(rec.Value); failed == nil {
+					failed = each(key, value)
+				}
+			}
+		})
+		if err == nil {
+			err = failed
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readBytes reads a record's key or value; nil for a null one.
+func readBytes(b kafkago.Bytes) ([]byte, error) {
+	if b == nil {
+		return nil, nil
+	}
+	return io.ReadAll(b)
+}
+
+// partitions lists topic's partitions; none when the topic does not exist.
+func (k *KafkaReader) partitions(ctx context.Context, topic string) ([]int, error) {
+	md, err := k.client.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return nil, fmt.Errorf("metadata: %w", err)
+	}
+	var parts []int
+	for _, t := range md.Topics {
+		if t.Name != topic {
+			continue
+		}
+		if t.Error != nil {
+			if errors.Is(t.Error, kafkago.UnknownTopicOrPartition) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("metadata: %w", t.Error)
+		}
+		for _, p := range t.Partitions {
+			parts = append(parts, p.ID)
+		}
+	}
+	return parts, nil
 }
 
 // readRange is the offsets to read of partition p from ListOffsets' answers: start for the
@@ -152,6 +206,8 @@ func (k *KafkaReader) offsets(ctx context.Context, topic string, parts []int, re
 		switch kind {
 		case kafkago.LastOffset:
 			out[po.Partition] = po.LastOffset
+		case kafkago.FirstOffset:
+			out[po.Partition] = po.FirstOffset
 		default:
 			out[po.Partition] = -1
 			for off := range po.Offsets {
@@ -162,8 +218,8 @@ func (k *KafkaReader) offsets(ctx context.Context, topic string, parts []int, re
 	return out, nil
 }
 
-// read counts the event_id headers of r's records (of tl's table).
-func (k *KafkaReader) read(ctx context.Context, topic string, r partRange, tl tally) error {
+// read calls each with r's records in offset order.
+func (k *KafkaReader) read(ctx context.Context, topic string, r partRange, each func(kafkago.Record)) error {
 	for off := r.start; off < r.end; {
 		res, err := k.client.Fetch(ctx, &kafkago.FetchRequest{
 			Topic: topic, Partition: r.partition, Offset: off,
@@ -192,21 +248,7 @@ func (k *KafkaReader) read(ctx context.Context, topic string, r partRange, tl ta
 				break
 			}
 			next = rec.Offset + 1
-			var id, table []byte
-			for _, h := range rec.Headers {
-				switch {
-				case h.Key == router.HeaderEventID && id == nil:
-					id = h.Value
-					if id == nil {
-						id = []byte{}
-					}
-				case h.Key == router.HeaderTable && table == nil:
-					table = h.Value
-				}
-			}
-			if id != nil {
-				tl.add(string(id), string(table))
-			}
+			each(*rec)
 		}
 		closeRecords(res.Records)
 		if next == off {
@@ -218,6 +260,25 @@ func (k *KafkaReader) read(ctx context.Context, topic string, r partRange, tl ta
 		off = next
 	}
 	return nil
+}
+
+// record counts rec's event_id header (when rec is of tl's table).
+func (tl tally) record(rec kafkago.Record) {
+	var id, table []byte
+	for _, h := range rec.Headers {
+		switch {
+		case h.Key == router.HeaderEventID && id == nil:
+			id = h.Value
+			if id == nil {
+				id = []byte{}
+			}
+		case h.Key == router.HeaderTable && table == nil:
+			table = h.Value
+		}
+	}
+	if id != nil {
+		tl.add(string(id), string(table))
+	}
 }
 
 func closeRecords(r kafkago.RecordReader) {

@@ -37,6 +37,9 @@ Usage:
                                           replace the saved checkpoint
   outboxd checkpoint migrate [--config F] --from-file PATH [--overwrite] [--force] [--ignore-leader]
                                           copy a checkpoint file into the mysql store
+  outboxd checkpoint import [--config F] --from debezium|maxwell|canal [--file PATH] ...
+                                          turn Debezium's, Maxwell's or Canal's saved position
+                                          into the checkpoint
   outboxd backfill [--config F] --table T [--where COND] [--batch N] [--dry-run] [--overwrite]
                   [--ignore-leader] [--no-lock] [--lock-wait D] [--dead-letter-event ID]...
                                           send rows already in the table at one snapshot, then
@@ -69,10 +72,11 @@ something did, 2 on a bad config or flag.`},
 	"status": {"outboxd status [--config F | --addr HOST:PORT] [--json]",
 		`Prints a running outboxd's state from its admin server: admin.listen from the config, or
 --addr. --addr wins over $OUTBOXD_CONFIG, not over an explicit --config (give one of them).`},
-	"checkpoint": {"outboxd checkpoint show [--config F]\n       outboxd checkpoint set [--config F] (--gtid SET [--force] | --from-checkpoint) [--accept-layout] [--ignore-leader]\n       outboxd checkpoint migrate [--config F] --from-file PATH [--overwrite] [--force] [--ignore-leader]",
+	"checkpoint": {"outboxd checkpoint show [--config F]\n       outboxd checkpoint set [--config F] (--gtid SET [--force] | --from-checkpoint) [--accept-layout] [--ignore-leader]\n       outboxd checkpoint migrate [--config F] --from-file PATH [--overwrite] [--force] [--ignore-leader]\n       outboxd checkpoint import [--config F] --from debezium|maxwell|canal [--file PATH | --offsets-topic T [--kafka-sink S]] [--connector NAME] [--client-id ID] [--maxwell-schema S] [--server-id N] [--binlog-gtid-pos] [--overwrite] [--force] [--ignore-leader]",
 		`show prints the saved checkpoint as JSON; set replaces it (while no outboxd runs on it);
-migrate copies a checkpoint file into the mysql store (checkpoint.store: mysql).
-"outboxd checkpoint show --help" (and set, migrate) list their flags;
+migrate copies a checkpoint file into the mysql store (checkpoint.store: mysql); import turns
+the position Debezium, Maxwell or Canal saved into the checkpoint.
+"outboxd checkpoint show --help" (and set, migrate, import) list their flags;
 --config defaults to $OUTBOXD_CONFIG.`},
 	"checkpoint show": {"outboxd checkpoint show [--config F]",
 		`Prints the saved checkpoint as JSON: checkpoint.path (it then reads no secrets and connects
@@ -96,6 +100,22 @@ columns.`},
 (checkpoint.store: mysql), after checking it against the source as set does (--force skips
 that). It refuses when the row already exists unless --overwrite. Stop the outboxd that used
 the file first (its lock is taken while copying), then start it with the new config.`},
+	"checkpoint import": {"outboxd checkpoint import [--config F] --from debezium|maxwell|canal [--file PATH | --offsets-topic T [--kafka-sink S]] [--connector NAME] [--client-id ID] [--maxwell-schema S] [--server-id N] [--binlog-gtid-pos] [--overwrite] [--force] [--ignore-leader]",
+		`Turns the position another relay saved into the checkpoint, for moving over from it: stop
+the tool, import its position, start outboxd. --from debezium reads --file holding the
+connector's offset records (key and value JSON, as a dump of the offsets topic prints them; the
+last record of --connector wins) or Kafka Connect's answer to GET /connectors/<name>/offsets,
+or reads --connector's records from Kafka Connect's offsets topic --offsets-topic on the config's
+Kafka sink (--kafka-sink); --from maxwell reads the row of --client-id in
+--maxwell-schema's positions table on the source; --from canal reads --file holding meta.dat
+or the ZooKeeper cursor node's content (--client-id picks a client). The saved GTID set becomes
+the checkpoint: each tool saves the set through the last transaction it delivered in full, so
+nothing is skipped; a transaction Debezium had partly emitted is sent again. A position without
+a GTID set is refused with how to get one; on MariaDB, --binlog-gtid-pos takes the GTID state at
+Debezium's file and pos from the server (BINLOG_GTID_POS). The set is checked against the source
+as checkpoint set does (--force skips that); it refuses while an outboxd runs on the checkpoint
+(--ignore-leader as for set) and when a checkpoint exists unless --overwrite. Exits 0 when
+written, 1 when refused, 2 on a bad config or flag.`},
 	"backfill": {"outboxd backfill [--config F] --table T [--where COND] [--batch N] [--dry-run] [--overwrite] [--ignore-leader] [--no-lock] [--lock-wait D] [--dead-letter-event ID]...",
 		`Sends the rows already in outbox table T that the binlog will not deliver (rows from before
 outboxd, a polling relay's PENDING rows): it reads the rows matching COND at one consistent
@@ -210,7 +230,7 @@ func dispatchCommand(ctx context.Context, sig *signals, args []string, stdout, s
 	case "checkpoint":
 		if len(args) < 2 {
 			printUsage(stderr, "checkpoint", nil)
-			return &exitError{code: 2, err: errors.New("checkpoint needs a subcommand: show, set or migrate")}
+			return &exitError{code: 2, err: errors.New("checkpoint needs a subcommand: show, set, migrate or import")}
 		}
 		switch args[1] {
 		case "show":
@@ -219,12 +239,14 @@ func dispatchCommand(ctx context.Context, sig *signals, args []string, stdout, s
 			return cmdCheckpointSet(ctx, args[2:], stdout, stderr)
 		case "migrate":
 			return cmdCheckpointMigrate(ctx, args[2:], stdout, stderr)
+		case "import":
+			return cmdCheckpointImport(ctx, args[2:], stdout, stderr)
 		case "-h", "-help", "--help", "help":
 			printUsage(stdout, "checkpoint", nil)
 			return nil
 		}
 		printUsage(stderr, "checkpoint", nil)
-		return &exitError{code: 2, err: fmt.Errorf("unknown checkpoint subcommand %q: want show, set or migrate", args[1])}
+		return &exitError{code: 2, err: fmt.Errorf("unknown checkpoint subcommand %q: want show, set, migrate or import", args[1])}
 	case "version", "--version", "-version":
 		fs := newFlags("version", stdout, stderr)
 		if err := fs.parse(args[1:]); err != nil {
