@@ -37,7 +37,9 @@ Usage:
                                           replace the saved checkpoint
   outboxd checkpoint migrate [--config F] --from-file PATH [--overwrite] [--force] [--ignore-leader]
                                           copy a checkpoint file into the mysql store
-  outboxd checkpoint import [--config F] --from debezium|maxwell|canal [--file PATH] ...
+  outboxd checkpoint import [--config F] --from debezium|maxwell|canal [--file PATH | --offsets-topic T
+                  [--kafka-sink S]] [--connector NAME] [--client-id ID] [--maxwell-schema S]
+                  [--server-id N] [--binlog-gtid-pos] [--overwrite] [--force] [--ignore-leader]
                                           turn Debezium's, Maxwell's or Canal's saved position
                                           into the checkpoint
   outboxd backfill [--config F] --table T [--where COND] [--batch N] [--dry-run] [--overwrite]

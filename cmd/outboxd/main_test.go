@@ -26,6 +26,7 @@ var helpArgs = []struct {
 	{[]string{"status"}, "Usage: outboxd status "},
 	{[]string{"checkpoint", "show"}, "Usage: outboxd checkpoint show "},
 	{[]string{"checkpoint", "set"}, "Usage: outboxd checkpoint set "},
+	{[]string{"checkpoint", "import"}, "Usage: outboxd checkpoint import "},
 	{[]string{"checkpoint"}, "Usage: outboxd checkpoint show "},
 	{[]string{"backfill"}, "Usage: outboxd backfill "},
 	{[]string{"reconcile"}, "Usage: outboxd reconcile "},

@@ -20,9 +20,6 @@ const root = "../.."
 var pendingPages = []string{
 	"docs/concepts/sharded-tables.md",
 	"docs/getting-started/install.md",
-	"docs/migrate/canal.md",
-	"docs/migrate/debezium.md",
-	"docs/migrate/maxwell.md",
 	"docs/operations/helm.md",
 	"docs/operations/systemd.md",
 	"docs/reference/cli.md",           // generated from the commands' help
