@@ -26,7 +26,12 @@ type Status struct {
 	Flavor        string    `json:"flavor"`
 	StartedAt     time.Time `json:"started_at"`
 	UptimeSeconds float64   `json:"uptime_seconds"`
-	Source        Source    `json:"source"`
+	// Ready and NotReady are what /readyz answers, from the same states (without its probe of
+	// a sink whose state is stale): during start-up the step that holds it, such as a source
+	// that is not reachable yet.
+	Ready    bool     `json:"ready"`
+	NotReady []string `json:"not_ready,omitempty"`
+	Source   Source   `json:"source"`
 	// ReadGTIDSet is the executed set through the newest transaction read.
 	ReadGTIDSet string `json:"read_gtid_set"`
 	// AckedGTIDSet is the executed set through the newest acknowledged transaction; the saved
@@ -94,6 +99,9 @@ type Sink struct {
 	Known bool      `json:"known"`
 	At    time.Time `json:"at,omitzero"`
 	Error string    `json:"error,omitempty"`
+	// NotReady are the /readyz entries about this sink (unreachable, a topic that does not
+	// exist): a sink that answers while messages wait for a missing topic is not ready.
+	NotReady []string `json:"not_ready,omitempty"`
 }
 
 // CatchUp estimates the remaining work while behind.
@@ -275,6 +283,18 @@ func (st *Status) Print(w io.Writer) error {
 		}
 	}
 	fmt.Fprintf(&b, "outboxd %s, up %s (since %s)\n", st.Version, durationText(st.UptimeSeconds), st.StartedAt.Format(time.RFC3339))
+	switch {
+	case len(st.NotReady) > 0:
+		for i, why := range st.NotReady {
+			label := "             "
+			if i == 0 {
+				label = "NOT READY    "
+			}
+			b.WriteString(label + why + "\n")
+		}
+	case st.Ready:
+		b.WriteString("ready        yes\n")
+	}
 	if h := st.HA; h.Enabled {
 		fmt.Fprintf(&b, "role         %s since %s (lock %s, holder %s", h.Role, h.Since.Format(time.RFC3339), h.LockName, h.Holder)
 		if h.Epoch > 0 {
@@ -328,10 +348,18 @@ func (st *Status) Print(w io.Writer) error {
 		s := st.Sinks[n]
 		state := "unknown (nothing sent or probed yet)"
 		switch {
-		case s.Known && s.Up:
-			state = "up"
-		case s.Known:
+		case !s.Known:
+		case !s.Up:
 			state = "DOWN: " + s.Error
+		case len(s.NotReady) > 0:
+			// The same words as /readyz, without the "sink <name>: " this line starts with.
+			whys := make([]string, len(s.NotReady))
+			for i, why := range s.NotReady {
+				whys[i] = strings.TrimPrefix(why, "sink "+n+": ")
+			}
+			state = "NOT READY: " + strings.Join(whys, "; ")
+		default:
+			state = "up"
 		}
 		fmt.Fprintf(&b, "sink %-7s %s %s\n", n, s.Type, state)
 	}

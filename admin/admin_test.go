@@ -106,3 +106,40 @@ func TestListenConflictNamesTheSetting(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// The printed status says what /readyz says: the not-ready reasons first, and a sink that
+// answers while a topic of it is missing as not ready, never as up.
+func TestPrintNotReady(t *testing.T) {
+	st := Status{
+		Version:  "v1",
+		NotReady: []string{"source db1:3306: binlog stream not connected", "sink main: topic order.paid does not exist: messages wait"},
+		Sinks: map[string]Sink{
+			"main": {Type: "kafka", Known: true, Up: true, NotReady: []string{"sink main: topic order.paid does not exist: messages wait"}},
+			"rmq":  {Type: "rocketmq", Known: true, Up: true},
+			"new":  {Type: "kafka", NotReady: []string{"sink new: not probed yet"}},
+		},
+	}
+	var b strings.Builder
+	if err := st.Print(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"NOT READY    source db1:3306: binlog stream not connected\n             sink main: topic order.paid does not exist",
+		"sink main    kafka NOT READY: topic order.paid does not exist: messages wait\n",
+		"sink rmq     rocketmq up\n",
+		"sink new     kafka unknown (nothing sent or probed yet)\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("printed status lacks %q:\n%s", want, b.String())
+		}
+	}
+	if strings.Contains(b.String(), "kafka up") {
+		t.Errorf("a sink /readyz calls not ready is printed up:\n%s", b.String())
+	}
+	st = Status{Version: "v1", Ready: true}
+	b.Reset()
+	_ = st.Print(&b)
+	if !strings.Contains(b.String(), "ready        yes\n") {
+		t.Errorf("ready status:\n%s", b.String())
+	}
+}

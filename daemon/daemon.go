@@ -90,24 +90,56 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 	if r.dlEvents, r.audit, err = deadletter.Override(cfg, o.DeadLetterEvents, log); err != nil {
 		return err
 	}
-	cp, err := store.Open(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	defer cp.Close()
-	if err := checkMarkColumn(ctx, cp); err != nil {
-		return err
-	}
-
-	addr, db, err := openSource(ctx, cfg, log)
-	if err != nil {
-		return fmt.Errorf("connect to source %s: %w", strings.Join(cfg.Source.Addrs, ", "), err)
-	}
 	mo := metrics.Options{Version: o.Version, HeartbeatPeriod: sourceHeartbeatPeriod}
 	if cfg.HA.Enabled {
 		mo.LockName = cfg.HA.LockName
 	}
 	r.m = metrics.New(mo)
+	declareSinks(r.m, cfg)
+	var cp checkpoint.Storage
+	if !cfg.Checkpoint.MySQL() {
+		// A file opens at once, without a server: a second outboxd on it is told the file is
+		// locked, not that the admin address the two share is taken.
+		if cp, err = store.Open(ctx, cfg, log, nil); err != nil {
+			return err
+		}
+		defer cp.Close()
+	}
+	// The operator side (admin server, position sampler, heartbeat row) lives as long as Run
+	// and never decides its outcome. The admin server answers from here on, before any server
+	// is reached: /readyz and /status name the step below that holds the start.
+	side := ops.New(ops.Config{Config: cfg, Metrics: r.m, Started: started, Version: o.Version, Logger: log, Now: o.Now})
+	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
+	if err := side.Listen(opsCtx); err != nil {
+		stopOps()
+		return err
+	}
+	defer func() {
+		stopOps()
+		side.Wait()
+	}()
+
+	if cp == nil {
+		side.Step("connecting to the checkpoint writer " + server.WriterConn(cfg).Addr)
+		if cp, err = store.Open(ctx, cfg, log, side.Blocked); err != nil {
+			return err
+		}
+		defer cp.Close()
+	}
+	if err := checkMarkColumn(ctx, cp); err != nil {
+		return err
+	}
+
+	srcAddrs := strings.Join(cfg.Source.Addrs, ", ")
+	side.Step("connecting to source " + srcAddrs)
+	addr, db, err := openSource(ctx, cfg, log, func(err error) {
+		side.Blocked(err)
+		r.m.SourceConnected(false, err)
+	})
+	if err != nil {
+		return fmt.Errorf("connect to source %s: %w", srcAddrs, err)
+	}
+	r.m.SourceConnected(false, nil) // reached: the stream is not connected yet, for no error
 	r.src = failover.NewSources(failover.SourcesConfig{
 		Config: cfg, Log: log, Metrics: r.m,
 		Check: func(ctx context.Context, db *sql.DB, at *config.Config) error {
@@ -123,6 +155,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 	defer r.src.Close()
 	// Before anything reads positions: log_bin off or the wrong flavor would otherwise surface
 	// as a confusing GTID error.
+	side.Step("checking source " + addr)
 	if err := preflight.StartWaiting(ctx, db, r.src.At(addr), log); err != nil {
 		if len(cfg.Source.Addrs) <= 1 || !errors.Is(err, preflight.ErrNotSetUp) {
 			return err
@@ -133,6 +166,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 		r.verified = addr
 	}
 
+	side.Step("opening the sinks")
 	opened, err := sinks.Open(cfg, log)
 	if err != nil {
 		return err
@@ -148,10 +182,11 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 	}
 	r.saver = newSavedStore(ctx, cp, r.m)
 	r.saver.scope = store.Scope(cfg)
-	declareSinks(r.m, cfg)
+	side.Step("reading the outbox tables from source " + addr)
 	if _, err := r.src.Reader(ctx, addr); err != nil {
 		return err
 	}
+	side.Step("connecting to the cleanup writer")
 	cleaner, closeCleaner, err := openCleaner(ctx, cfg, r, log)
 	if err != nil {
 		return err
@@ -159,6 +194,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 	defer closeCleaner()
 	r.cleaner = cleaner
 
+	side.Step("claiming the checkpoint")
 	roles, err := newRoles(ctx, cfg, r, log)
 	if err != nil {
 		return err
@@ -172,22 +208,11 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 		}
 		r.role.set(roleState{Role: election.RoleLeader, Epoch: epoch, Since: time.Now(), Reason: "ha disabled"}, r.m)
 	}
-	oc := ops.Config{Config: cfg, Metrics: r.m, Sinks: opened, Marks: r.saver, Started: started, Version: o.Version, Logger: log, Now: o.Now}
+	running := ops.Running{Relay: opsRelay{r}, Sinks: opened, Marks: r.saver}
 	if hl, ok := r.saver.store.(checkpoint.HolderLocker); ok {
-		oc.HolderLock = hl
+		running.HolderLock = hl
 	}
-	side := ops.New(oc, opsRelay{r})
-	// The operator side (admin server, position sampler, heartbeat row) lives as long as Run
-	// and never decides its outcome.
-	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
-	if err := side.Start(opsCtx); err != nil {
-		stopOps()
-		return err
-	}
-	defer func() {
-		stopOps()
-		side.Wait()
-	}()
+	side.Start(opsCtx, running)
 	if roles != nil {
 		return roles.Run(ctx)
 	}
@@ -312,11 +337,12 @@ func declareSinks(m *metrics.Metrics, cfg *config.Config) {
 
 // openSource connects to the source for the start-up queries: to the first of source.addrs
 // that answers, in order. A server that is restarting or a network that is briefly away is
-// waited for with the reconnect backoff, as a lost stream is; a refused login is a
-// configuration error and ends the run at once. It returns the address it reached.
-func openSource(ctx context.Context, cfg *config.Config, log zerolog.Logger) (string, *sql.DB, error) {
+// waited for with the reconnect backoff, as a lost stream is, and retrying hears each failed
+// attempt; a refused login is a configuration error and ends the run at once. It returns the
+// address it reached.
+func openSource(ctx context.Context, cfg *config.Config, log zerolog.Logger, retrying func(error)) (string, *sql.DB, error) {
 	if len(cfg.Source.Addrs) <= 1 {
-		db, err := server.OpenWithBackoff(ctx, server.SourceConn(cfg), "source", log)
+		db, err := server.OpenReporting(ctx, server.SourceConn(cfg), "source", log, retrying)
 		return cfg.Source.Addr, db, err
 	}
 	var (
@@ -327,6 +353,7 @@ func openSource(ctx context.Context, cfg *config.Config, log zerolog.Logger) (st
 	r := server.ReconnectRetry(func(error) bool { return !stop })
 	r.OnRetry = func(err error, in time.Duration) {
 		log.Warn().Err(err).Stringer("backoff", in).Msg("no source candidate reachable at start, retrying")
+		retrying(err)
 	}
 	err := r.Do(ctx, func() error {
 		var errs []error

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/outboxd/outboxd/admin"
 	"github.com/outboxd/outboxd/daemon"
 	"github.com/outboxd/outboxd/testenv/mariadb"
 )
@@ -75,6 +76,20 @@ func admScrape(t *testing.T, addr string) (map[string]float64, map[string]*dto.M
 		}
 	}
 	return vals, fams
+}
+
+// admStatus reads /status as JSON.
+func admStatus(t *testing.T, addr string) admin.Status {
+	t.Helper()
+	code, body := admGet(addr, "/status")
+	if code != http.StatusOK {
+		t.Fatalf("/status %d: %s", code, body)
+	}
+	var st admin.Status
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatalf("/status: %v: %s", err, body)
+	}
+	return st
 }
 
 // waitFor polls cond every 100 ms until it holds, failing with what() after timeout.

@@ -102,6 +102,11 @@ func TestKafkaTopicCreatedLater(t *testing.T) {
 	if v, _ := metricValue(fams, "outboxd_sink_up", map[string]string{"sink": "main"}); v != 1 {
 		t.Errorf("outboxd_sink_up = %v: a broker that answers 'no such topic' is up", v)
 	}
+	// outboxd status says what /readyz says: not "kafka up" while the topic is missing.
+	if code, out := runBinary(t, "status", "--addr", admin); code != 0 || strings.Contains(out, "kafka up") ||
+		!strings.Contains(out, "sink main    kafka NOT READY: topic late does not exist") {
+		t.Errorf("outboxd status while topic late is missing: exit %d:\n%s", code, out)
+	}
 	if n := strings.Count(r.logText(), "topic late does not exist on sink main"); n != 1 {
 		t.Errorf("the missing topic was logged %d times, want once (not per retry):\n%s", n, r.logText())
 	}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -25,18 +24,7 @@ func TestStatusNamesTheOldestUnacknowledgedEvent(t *testing.T) {
 	r := startRelay(t, o, daemon.Options{Version: "e2e-test"})
 	admWaitReady(t, addr, http.StatusOK, 20*time.Second)
 
-	status := func() admin.Status {
-		t.Helper()
-		code, body := admGet(addr, "/status")
-		if code != http.StatusOK {
-			t.Fatalf("/status %d %s", code, body)
-		}
-		var st admin.Status
-		if err := json.Unmarshal([]byte(body), &st); err != nil {
-			t.Fatalf("/status: %v: %s", err, body)
-		}
-		return st
-	}
+	status := func() admin.Status { return admStatus(t, addr) }
 
 	// Delivered and acknowledged: nothing to name.
 	w.commit(row{EventID: "ok1", Key: "k", Topic: "t", Payload: []byte("x")})

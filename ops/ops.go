@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -65,53 +66,61 @@ type Saved struct {
 	Err          error     // the last save's failure; nil once one succeeded
 }
 
-// Config is what ops is built from besides the relay.
+// Config is what ops is built from before the relay exists.
 type Config struct {
 	Config  *config.Config
 	Metrics *metrics.Metrics
-	Sinks   map[string]sink.Sink // probed, and listed by /readyz
-	// HolderLock is the checkpoint store's holder lock (the mysql store), re-taken while the
-	// leader is idle; nil when the store has none.
-	HolderLock checkpoint.HolderLocker
-	// Marks keeps the periodic reconcile's mark with the checkpoint (see reconcile.Periodic);
-	// only used with reconcile configured.
-	Marks   checkpoint.ReconcileMark
 	Started time.Time // when the process started, for /status
 	Version string    // reported by /status
 	Logger  zerolog.Logger
 	Now     func() time.Time // the process's clock (for reconcile); nil is time.Now
 }
 
-// Ops is the operator side of a running daemon: the admin server, the position sampler, sink
-// probes, the heartbeat row writer and the periodic reconcile. Safe for concurrent use.
+// Running is the relay once start-up has wired it: what Start hands to the loops and to
+// /readyz and /status.
+type Running struct {
+	Relay Relay
+	Sinks map[string]sink.Sink // probed, and listed by /readyz
+	// HolderLock is the checkpoint store's holder lock (the mysql store), re-taken while the
+	// leader is idle; nil when the store has none.
+	HolderLock checkpoint.HolderLocker
+	// Marks keeps the periodic reconcile's mark with the checkpoint (see reconcile.Periodic);
+	// only used with reconcile configured.
+	Marks checkpoint.ReconcileMark
+}
+
+// Ops is the operator side of a daemon: the admin server from the first second of start-up
+// (Listen), then the position sampler, sink probes, the heartbeat row writer and the periodic
+// reconcile (Start). Safe for concurrent use.
 type Ops struct {
 	cfg     *config.Config
 	m       *metrics.Metrics
-	sinks   map[string]sink.Sink
-	relay   Relay
-	holder  checkpoint.HolderLocker
-	marks   checkpoint.ReconcileMark
 	started time.Time
 	version string
 	log     zerolog.Logger
 	now     func() time.Time
 
+	// run is nil until Start: /readyz and /status then report the start-up step instead.
+	run     atomic.Pointer[Running]
+	startup startup
+
 	probeMu sync.Mutex // one probe round at a time
 	wg      sync.WaitGroup
 }
 
-// New builds the operator side of a daemon over relay; nothing runs before Start.
-func New(c Config, relay Relay) *Ops {
-	return &Ops{
-		cfg: c.Config, m: c.Metrics, sinks: c.Sinks, relay: relay, holder: c.HolderLock, marks: c.Marks,
-		started: c.Started, version: c.Version, log: c.Logger, now: c.Now,
-	}
+// New builds the operator side of a daemon; nothing runs before Listen.
+func New(c Config) *Ops {
+	o := &Ops{cfg: c.Config, m: c.Metrics, started: c.Started, version: c.Version, log: c.Logger, now: c.Now}
+	o.startup.step = "starting"
+	return o
 }
 
-// Start binds the admin server (so a bad admin.listen fails the start) and starts the
-// background loops; they stop when ctx ends, and Wait waits for them. It blocks only to bind
-// the address. On an error nothing was started. Call it once.
-func (o *Ops) Start(ctx context.Context) error {
+// Listen binds the admin server (so a bad admin.listen fails the start) and serves it until
+// ctx ends, before the daemon reaches its servers: /healthz answers at once, and /readyz and
+// /status name the start-up step that holds the start (Step, Blocked) until Start. It blocks
+// only to bind the address; on an error nothing was started. Wait waits for the server after
+// ctx ended. Call it once, before Start.
+func (o *Ops) Listen(ctx context.Context) error {
 	if addr := o.cfg.Admin.Addr(); addr != "" {
 		srv, err := admin.Listen(admin.Config{
 			Listen:   addr,
@@ -137,23 +146,33 @@ func (o *Ops) Start(ctx context.Context) error {
 			})
 		}
 	}
-	o.wg.Go(func() { o.sampleLoop(ctx) })
-	if hb := o.cfg.Source.Heartbeat; hb != nil {
-		o.wg.Go(func() { o.heartbeatLoop(ctx, hb) })
-	}
-	if o.cfg.Reconcile != nil {
-		p := &reconcile.Periodic{Config: o.cfg, Host: reconcileHost{o.relay}, Marks: o.marks, Metrics: o.m, Log: o.log, Now: o.now}
-		o.wg.Go(func() { p.Run(ctx) })
-	}
 	return nil
 }
 
-// Wait blocks until the loops Start started have returned, after its ctx ended.
+// Start hands the wired relay to /readyz and /status and starts the background loops; they
+// stop when ctx ends, and Wait waits for them. It does not block. Call it once, after Listen.
+func (o *Ops) Start(ctx context.Context, run Running) {
+	o.run.Store(&run)
+	o.wg.Go(func() { o.sampleLoop(ctx, &run) })
+	if hb := o.cfg.Source.Heartbeat; hb != nil {
+		o.wg.Go(func() { o.heartbeatLoop(ctx, run.Relay, hb) })
+	}
+	if o.cfg.Reconcile != nil {
+		p := &reconcile.Periodic{Config: o.cfg, Host: reconcileHost{run.Relay}, Marks: run.Marks, Metrics: o.m, Log: o.log, Now: o.now}
+		o.wg.Go(func() { p.Run(ctx) })
+	}
+}
+
+// Wait blocks until the admin server and the loops have returned, after their ctx ended.
 func (o *Ops) Wait() { o.wg.Wait() }
 
 // role is the role /readyz names: none before the process has one (/status says "starting").
 func (o *Ops) role() string {
-	if r := o.relay.HA().Role; r != "starting" {
+	run := o.run.Load()
+	if run == nil {
+		return ""
+	}
+	if r := run.Relay.HA().Role; r != "starting" {
 		return r
 	}
 	return ""
@@ -170,22 +189,26 @@ func (h reconcileHost) Checkpointed() (time.Time, bool) {
 // sampleLoop reads the server's position every sampleInterval to count the transactions not
 // yet acknowledged (never per event: it is a query), the binlog retention gauges every
 // retentionInterval, and probes idle sinks.
-func (o *Ops) sampleLoop(ctx context.Context) {
+func (o *Ops) sampleLoop(ctx context.Context, run *Running) {
 	tick := time.NewTicker(sampleInterval)
 	defer tick.Stop()
 	var lastPL *pipeline.Pipeline
 	var lastAcked uint64
 	var lastAt time.Time
 	var retention retentionSampler
+	sinksLogged := sinkLog{}
 	for {
-		o.probeSinks(ctx)
-		if o.relay.Leading() {
-			o.sampleRetention(ctx, &retention)
-			o.keepHolderLock(ctx)
+		o.probeSinks(ctx, run.Sinks)
+		if ctx.Err() == nil {
+			sinksLogged.update(o.log, o.m.Sinks())
 		}
-		if pl := o.relay.Pipeline(); pl != nil && o.relay.Leading() {
+		if run.Relay.Leading() {
+			o.sampleRetention(ctx, run.Relay, &retention)
+			o.keepHolderLock(ctx, run.HolderLock)
+		}
+		if pl := run.Relay.Pipeline(); pl != nil && run.Relay.Leading() {
 			qctx, cancel := context.WithTimeout(ctx, sampleInterval)
-			_, db := o.relay.Source()
+			_, db := run.Relay.Source()
 			pos, err := server.Position(qctx, db, o.cfg.Source.Flavor)
 			cancel()
 			if err == nil {
@@ -212,23 +235,23 @@ func (o *Ops) sampleLoop(ctx context.Context) {
 
 // keepHolderLock re-takes the mysql store's holder lock if its connection dropped: an idle
 // leader saves nothing, and without the lock backfill and checkpoint set would run beside it.
-func (o *Ops) keepHolderLock(ctx context.Context) {
-	if o.holder == nil {
+func (o *Ops) keepHolderLock(ctx context.Context, holder checkpoint.HolderLocker) {
+	if holder == nil {
 		return
 	}
 	kctx, cancel := context.WithTimeout(ctx, sampleInterval)
-	o.holder.KeepHolderLock(kctx)
+	holder.KeepHolderLock(kctx)
 	cancel()
 }
 
 // probeSinks checks every sink whose state is unknown or older than probeMaxAge; sinks that
 // send keep their state fresh themselves and are not probed.
-func (o *Ops) probeSinks(ctx context.Context) {
+func (o *Ops) probeSinks(ctx context.Context, sinks map[string]sink.Sink) {
 	o.probeMu.Lock()
 	defer o.probeMu.Unlock()
 	states := o.m.Sinks()
 	var wg sync.WaitGroup
-	for name, s := range o.sinks {
+	for name, s := range sinks {
 		c, ok := s.(sink.Checker)
 		if !ok {
 			continue
@@ -248,94 +271,100 @@ func (o *Ops) probeSinks(ctx context.Context) {
 	wg.Wait()
 }
 
-// ready lists what is not ready: the source stream and every sink. A standby is ready when it
-// could take over: its sinks are reachable and its wait for the lock reaches the writer (the
-// stream is the leader's).
+// ready lists what is not ready, probing the sinks whose state is stale first: the start-up
+// step until the relay runs, then the source stream and every sink. A standby is ready when
+// it could take over: its sinks are reachable and its wait for the lock reaches the writer
+// (the stream is the leader's). ctx bounds the probes.
 func (o *Ops) ready(ctx context.Context) []string {
-	var out []string
-	st := o.relay.HA()
+	if run := o.run.Load(); run != nil {
+		o.probeSinks(ctx, run.Sinks)
+	}
+	out, _ := o.notReady()
+	return out
+}
+
+// notReady is what /readyz lists and /status shows, from the latest states (no probe): every
+// reason in order, and the sinks' own reasons by sink. One source of truth for both.
+func (o *Ops) notReady() (all []string, bySink map[string][]string) {
+	run := o.run.Load()
+	if run == nil {
+		return []string{o.startup.reason()}, nil
+	}
+	st := run.Relay.HA()
 	switch {
 	case st.Role != string(election.RoleLeader):
 		if st.WaitError != "" {
-			out = append(out, "leader lock: cannot wait for it: "+st.WaitError)
+			all = append(all, "leader lock: cannot wait for it: "+st.WaitError)
 		}
 		if st.Role == string(election.RoleFenced) || st.Role == "starting" {
-			out = append(out, "role "+st.Role+": "+st.Reason)
+			all = append(all, "role "+st.Role+": "+st.Reason)
 		}
 	default:
 		if up, why := o.m.Source(); !up {
-			addr, _ := o.relay.Source()
+			addr, _ := run.Relay.Source()
 			msg := "source " + addr + ": binlog stream not connected"
 			if why != "" {
 				msg += ": " + why
 			}
-			out = append(out, msg)
+			all = append(all, msg)
 		}
 	}
-	o.probeSinks(ctx)
+	bySink = map[string][]string{}
+	add := func(name, why string) {
+		msg := "sink " + name + ": " + why
+		all = append(all, msg)
+		bySink[name] = append(bySink[name], msg)
+	}
 	states := o.m.Sinks()
-	for _, name := range sortedNames(o.sinks) {
+	for _, name := range sortedNames(run.Sinks) {
 		st, ok := states[name]
 		switch {
 		case !ok:
-			out = append(out, "sink "+name+": not probed yet")
+			add(name, "not probed yet")
 		case !st.Up:
-			out = append(out, "sink "+name+": unreachable: "+st.Error)
+			add(name, "unreachable: "+st.Error)
 		}
 	}
-	if pl := o.relay.Pipeline(); pl != nil {
+	if pl := run.Relay.Pipeline(); pl != nil {
 		for _, mt := range pl.MissingTopics() {
 			then := "on_poison applies"
 			if mt.DeadLetter {
 				then = "outboxd stops (the dead-letter topic)"
 			}
-			out = append(out, fmt.Sprintf("sink %s: topic %s does not exist: messages wait for it since %s; create it (after retry.missing_topic_timeout %s %s)",
-				mt.Sink, mt.Topic, mt.Since.UTC().Format(time.RFC3339), pl.MissingTopicTimeout(), then))
+			add(mt.Sink, fmt.Sprintf("topic %s does not exist: messages wait for it since %s; create it (after retry.missing_topic_timeout %s %s)",
+				mt.Topic, mt.Since.UTC().Format(time.RFC3339), pl.MissingTopicTimeout(), then))
 		}
 	}
-	return out
+	return all, bySink
 }
 
-// status builds the /status document.
+// status builds the /status document: before the relay runs, the start-up step, the source's
+// last connection error and the sinks as the config names them.
 func (o *Ops) status(context.Context) admin.Status {
 	now := time.Now()
 	lag := o.m.Lag()
 	connected, why := o.m.Source()
-	saved := o.relay.Saved()
-	addr, _ := o.relay.Source()
+	notReady, sinkNotReady := o.notReady()
 	st := admin.Status{
 		Version:              o.version,
 		Flavor:               string(o.cfg.Source.Flavor),
 		StartedAt:            o.started.UTC(),
 		UptimeSeconds:        now.Sub(o.started).Seconds(),
-		Source:               admin.Source{Addr: addr, Connected: connected, LastError: why},
-		CheckpointGTIDSet:    saved.Last.GTIDSet,
-		CheckpointSavedAt:    saved.Last.SavedAt.UTC(),
-		CheckpointCommitTime: saved.Last.CommitTime.UTC(),
+		Ready:                len(notReady) == 0,
+		NotReady:             notReady,
+		Source:               admin.Source{Addr: o.cfg.Source.Addr, Connected: connected, LastError: why},
 		LagSeconds:           lag.Lag.Seconds(),
 		OldestUnackedSeconds: lag.OldestUnacked.Seconds(),
 		CaughtUp:             lag.CaughtUp,
 		Sinks:                map[string]admin.Sink{},
-		HA:                   o.relay.HA(),
+		HA:                   admin.HA{Enabled: o.cfg.HA.Enabled, Role: "starting", Reason: o.startup.reason()},
 	}
-	if pl := o.relay.Pipeline(); pl != nil {
-		st.ReadGTIDSet = pl.ReadSet().String()
-		st.AckedGTIDSet = pl.Acked().String()
-		st.InFlight.Events, st.InFlight.Bytes = pl.InFlight()
-		if oe, ok := pl.OldestEvent(); ok {
-			st.OldestUnacked = &admin.OldestEvent{
-				Table: oe.Table, ID: oe.ID, EventID: oe.EventID, Topic: oe.Topic, Sink: oe.Sink, GTID: oe.GTID,
-				CommitTime: oe.CommitTime.UTC(), ReadAt: oe.ReadAt.UTC(), AgeSeconds: max(0, now.Sub(oe.ReadAt).Seconds()),
-			}
-		}
-	}
-	if saved.Err != nil {
-		st.CheckpointSaveError = saved.Err.Error()
-		st.CheckpointFailingSince = saved.FailingSince.UTC()
+	if run := o.run.Load(); run != nil {
+		o.relayStatus(&st, run.Relay, now)
 	}
 	states := o.m.Sinks()
 	for name, sc := range o.cfg.Sinks {
-		s := admin.Sink{Type: sc.Type}
+		s := admin.Sink{Type: sc.Type, NotReady: sinkNotReady[name]}
 		if ss, ok := states[name]; ok {
 			s.Known, s.Up, s.At, s.Error = true, ss.Up, ss.At.UTC(), ss.Error
 		}
@@ -351,11 +380,36 @@ func (o *Ops) status(context.Context) admin.Status {
 	return st
 }
 
+// relayStatus fills the parts of /status the running relay knows.
+func (o *Ops) relayStatus(st *admin.Status, relay Relay, now time.Time) {
+	saved := relay.Saved()
+	st.Source.Addr, _ = relay.Source()
+	st.CheckpointGTIDSet = saved.Last.GTIDSet
+	st.CheckpointSavedAt = saved.Last.SavedAt.UTC()
+	st.CheckpointCommitTime = saved.Last.CommitTime.UTC()
+	st.HA = relay.HA()
+	if pl := relay.Pipeline(); pl != nil {
+		st.ReadGTIDSet = pl.ReadSet().String()
+		st.AckedGTIDSet = pl.Acked().String()
+		st.InFlight.Events, st.InFlight.Bytes = pl.InFlight()
+		if oe, ok := pl.OldestEvent(); ok {
+			st.OldestUnacked = &admin.OldestEvent{
+				Table: oe.Table, ID: oe.ID, EventID: oe.EventID, Topic: oe.Topic, Sink: oe.Sink, GTID: oe.GTID,
+				CommitTime: oe.CommitTime.UTC(), ReadAt: oe.ReadAt.UTC(), AgeSeconds: max(0, now.Sub(oe.ReadAt).Seconds()),
+			}
+		}
+	}
+	if saved.Err != nil {
+		st.CheckpointSaveError = saved.Err.Error()
+		st.CheckpointFailingSince = saved.FailingSince.UTC()
+	}
+}
+
 // heartbeatLoop upserts the heartbeat row every interval on a connection of its own, so a
 // quiet database still writes binlog transactions: they move the checkpoint and prove the whole
 // path works. Failures are logged (at most once a minute while they last) and never stop the
 // relay.
-func (o *Ops) heartbeatLoop(ctx context.Context, hb *config.Heartbeat) {
+func (o *Ops) heartbeatLoop(ctx context.Context, relay Relay, hb *config.Heartbeat) {
 	schema, table, _ := strings.Cut(hb.Table, ".")
 	stmt := fmt.Sprintf("INSERT INTO %s.%s (id, ts) VALUES (?, NOW(6)) ON DUPLICATE KEY UPDATE ts = NOW(6)",
 		sqlident.Quote(schema), sqlident.Quote(table))
@@ -370,7 +424,7 @@ func (o *Ops) heartbeatLoop(ctx context.Context, hb *config.Heartbeat) {
 	tick := time.NewTicker(hb.Interval)
 	defer tick.Stop()
 	for {
-		if !o.relay.Leading() {
+		if !relay.Leading() {
 			// A standby writes nothing; the leader's own loop keeps the row fresh.
 			select {
 			case <-ctx.Done():

@@ -5,8 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/outboxd/outboxd/admin"
 	"github.com/outboxd/outboxd/checkpoint"
@@ -42,15 +45,23 @@ type unprobed struct{}
 func (unprobed) Send(context.Context, []*sink.Message) error { return nil }
 func (unprobed) Close() error                                { return nil }
 
+// newOps is ops over the relay r, as Start leaves it (without the loops).
 func newOps(r Relay) *Ops {
+	o := newStarting()
+	o.run.Store(&Running{Relay: r, Sinks: map[string]sink.Sink{"k": probed{}, "r": probed{err: errors.New("refused")}, "x": unprobed{}}})
+	return o
+}
+
+// newStarting is ops before the relay runs.
+func newStarting() *Ops {
 	cfg := &config.Config{Sinks: map[string]config.Sink{"k": {Type: "kafka"}, "r": {Type: "rocketmq"}, "x": {Type: "kafka"}}}
+	cfg.Source.Addr = "db1:3306"
 	return New(Config{
 		Config:  cfg,
 		Metrics: metrics.New(metrics.Options{}),
-		Sinks:   map[string]sink.Sink{"k": probed{}, "r": probed{err: errors.New("refused")}, "x": unprobed{}},
 		Started: time.Unix(1700000000, 0),
 		Version: "v-test",
-	}, r)
+	})
 }
 
 func TestReadyNamesWhatIsNotReady(t *testing.T) {
@@ -89,7 +100,7 @@ func TestStatusReportsSavedCheckpointAndSinks(t *testing.T) {
 		Last: checkpoint.Checkpoint{GTIDSet: "0-1-42"}, OK: true, FailingSince: failing, Err: errors.New("disk full"),
 	}}
 	o := newOps(r)
-	o.probeSinks(context.Background())
+	o.ready(context.Background()) // probes
 	st := o.status(context.Background())
 	if st.Version != "v-test" || st.Source.Addr != "db1:3306" || st.HA.Role != "leader" {
 		t.Errorf("status version, source, role = %q, %q, %q", st.Version, st.Source.Addr, st.HA.Role)
@@ -122,5 +133,70 @@ func TestReconcileHostCheckpointed(t *testing.T) {
 		if ok != tc.ok || ok && !got.Equal(commit) {
 			t.Errorf("Checkpointed() of %+v = %v, %v", tc.saved, got, ok)
 		}
+	}
+}
+
+// Before the relay runs, /readyz and /status both name the start-up step and what blocks it,
+// and the source's last error shows in /status.
+func TestStartingReportsTheStep(t *testing.T) {
+	o := newStarting()
+	o.Step("connecting to source db1:3306")
+	if got := o.ready(context.Background()); !slices.Equal(got, []string{"starting: connecting to source db1:3306"}) {
+		t.Errorf("ready() = %q", got)
+	}
+	refused := errors.New("connection refused")
+	o.Blocked(refused)
+	o.m.SourceConnected(false, refused)
+	got := o.ready(context.Background())
+	if len(got) != 1 || !strings.HasPrefix(got[0], "starting: connecting to source db1:3306: connection refused (retrying since ") {
+		t.Errorf("ready() while blocked = %q", got)
+	}
+	st := o.status(context.Background())
+	if st.Ready || !slices.Equal(st.NotReady, got) {
+		t.Errorf("status ready %v, not_ready %q; want /readyz's %q", st.Ready, st.NotReady, got)
+	}
+	if st.HA.Role != "starting" || st.Source.Addr != "db1:3306" || st.Source.Connected || st.Source.LastError != "connection refused" {
+		t.Errorf("status while starting: ha %+v, source %+v", st.HA, st.Source)
+	}
+	if o.role() != "" {
+		t.Errorf("role() = %q while starting", o.role())
+	}
+	o.Step("opening the sinks")
+	if got := o.ready(context.Background()); !slices.Equal(got, []string{"starting: opening the sinks"}) {
+		t.Errorf("ready() after the next step = %q", got)
+	}
+}
+
+// /status carries each sink's own /readyz entries, so `outboxd status` cannot call a sink up
+// that /readyz calls not ready.
+func TestStatusSinkNotReadyMatchesReadyz(t *testing.T) {
+	o := newOps(fakeRelay{leading: true, ha: admin.HA{Role: "leader"}})
+	ready := o.ready(context.Background())
+	st := o.status(context.Background())
+	if !slices.Equal(st.NotReady, ready) {
+		t.Errorf("status not_ready %q, /readyz %q", st.NotReady, ready)
+	}
+	if got := st.Sinks["r"].NotReady; !slices.Equal(got, []string{"sink r: unreachable: refused"}) {
+		t.Errorf("sink r not_ready = %q", got)
+	}
+	if got := st.Sinks["k"].NotReady; len(got) != 0 {
+		t.Errorf("sink k (up) not_ready = %q", got)
+	}
+}
+
+// A sink found down is logged once at warn, its recovery once at info; a sink first seen up
+// and a state that did not change log nothing.
+func TestSinkLogOnceEachWay(t *testing.T) {
+	var buf strings.Builder
+	log := zerolog.New(&buf)
+	l := sinkLog{}
+	l.update(log, map[string]metrics.SinkState{"main": {Error: "dial refused"}, "ok": {Up: true}})
+	l.update(log, map[string]metrics.SinkState{"main": {Error: "dial refused"}, "ok": {Up: true}})
+	l.update(log, map[string]metrics.SinkState{"main": {Up: true}, "ok": {Up: true}})
+	l.update(log, map[string]metrics.SinkState{"main": {Up: true}, "ok": {Up: true}})
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], `"level":"warn","sink":"main","error":"dial refused"`) ||
+		!strings.Contains(lines[1], `"level":"info","sink":"main","message":"sink reachable again"`) {
+		t.Errorf("log:\n%s", buf.String())
 	}
 }

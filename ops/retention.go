@@ -21,7 +21,7 @@ type retentionSampler struct {
 // sampleRetention updates the retention gauges when the last sample is retentionInterval old.
 // Only the leader calls it (a standby queries nothing). A failure is logged once, at warn, until
 // a sample succeeds again; a gauge that could not be read keeps its last value.
-func (o *Ops) sampleRetention(ctx context.Context, st *retentionSampler) {
+func (o *Ops) sampleRetention(ctx context.Context, relay Relay, st *retentionSampler) {
 	now := time.Now()
 	if !st.last.IsZero() && now.Sub(st.last) < retentionInterval {
 		return
@@ -31,7 +31,7 @@ func (o *Ops) sampleRetention(ctx context.Context, st *retentionSampler) {
 	defer cancel()
 	// Each gauge on its own: the retention (and the alert on it) must not depend on the dump
 	// connection the oldest binlog's age needs.
-	addr, db := o.relay.Source()
+	addr, db := relay.Source()
 	r, err := server.BinlogRetention(qctx, db)
 	if err == nil {
 		o.m.SetBinlogRetention(r.Period)

@@ -79,10 +79,20 @@ func BinlogTLS(ctx context.Context, cfg *config.Config, db *sql.DB) (*tls.Config
 // unknown database …) ends it at once. what names the server in the log. It blocks until then
 // or ctx ends.
 func OpenWithBackoff(ctx context.Context, conn Conn, what string, log zerolog.Logger) (*sql.DB, error) {
+	return OpenReporting(ctx, conn, what, log, nil)
+}
+
+// OpenReporting is OpenWithBackoff that also hands each failed attempt it retries to
+// retrying (when not nil), before the wait: the daemon's start-up state, which /readyz and
+// /status show while the server is away. retrying must not block.
+func OpenReporting(ctx context.Context, conn Conn, what string, log zerolog.Logger, retrying func(error)) (*sql.DB, error) {
 	var db *sql.DB
 	r := ReconnectRetry(func(err error) bool { return !sqlerr.Answered(err) && ctx.Err() == nil })
 	r.OnRetry = func(err error, in time.Duration) {
 		log.Warn().Err(err).Stringer("backoff", in).Msg(what + " not reachable at start, retrying")
+		if retrying != nil {
+			retrying(err)
+		}
 	}
 	err := r.Do(ctx, func() (err error) {
 		db, err = Open(ctx, conn)

@@ -18,13 +18,14 @@ import (
 // Open opens the configured checkpoint store: the file (locked until Close) or the row of
 // checkpoint.table on checkpoint.writer_addr, reached with source's user, password and TLS. A
 // writer that is not reachable yet is waited for with the reconnect backoff, as the source is
-// at start; a refused login ends it at once. It blocks until then or ctx ends.
-func Open(ctx context.Context, cfg *config.Config, log zerolog.Logger) (checkpoint.Storage, error) {
+// at start; a refused login ends it at once, and retrying (when not nil) hears each failed
+// attempt it waits after (server.OpenReporting). It blocks until then or ctx ends.
+func Open(ctx context.Context, cfg *config.Config, log zerolog.Logger, retrying func(error)) (checkpoint.Storage, error) {
 	if !cfg.Checkpoint.MySQL() {
 		return checkpoint.Open(cfg.Checkpoint.Path)
 	}
 	conn := server.WriterConn(cfg)
-	db, err := server.OpenWithBackoff(ctx, conn, "checkpoint writer", log)
+	db, err := server.OpenReporting(ctx, conn, "checkpoint writer", log, retrying)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint.writer_addr %s: %w", conn.Addr, err)
 	}
