@@ -18,7 +18,9 @@ type Cleanup struct {
 	Enabled *bool `yaml:"enabled"`
 	// Retention is how long a delivered row stays: 0 deletes it right after the checkpoint
 	// covering it is saved, by the primary key read from the binlog; more needs
-	// columns.created_at. A pointer, since 0 is a value and not "unset".
+	// columns.created_at.
+	//
+	// In code, a pointer, since 0 is a value and not "unset".
 	Retention *time.Duration `yaml:"retention"`
 	// Batch is the most rows one DELETE statement (one transaction) removes.
 	Batch int `yaml:"batch"`
