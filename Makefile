@@ -33,10 +33,12 @@ test: deps vet
 	$(GO) test -run '^$$' -fuzz '^FuzzRoute$$' -fuzztime 40000x ./router/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeFrame$$' -fuzztime 40000x ./testenv/rocketmq/
 
-# The generated references in docs/reference (configuration, metrics), from the code; tests
-# fail when a committed page differs from what this writes.
+# The generated references in docs/reference, from the code: configuration and metrics by
+# internal/docgen, cli.md by cmd/outboxd's TestCLIReference (the commands' flag sets live in
+# package main, which only its own tests can call). Tests fail when a committed page differs.
 docs:
 	$(GO) run ./internal/docgen
+	$(GO) test -count=1 -run '^TestCLIReference$$' ./cmd/outboxd -args -update-docs
 
 # Only what needs no server.
 test-unit:
