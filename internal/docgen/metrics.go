@@ -19,6 +19,8 @@ type metricDoc struct {
 	Name, Type, Help string
 	// Labels are the variable labels; ConstLabels those fixed per process (lock_name with ha).
 	Labels, ConstLabels []string
+	// Buckets are a histogram's upper bounds, without +Inf.
+	Buckets []float64
 }
 
 // descText parses prometheus.Desc's String, the only way its name, help and labels are exposed.
@@ -67,16 +69,19 @@ func metricDocs() ([]metricDoc, error) {
 	if err != nil {
 		return nil, err
 	}
-	typ := map[string]string{}
+	byName := map[string]*dto.MetricFamily{}
 	for _, f := range fams {
-		typ[f.GetName()] = strings.ToLower(dto.MetricType_name[int32(f.GetType())])
+		byName[f.GetName()] = f
 	}
 	for i := range docs {
-		t, ok := typ[docs[i].Name]
-		if !ok {
+		f, ok := byName[docs[i].Name]
+		if !ok || len(f.GetMetric()) == 0 {
 			return nil, fmt.Errorf("metric %s has no series yet, so its type is unknown: create one in internal/docgen's materialize", docs[i].Name)
 		}
-		docs[i].Type = t
+		docs[i].Type = strings.ToLower(dto.MetricType_name[int32(f.GetType())])
+		for _, b := range f.GetMetric()[0].GetHistogram().GetBucket() {
+			docs[i].Buckets = append(docs[i].Buckets, b.GetUpperBound())
+		}
 	}
 	slices.SortFunc(docs, func(a, b metricDoc) int { return strings.Compare(a.Name, b.Name) })
 	return docs, nil
@@ -102,9 +107,16 @@ func renderMetrics(docs []metricDoc) []byte {
 
 Every metric outboxd serves at ` + "`/metrics`" + ` on ` + "`admin.listen`" + ` (default 127.0.0.1:9120), generated
 from its metrics registry. Besides these, the Prometheus Go client's ` + "`go_*`" + ` runtime metrics
-and, on Linux, its ` + "`process_*`" + ` metrics are served. Counters start at 0 for every label value
-the configuration implies (each sink, route and outbox table), so ` + "`rate()`" + ` and ` + "`increase()`" + `
-see their first increment.
+and, on Linux, its ` + "`process_*`" + ` metrics are served. All use base units (seconds, bytes).
+
+Label values come from the configuration and the code, so there are few of them: sink names,
+outbox tables (` + "`schema.table`" + `), route labels and fixed reasons; only ` + "`outboxd_topic_missing`" + `
+names a destination topic, and only while messages wait for it. A route's label is its ` + "`name`" + `
+when it has one, else its index in ` + "`routes`" + ` (` + "`\"0\"`" + `, ` + "`\"1\"`" + `, …); dead letters carry the route
+label ` + "`dead_letter`" + `. Counters start at 0 for every label value the configuration implies (each
+sink, route and outbox table, each dead-letter reason), so ` + "`rate()`" + ` and ` + "`increase()`" + ` see
+their first increment. Histogram buckets are round (the 1-2.5-5 steps of Prometheus' defaults),
+so a threshold such as 100 ms or 1 s is a bucket bound.
 
 | Metric | Type | Labels | Description |
 |---|---|---|---|
@@ -117,7 +129,15 @@ see their first increment.
 		for _, l := range d.ConstLabels {
 			labels = append(labels, "`"+l+"` (fixed per process)")
 		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", d.Name, d.Type, strings.Join(labels, ", "), cell(d.Help))
+		help := d.Help
+		if len(d.Buckets) > 0 {
+			bounds := make([]string, len(d.Buckets))
+			for i, v := range d.Buckets {
+				bounds[i] = strconv.FormatFloat(v, 'g', -1, 64)
+			}
+			help += " Buckets (seconds): " + strings.Join(bounds, ", ") + "."
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", d.Name, d.Type, strings.Join(labels, ", "), cell(help))
 	}
 	return b.Bytes()
 }
