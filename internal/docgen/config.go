@@ -122,7 +122,7 @@ func yamlNames(t reflect.Type) map[string]string {
 }
 
 // plainWord is an English word, which may start a sentence capitalised (not ce_source).
-var plainWord = regexp.MustCompile(`^[a-z]+$`)
+var plainWord = regexp.MustCompile(`^[a-z]+[,:;]?$`)
 
 // goName is a Go identifier that starts with a capital letter.
 var goName = regexp.MustCompile(`\b[A-Z][A-Za-z0-9]*\b`)

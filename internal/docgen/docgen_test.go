@@ -94,9 +94,18 @@ func TestEveryConfigKeyHasDoc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A Go name (ApplyDefaults, CleanupFor) means nothing to a reader of the file; product
+	// names are written the same way.
+	goName := regexp.MustCompile(`\b[A-Z][a-z]+[A-Z]\w*`)
+	products := map[string]bool{"MySQL": true, "MariaDB": true, "RocketMQ": true, "NameServers": true, "CloudEvents": true, "MiB": true}
 	for _, k := range keys {
 		if strings.TrimSpace(k.Doc) == "" {
 			t.Errorf("%s has no doc comment: document its field in config/*.go", k.Path)
+		}
+		for _, w := range goName.FindAllString(k.Doc, -1) {
+			if !products[w] {
+				t.Errorf("%s's doc names the Go identifier %s: say it in the file's terms, or move it to an \"In code\" paragraph", k.Path, w)
+			}
 		}
 	}
 }
