@@ -40,14 +40,11 @@ func configDefaults() (defaults map[string]string, derived map[string]bool, err 
 	for p, want := range defaults {
 		// Set every other key that has a default to something else; a default that moves
 		// with them is computed from them.
-		c := scenario(config.CheckpointStoreFile, func(q string, v reflect.Value) {
+		c := scenario(store(p), func(q string, v reflect.Value) {
 			if q != p && defaults[q] != "" && v.IsZero() {
 				perturb(v)
 			}
 		})
-		if c.Checkpoint.Store = store(p); c.Checkpoint.Store == "" {
-			c.Checkpoint.Store = config.CheckpointStoreFile
-		}
 		c.ApplyDefaults()
 		if got, ok := leafValues(c)[p]; ok && got != want {
 			derived[p] = true
