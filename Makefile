@@ -6,7 +6,7 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 BIN       := bin/outboxd
 DEMO_BIN  := bin/outboxd-demo
 
-.PHONY: all build deps deps-demo test test-unit vet demo bench chaos effectively-once clean
+.PHONY: all build deps deps-demo test test-unit vet docs demo bench chaos effectively-once clean
 
 all: build
 
@@ -32,6 +32,13 @@ test: deps vet
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 200000x ./gtid/
 	$(GO) test -run '^$$' -fuzz '^FuzzRoute$$' -fuzztime 40000x ./router/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeFrame$$' -fuzztime 40000x ./testenv/rocketmq/
+
+# The generated references in docs/reference, from the code: configuration and metrics by
+# internal/docgen, cli.md by cmd/outboxd's TestCLIReference (the commands' flag sets live in
+# package main, which only its own tests can call). Tests fail when a committed page differs.
+docs:
+	$(GO) run ./internal/docgen
+	$(GO) test -count=1 -run '^TestCLIReference$$' ./cmd/outboxd -args -update-docs
 
 # Only what needs no server.
 test-unit:

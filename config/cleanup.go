@@ -18,26 +18,33 @@ type Cleanup struct {
 	Enabled *bool `yaml:"enabled"`
 	// Retention is how long a delivered row stays: 0 deletes it right after the checkpoint
 	// covering it is saved, by the primary key read from the binlog; more needs
-	// columns.created_at. A pointer, since 0 is a value and not "unset".
+	// columns.created_at.
+	//
+	// In code, a pointer, since 0 is a value and not "unset".
 	Retention *time.Duration `yaml:"retention"`
-	// Batch is the most rows one DELETE statement (one transaction) removes.
+	// Batch is the most rows one DELETE statement (one transaction) removes, 1 to
+	// MaxCleanupBatch.
 	Batch int `yaml:"batch"`
 	// MaxRowsPerSecond bounds the rows deleted per second per table.
 	MaxRowsPerSecond int `yaml:"max_rows_per_second"`
-	// Interval is how often the created_at sweep runs (and the oldest-row gauge is sampled).
+	// Interval is how often the created_at sweep runs (and the oldest-row gauge is sampled);
+	// at least 1s.
 	Interval time.Duration `yaml:"interval"`
 	// CommitMargin is how far below the saved checkpoint's commit time a row's created_at must
 	// be for the sweep to take it: longer than any transaction stays open between inserting its
-	// outbox row and committing (auto-increment and insert time are not commit order).
+	// outbox row and committing (auto-increment and insert time are not commit order); at
+	// least 1s.
 	CommitMargin time.Duration `yaml:"commit_margin"`
 	// TimeZone is the time_zone the application's sessions write a DATETIME created_at in
 	// ("SYSTEM", "+00:00", or a zone name the server knows): DATETIME holds wall-clock time
 	// without a zone (DEFAULT CURRENT_TIMESTAMP writes the inserting session's zone, not the
 	// server's), so the sweep must compare it in that zone, or rows written by sessions
 	// behind the server's zone look hours older than they are and go before the checkpoint
-	// covers them. Reconcile reads created_at in it too (CreatedAtTimeZone), also with cleanup
-	// disabled. Required for a DATETIME created_at (check and run say so); ignored for a
-	// TIMESTAMP, which the server stores as an instant.
+	// covers them. Reconcile reads created_at in it too, also with cleanup disabled. Required
+	// for a DATETIME created_at (check and run say so); ignored for a TIMESTAMP, which the
+	// server stores as an instant.
+	//
+	// In code, CreatedAtTimeZone resolves it for a table.
 	TimeZone string `yaml:"time_zone"`
 	// HoldTable is no longer used (the created_at sweep deletes only rows it finds on the
 	// broker, so it needs no record of dead letters); still accepted so that existing

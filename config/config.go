@@ -23,16 +23,42 @@ import (
 	"github.com/outboxd/outboxd/gtid"
 )
 
-// Accepted values of enumerated fields.
+// sinks.<name>.type values.
 const (
 	SinkKafka    = "kafka"
 	SinkRocketMQ = "rocketmq"
+)
 
+// on_poison values.
+const (
 	OnPoisonStop       = "stop"
 	OnPoisonDeadLetter = "dead_letter"
+)
 
+// source.start values (besides a GTID set).
+const (
 	StartLatest   = "latest"
 	StartEarliest = "earliest"
+)
+
+// source.flavor values.
+const (
+	FlavorMySQL   = gtid.MySQL
+	FlavorMariaDB = gtid.MariaDB
+)
+
+// log.level values.
+const (
+	LogDebug = "debug"
+	LogInfo  = "info"
+	LogWarn  = "warn"
+	LogError = "error"
+)
+
+// log.format values.
+const (
+	LogJSON    = "json"
+	LogConsole = "console"
 )
 
 // Defaults applied by ApplyDefaults to fields left empty.
@@ -49,8 +75,8 @@ const (
 	DefaultRetryMax           = 10 * time.Second
 	DefaultCheckpointPath     = "./data/checkpoint.json"
 	DefaultCheckpointInterval = time.Second
-	DefaultLogLevel           = "info"
-	DefaultLogFormat          = "json"
+	DefaultLogLevel           = LogInfo
+	DefaultLogFormat          = LogJSON
 	DefaultAdminListen        = "127.0.0.1:9120"
 	DefaultHeartbeatInterval  = 5 * time.Second
 	DefaultSourceReadTimeout  = 10 * time.Second
@@ -64,22 +90,43 @@ const SourceHeartbeatPeriod = time.Second
 
 // Config is the whole configuration file. Log it with String or Redacted, which hide secrets.
 type Config struct {
-	Source     Source          `yaml:"source"`
-	Tables     []Table         `yaml:"tables"`
-	Sinks      map[string]Sink `yaml:"sinks"`
-	Routes     []Route         `yaml:"routes"`
-	OnPoison   string          `yaml:"on_poison"`
-	DeadLetter *DeadLetter     `yaml:"dead_letter"`
-	Retry      Retry           `yaml:"retry"`
-	Checkpoint Checkpoint      `yaml:"checkpoint"`
-	Pipeline   Pipeline        `yaml:"pipeline"`
-	Log        Log             `yaml:"log"`
-	Admin      Admin           `yaml:"admin"`
-	HA         HA              `yaml:"ha"`
-	// Reconcile, when set, runs reconciliation periodically in the daemon; nil is off.
+	// Source is the server whose binlog outboxd reads (required).
+	Source Source `yaml:"source"`
+	// Tables are the outbox tables (at least one). Only INSERTs into them become messages;
+	// everything else in the binlog only moves the position forward.
+	Tables []Table `yaml:"tables"`
+	// Sinks are the broker clusters by name (at least one); routes and dead_letter name them.
+	Sinks map[string]Sink `yaml:"sinks"`
+	// Routes say which sink and topic each row goes to (at least one). They are tried in
+	// order and the first match wins; a row no route matches is poison.
+	Routes []Route `yaml:"routes"`
+	// OnPoison is what happens to a row that can never be delivered (no route matches, a
+	// required column is NULL, its headers are not a JSON object, the broker rejects it for
+	// good): OnPoisonStop exits with an error naming the row and what to change, after
+	// delivering and checkpointing the transactions before it; OnPoisonDeadLetter sends it to
+	// dead_letter with the headers outbox_dead_letter_code, outbox_dead_letter_reason and
+	// outbox_original_topic, and goes on.
+	OnPoison string `yaml:"on_poison"`
+	// DeadLetter is where poison rows go; required with on_poison: dead_letter.
+	DeadLetter *DeadLetter `yaml:"dead_letter"`
+	// Retry is the backoff between resends of a failed send.
+	Retry Retry `yaml:"retry"`
+	// Checkpoint is where the position of the last transaction every broker acknowledged is
+	// saved, and how often.
+	Checkpoint Checkpoint `yaml:"checkpoint"`
+	// Pipeline bounds what is read but not yet acknowledged.
+	Pipeline Pipeline `yaml:"pipeline"`
+	// Log is the log level and line format (written to standard error).
+	Log Log `yaml:"log"`
+	// Admin is the operator HTTP server.
+	Admin Admin `yaml:"admin"`
+	// HA is leader election between instances of one pipeline.
+	HA HA `yaml:"ha"`
+	// Reconcile, when set, runs reconciliation periodically in the daemon, by the leader;
+	// left out (the default), it is off.
 	Reconcile *Reconcile `yaml:"reconcile"`
 	// Cleanup, when set, deletes delivered rows from every outbox table (a table's own cleanup
-	// block overrides it field by field); nil, the default, deletes nothing. See cleanup.go.
+	// block overrides it field by field); left out (the default), nothing is deleted.
 	Cleanup *Cleanup `yaml:"cleanup"`
 
 	// lines maps a field path ("routes[1].sink") to its line in the file, so Validate can point
@@ -89,30 +136,42 @@ type Config struct {
 
 // Source is the MySQL/MariaDB server whose binlog outboxd reads.
 type Source struct {
+	// Flavor is the server's kind, which decides the GTID notation (required).
 	Flavor gtid.Flavor `yaml:"flavor"`
-	// Addr is the server's host:port. With Addrs it is Addrs[0] after ApplyDefaults.
+	// Addr is the server's host:port (this or Addrs is required). With Addrs it is the first
+	// of them.
 	Addr string `yaml:"addr"`
 	// Addrs are candidate servers of one replication topology (a primary and its replicas, in
 	// the order to try): after a lost connection outboxd streams from the first that is
 	// reachable, passes the checks and has every transaction of its checkpoint. Exclusive with
-	// Addr in the file; after ApplyDefaults it holds Addr when only Addr was given.
+	// Addr in the file.
+	//
+	// In code, after ApplyDefaults, it holds Addr when only Addr was given.
 	Addrs []string `yaml:"addrs"`
 	// OnMissingGTIDs is what happens when no candidate has every transaction of the checkpoint
 	// (an asynchronous failover discarded some outboxd already delivered): OnMissingStop
 	// (default) stops with the GTIDs; OnMissingContinue logs and counts them, and resumes from
 	// the newest transaction both histories share. With the mysql store outboxd does the latter
-	// under either (its row replicates with the data; see failover's goesOn).
+	// under either (its row replicates with the data, so it matches the new primary).
 	OnMissingGTIDs string `yaml:"on_missing_gtids"`
-	User           string `yaml:"user"`
-	Password       string `yaml:"password"`
+	// User is the account outboxd connects as (required). It needs REPLICATION SLAVE and
+	// REPLICATION CLIENT (MariaDB 10.5+: BINLOG MONITOR too) and SELECT on the outbox tables.
+	User string `yaml:"user"`
+	// Password is the account's password, usually ${VAR} from the environment; it is never
+	// written to logs. Exclusive with PasswordFile.
+	Password string `yaml:"password"`
 	// PasswordFile names a file holding the password (one trailing newline is trimmed); it is
 	// read at load and is exclusive with Password.
 	PasswordFile string `yaml:"password_file"`
-	// TLS says whether and how the SQL and binlog connections use TLS; nil means disabled.
+	// TLS says whether and how the SQL and binlog connections use TLS; left out, they do not.
 	TLS *SourceTLS `yaml:"tls"`
-	// ServerID is outboxd's replica id; it must differ from every other replica of the server.
+	// ServerID is outboxd's replica id, 1 or more (required); it must differ from every other
+	// replica of the server.
 	ServerID uint32 `yaml:"server_id"`
-	// Start is where to begin without a checkpoint: "latest", "earliest" or a GTID set.
+	// Start is where to begin when there is no checkpoint yet: StartLatest, the server's
+	// current position (only rows committed from now on); StartEarliest, the oldest binlog
+	// still on the server; or a GTID set in the server's notation ("0-1-1000" on MariaDB,
+	// "3E11FA47-71CA-11E1-9E33-C80AA9429562:1-1000" on MySQL). Ignored once a checkpoint exists.
 	Start string `yaml:"start"`
 	// ReadTimeout bounds the wait for any packet of the binlog stream (events or heartbeats), so
 	// a dead connection is noticed; default DefaultSourceReadTimeout. It must exceed the period
@@ -122,11 +181,21 @@ type Source struct {
 	// Heartbeat, when set, makes outboxd upsert one row of a table on an interval, so a quiet
 	// database still produces binlog transactions that move the checkpoint.
 	Heartbeat *Heartbeat `yaml:"heartbeat"`
-	// SkipChecks names start-up checks (preflight.CheckNames) whose problems outboxd run logs as
-	// warnings instead of refusing to start: for a check that is wrong about a given server.
+	// SkipChecks names start-up checks whose problems outboxd run logs as warnings instead of
+	// refusing to start: for a check that is wrong about a given server. Names: flavor,
+	// log_bin, binlog_format, binlog_row_image, binlog_row_metadata, server_id, gtid_mode,
+	// enforce_gtid_consistency, gtid_strict_mode, binlog_retention, replication_slave,
+	// replication_client, table_select, table_exists, table_columns, checkpoint_table,
+	// checkpoint_grants, checkpoint_writer, cleanup_writer, cleanup_grants, cleanup_table,
+	// cleanup_hold.
+	//
+	// In code, the names are preflight.CheckNames; internal/docgen's test keeps this list
+	// complete.
 	SkipChecks []string `yaml:"skip_checks"`
 	// AllowMinimalRowMetadata accepts binlog_row_metadata other than FULL, with its risk of
-	// fields mapped to the wrong columns after an ALTER TABLE.
+	// fields mapped to the wrong columns after an ALTER TABLE: without FULL, column names come
+	// from information_schema, which describes the table as it is now, not as the row was
+	// written.
 	AllowMinimalRowMetadata bool `yaml:"allow_minimal_row_metadata"`
 	// MinBinlogRetention is the shortest binlog retention check and run accept without a
 	// warning (check binlog_retention); default DefaultMinBinlogRetention. outboxd can be
@@ -137,15 +206,19 @@ type Source struct {
 // Heartbeat is the optional heartbeat row: outboxd writes (id = server_id, ts = NOW(6)) into
 // Table every Interval on its own connection. The table must not be an outbox table.
 type Heartbeat struct {
-	// Table is "schema.table", with columns id (primary key) and ts.
+	// Table is "schema.table", with columns id (primary key) and ts, such as CREATE TABLE
+	// outboxd.heartbeat (id INT UNSIGNED PRIMARY KEY, ts DATETIME(6) NOT NULL); the user
+	// needs SELECT, INSERT and UPDATE on it.
 	Table string `yaml:"table"`
-	// Interval is how often the row is written; default 5s.
+	// Interval is how often the row is written.
 	Interval time.Duration `yaml:"interval"`
 }
 
 // Admin is the HTTP server for /metrics, /healthz, /readyz and /status.
 type Admin struct {
 	// Listen is host:port. Omitted: DefaultAdminListen (loopback only). "" or "off": no server.
+	// An explicitly set address that cannot be bound stops outboxd at start; the default one
+	// only logs an error. The server serves no secrets.
 	Listen *string `yaml:"listen"`
 }
 
@@ -162,32 +235,47 @@ func (a Admin) Addr() string {
 
 // Table is one outbox table and the names of its columns.
 type Table struct {
-	// Table is "schema.table".
-	Table   string  `yaml:"table"`
+	// Table is "schema.table" (required); each table at most once.
+	Table string `yaml:"table"`
+	// Columns names the table's columns; each one left out takes its default name.
 	Columns Columns `yaml:"columns"`
-	// Cleanup overrides the global cleanup block for this table, field by field (CleanupFor).
+	// Cleanup overrides the global cleanup block for this table, field by field; enabled:
+	// false turns cleanup off for this table.
 	Cleanup *Cleanup `yaml:"cleanup"`
 	// TimestampZone is the IANA time zone a DATETIME columns.timestamp is read in; empty means
 	// UTC. (A TIMESTAMP or epoch-millis column is absolute and ignores it.)
 	TimestampZone string `yaml:"timestamp_zone"`
-	// ExtraHeaders places columns as headers, {column: header_name}; see shape.go.
+	// ExtraHeaders places columns as message headers, {column: header_name}; a NULL value adds
+	// no header, and outboxd's own header names are refused.
 	ExtraHeaders map[string]string `yaml:"extra_headers"`
-	// EmptyPayload is what an empty (or NULL) payload becomes: EmptyPayloadSend ("" too),
-	// EmptyPayloadTombstone (Kafka only) or EmptyPayloadPoison.
+	// EmptyPayload is what an empty (or NULL) payload becomes: EmptyPayloadSend (the default:
+	// an empty message), EmptyPayloadTombstone (Kafka only: a null value with the key; a row
+	// without a key is poison) or EmptyPayloadPoison.
 	EmptyPayload string `yaml:"empty_payload"`
 	// OnUpdate is what an UPDATE of an outbox row does (it is never sent): OnUpdateIgnore
-	// ("" too), OnUpdateWarn or OnUpdateStop.
+	// (the default), OnUpdateWarn (log it and count it in outboxd_outbox_updates_total) or
+	// OnUpdateStop (exit naming the row).
 	OnUpdate string `yaml:"on_update"`
 }
 
 // Columns names the outbox table's columns; ApplyDefaults fills each empty one with its key.
+//
+// event_id, key, topic and payload must exist in the table; event_type and headers may be
+// absent.
 type Columns struct {
-	EventID   string `yaml:"event_id"`
-	Key       string `yaml:"key"`
-	Topic     string `yaml:"topic"`
-	Payload   string `yaml:"payload"`
+	// EventID is the row's unique id, sent as the header event_id (consumers deduplicate on it).
+	EventID string `yaml:"event_id"`
+	// Key is the message key, which orders and partitions; NULL means no key.
+	Key string `yaml:"key"`
+	// Topic is the row's logical topic, matched by routes[].match.topic and used as {topic}.
+	Topic string `yaml:"topic"`
+	// Payload is the message value, sent byte for byte.
+	Payload string `yaml:"payload"`
+	// EventType is optional: the header event_type, the template placeholder {event_type}
+	// and the default RocketMQ tag.
 	EventType string `yaml:"event_type"`
-	Headers   string `yaml:"headers"`
+	// Headers is optional: a JSON object of extra message headers.
+	Headers string `yaml:"headers"`
 	// CreatedAt is the row's insert time, a DATETIME or TIMESTAMP column; empty (the default)
 	// means the table has none. reconcile needs it: its window selects rows by it.
 	CreatedAt string `yaml:"created_at"`
@@ -201,50 +289,77 @@ type Columns struct {
 
 // Sink is one broker cluster. Kafka fields and RocketMQ fields are exclusive by Type.
 type Sink struct {
+	// Type is the broker kind (required); the other keys allowed depend on it.
 	Type string `yaml:"type"`
 
 	// Kafka.
-	Brokers         []string      `yaml:"brokers"`
-	ClientID        string        `yaml:"client_id"`
-	Timeout         time.Duration `yaml:"timeout"`
-	MaxMessageBytes int           `yaml:"max_message_bytes"`
-	// TLS, when set, encrypts broker connections and verifies the brokers' certificates.
+
+	// Brokers are the Kafka bootstrap brokers, host:port, at least one (kafka only).
+	Brokers []string `yaml:"brokers"`
+	// ClientID is the Kafka client id the brokers see (kafka only).
+	ClientID string `yaml:"client_id"`
+	// Timeout bounds one produce request (kafka only).
+	Timeout time.Duration `yaml:"timeout"`
+	// MaxMessageBytes is the largest message sent; a larger one is poison (kafka only). Keep
+	// it at most the topic's max.message.bytes.
+	MaxMessageBytes int `yaml:"max_message_bytes"`
+	// TLS, when set, encrypts broker connections and verifies the brokers' certificates
+	// (kafka only).
 	TLS *SinkTLS `yaml:"tls"`
-	// SASL, when set, authenticates to the brokers.
+	// SASL, when set, authenticates to the brokers (kafka only).
 	SASL *SASL `yaml:"sasl"`
 
 	// RocketMQ.
+
+	// Nameservers are the RocketMQ NameServers, host:port, at least one (rocketmq only).
 	Nameservers []string `yaml:"nameservers"`
-	Group       string   `yaml:"group"`
-	Namespace   string   `yaml:"namespace"`
-	AccessKey   string   `yaml:"access_key"`
-	SecretKey   string   `yaml:"secret_key"`
-	// AccessKeyFile and SecretKeyFile name files holding the ACL credentials, read at load;
-	// each is exclusive with its value field.
-	AccessKeyFile string        `yaml:"access_key_file"`
-	SecretKeyFile string        `yaml:"secret_key_file"`
-	SendTimeout   time.Duration `yaml:"send_timeout"`
+	// Group is the producer group (rocketmq only).
+	Group string `yaml:"group"`
+	// Namespace is the RocketMQ namespace; empty means none (rocketmq only).
+	Namespace string `yaml:"namespace"`
+	// AccessKey is the ACL access key, usually ${VAR}; AccessKey and SecretKey come as a pair
+	// or not at all (rocketmq only).
+	AccessKey string `yaml:"access_key"`
+	// SecretKey is the ACL secret key, usually ${VAR}; never written to logs (rocketmq only).
+	SecretKey string `yaml:"secret_key"`
+	// AccessKeyFile names a file holding the access key, read at load; exclusive with
+	// AccessKey (rocketmq only).
+	AccessKeyFile string `yaml:"access_key_file"`
+	// SecretKeyFile names a file holding the secret key, read at load; exclusive with
+	// SecretKey (rocketmq only).
+	SecretKeyFile string `yaml:"secret_key_file"`
+	// SendTimeout bounds one send request (rocketmq only). Each queue's messages go in
+	// batches of at most 256 messages or 1 MiB.
+	SendTimeout time.Duration `yaml:"send_timeout"`
 }
 
 // Route sends matching rows to a sink. Routes are tried in order; the first match wins.
 type Route struct {
 	// Name is the route's label in the delivery metrics (the route label of
 	// outboxd_events_delivered_total and the per-table series); empty means the route's index
-	// as text ("0", "1", ...). See Label.
-	Name  string `yaml:"name"`
-	Match Match  `yaml:"match"`
-	Sink  string `yaml:"sink"`
-	// Topic is the destination topic template; see ParseTemplate.
+	// as text ("0", "1", ...).
+	Name string `yaml:"name"`
+	// Match selects the rows the route takes; left out, it takes every row.
+	Match Match `yaml:"match"`
+	// Sink names the sink the rows go to, a key of sinks (required).
+	Sink string `yaml:"sink"`
+	// Topic is the destination topic, a template with the placeholders {topic} (the row's
+	// topic column), {schema}, {table} and {event_type}.
 	Topic string `yaml:"topic"`
-	// Tag is the RocketMQ tag template; empty means the row's event_type.
+	// Tag is the RocketMQ tag, a template like Topic; empty means the row's event_type
+	// (rocketmq sinks only).
 	Tag string `yaml:"tag"`
-	// Format is the envelope: FormatRaw ("" too) or FormatCloudEvents (Kafka only).
+	// Format is the envelope: FormatRaw (the default: the payload as it is) or
+	// FormatCloudEvents (Kafka only: binary-mode ce_* headers; a row without event_type is
+	// poison unless cloudevents.type is set).
 	Format string `yaml:"format"`
-	// CloudEvents holds the attributes of format: cloudevents; nil takes the defaults.
+	// CloudEvents holds the attributes of format: cloudevents; left out, each takes its
+	// default.
 	CloudEvents *CloudEvents `yaml:"cloudevents"`
 }
 
-// Match selects rows by path.Match globs. An empty glob matches everything.
+// Match selects rows by globs in Go's path.Match syntax (*, ?, [a-z]). An empty glob matches
+// everything.
 type Match struct {
 	// Table is matched against "schema.table".
 	Table string `yaml:"table"`
@@ -254,7 +369,9 @@ type Match struct {
 
 // DeadLetter is where poison rows go with on_poison: dead_letter.
 type DeadLetter struct {
-	Sink  string `yaml:"sink"`
+	// Sink names the sink dead letters go to, a key of sinks (required).
+	Sink string `yaml:"sink"`
+	// Topic is the dead-letter topic, literal (no placeholders; required).
 	Topic string `yaml:"topic"`
 }
 
@@ -262,10 +379,13 @@ type DeadLetter struct {
 // before it follows on_poison.
 const DefaultMissingTopicTimeout = 5 * time.Minute
 
-// Retry bounds the exponential backoff of sink retries.
+// Retry bounds the exponential backoff of sink retries. Retries of a retryable error never
+// give up, since giving up would lose or reorder messages: the stream stalls instead.
 type Retry struct {
+	// Initial is the first wait after a failed send, more than 0; each next wait doubles.
 	Initial time.Duration `yaml:"initial"`
-	Max     time.Duration `yaml:"max"`
+	// Max is the longest wait between two resends, at least Initial.
+	Max time.Duration `yaml:"max"`
 	// MissingTopicTimeout bounds the retries of a row whose topic does not exist (Kafka
 	// UNKNOWN_TOPIC_OR_PARTITION, a RocketMQ topic without a route): it may be created any
 	// moment, but a typo in a topic template never will be. After it the row follows on_poison.
@@ -274,13 +394,15 @@ type Retry struct {
 
 // Checkpoint says where and how often the acknowledged GTID position is saved.
 type Checkpoint struct {
-	// Store is CheckpointStoreFile ("" too, the default: Path) or CheckpointStoreMySQL (one row of Table,
-	// keyed by Name, on the writable primary at WriterAddr).
+	// Store is CheckpointStoreFile (the default: the file at Path) or CheckpointStoreMySQL (one
+	// row of Table, keyed by Name, on the writable primary at WriterAddr).
 	Store string `yaml:"store"`
-	// Path is the checkpoint file (file store only).
-	Path     string        `yaml:"path"`
+	// Path is the checkpoint file (file store only). Its directory must be writable: the
+	// file is replaced atomically and locked while outboxd runs.
+	Path string `yaml:"path"`
+	// Interval is how often the checkpoint is saved while the position moves.
 	Interval time.Duration `yaml:"interval"`
-	// Table is the MySQL store's "schema.table" (mysql store only; default outboxd.checkpoint).
+	// Table is the MySQL store's "schema.table" (mysql store only).
 	Table string `yaml:"table"`
 	// Name keys this pipeline's row in Table (mysql store only; required).
 	Name string `yaml:"name"`
@@ -294,11 +416,15 @@ type Checkpoint struct {
 // lock on the writable primary (checkpoint.writer_addr); only the holder reads the binlog and
 // sends, the others wait as hot standbys. It needs checkpoint.store: mysql.
 type HA struct {
+	// Enabled turns leader election on.
 	Enabled bool `yaml:"enabled"`
-	// LockName is the GET_LOCK name; default DefaultLockName of checkpoint.name and the tables.
+	// LockName is the GET_LOCK name, at most 64 characters; default "outboxd." +
+	// checkpoint.name + "." + a short hash of the outbox tables, so that two configs that
+	// share a checkpoint.name but relay different tables never form one group.
 	LockName string `yaml:"lock_name"`
 	// Lease is how long the leader goes on without proving it holds the lock before it fences
-	// itself (stops reading and sending, never saves again); default DefaultHALease.
+	// itself (stops reading and sending, never saves again); default DefaultHALease. The lock
+	// connection's wait_timeout is the lease plus the longest sink timeout plus 2s.
 	Lease time.Duration `yaml:"lease"`
 }
 
@@ -360,7 +486,7 @@ func (c *Config) LongestSend() time.Duration {
 	return d
 }
 
-// Checkpoint stores.
+// checkpoint.store values.
 const (
 	CheckpointStoreFile  = "file"
 	CheckpointStoreMySQL = "mysql"
@@ -383,8 +509,11 @@ func (c Checkpoint) Where() string {
 // memory outboxd holds, and, when full, the backpressure that pauses binlog reading. Zero
 // values take the defaults.
 type Pipeline struct {
+	// MaxInflightEvents bounds the events read but not yet acknowledged.
 	MaxInflightEvents int `yaml:"max_inflight_events"`
-	MaxInflightBytes  int `yaml:"max_inflight_bytes"`
+	// MaxInflightBytes bounds the message bytes read but not yet acknowledged; the process
+	// holds about 2 to 3 times as much memory for them.
+	MaxInflightBytes int `yaml:"max_inflight_bytes"`
 }
 
 // Defaults of the pipeline section.
@@ -393,9 +522,11 @@ const (
 	DefaultMaxInflightBytes  = 16 << 20
 )
 
-// Log configures zerolog.
+// Log configures the log, written to standard error.
 type Log struct {
-	Level  string `yaml:"level"`
+	// Level is the lowest level logged.
+	Level string `yaml:"level"`
+	// Format is LogJSON (one JSON object per line) or LogConsole (for a person at a terminal).
 	Format string `yaml:"format"`
 }
 

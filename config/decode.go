@@ -123,8 +123,8 @@ func (w *walker) walkStruct(n *yaml.Node, t reflect.Type, path string) {
 	var names []string
 	for i := range t.NumField() {
 		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if name == "" || name == "-" || !f.IsExported() {
+		name, ok := FieldKey(f)
+		if !ok {
 			continue
 		}
 		fields[name] = f.Type
@@ -212,6 +212,13 @@ func (w *walker) walkScalar(n *yaml.Node, t reflect.Type, path string) {
 	if err := n.Decode(reflect.New(t).Interface()); err != nil {
 		w.fail(path, n.Line, "want %s, got %q", describeType(t), n.Value)
 	}
+}
+
+// FieldKey returns the key of the struct field f in the configuration file, from its yaml tag,
+// and false for a field the file cannot set (unexported, untagged or "-"). Pure.
+func FieldKey(f reflect.StructField) (string, bool) {
+	name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	return name, f.IsExported() && name != "" && name != "-"
 }
 
 func join(path, key string) string {

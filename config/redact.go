@@ -118,9 +118,8 @@ func toNode(v reflect.Value) *yaml.Node {
 		n := &yaml.Node{Kind: yaml.MappingNode}
 		t := v.Type()
 		for i := range t.NumField() {
-			f := t.Field(i)
-			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-			if !f.IsExported() || name == "" || name == "-" {
+			name, ok := FieldKey(t.Field(i))
+			if !ok {
 				continue
 			}
 			fv := v.Field(i)

@@ -10,7 +10,7 @@ import (
 	"strings"
 )
 
-// Source TLS modes, as in MySQL's --ssl-mode.
+// source.tls.mode values, as in MySQL's --ssl-mode.
 const (
 	// TLSDisabled connects in plain text. It is the default: outboxd makes the operator choose
 	// encryption explicitly rather than defaulting to preferred, whose silent fallback to plain
@@ -27,7 +27,7 @@ const (
 	TLSVerifyIdentity = "verify-identity"
 )
 
-// SASL mechanisms accepted for Kafka sinks.
+// sinks.<name>.sasl.mechanism values.
 const (
 	SASLPlain       = "PLAIN"
 	SASLScramSHA256 = "SCRAM-SHA-256"
@@ -36,7 +36,11 @@ const (
 
 // SourceTLS configures TLS for both connections to the source: the SQL one and the binlog dump.
 type SourceTLS struct {
-	// Mode is disabled (default), preferred, required or verify-identity.
+	// Mode is TLSDisabled (the default), TLSPreferred, TLSRequired or TLSVerifyIdentity:
+	// disabled connects in plain text; preferred uses TLS when the server offers it, without
+	// verifying its certificate; required insists on TLS and verifies the chain only when
+	// ca_file is set; verify-identity verifies the chain (ca_file or the system roots) and
+	// the name (server_name or the host of source.addr).
 	Mode string `yaml:"mode"`
 	// CAFile is a PEM file of CA certificates that sign the server's certificate; read at load.
 	CAFile string `yaml:"ca_file"`
@@ -65,8 +69,11 @@ type SinkTLS struct {
 type SASL struct {
 	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
 	Mechanism string `yaml:"mechanism"`
-	Username  string `yaml:"username"`
-	Password  string `yaml:"password"`
+	// Username is the SASL user name (required).
+	Username string `yaml:"username"`
+	// Password is the SASL password, usually ${VAR}; never written to logs. This or
+	// PasswordFile is required.
+	Password string `yaml:"password"`
 	// PasswordFile names a file holding the password, read at load; exclusive with Password.
 	PasswordFile string `yaml:"password_file"`
 }

@@ -63,12 +63,12 @@ func (c *Config) Validate() error {
 		p.add("checkpoint.interval", "must be positive, such as 1s; got %s", c.Checkpoint.Interval)
 	}
 	switch c.Log.Level {
-	case "debug", "info", "warn", "error":
+	case LogDebug, LogInfo, LogWarn, LogError:
 	default:
 		p.add("log.level", "%q is not allowed; use debug, info, warn or error", c.Log.Level)
 	}
 	switch c.Log.Format {
-	case "json", "console":
+	case LogJSON, LogConsole:
 	default:
 		p.add("log.format", "%q is not allowed; use json or console", c.Log.Format)
 	}
