@@ -2,16 +2,26 @@
 # install what they need on a fresh Debian/Ubuntu machine with Go.
 GO        ?= go
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS   := -s -w -X main.version=$(VERSION)
+COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null)
+# The commit's time, given to every file of a release so that one commit builds the same bytes.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+# The same flags as internal/release's LDFlags.
+LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 BIN       := bin/outboxd
 DEMO_BIN  := bin/outboxd-demo
 
-.PHONY: all build deps deps-demo test test-unit vet docs demo bench chaos effectively-once clean
+.PHONY: all build release deps deps-demo test test-unit vet docs demo bench chaos effectively-once clean
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/outboxd
+
+# Static binaries for linux/amd64, linux/arm64 and darwin/arm64 in tar.gz archives, an OCI image
+# tarball (both Linux platforms under one index; no Docker engine needed) and SHA256SUMS, in dist/.
+# See docs/getting-started/install.md. internal/release/release_test.go runs the same build.
+release:
+	$(GO) run ./internal/release/cmd/outboxd-release -version '$(VERSION)' -commit '$(COMMIT)' -created '$(SOURCE_DATE_EPOCH)' -out dist
 
 deps:
 	./scripts/install-deps.sh
@@ -76,4 +86,4 @@ effectively-once: deps
 	$(GO) test -count=1 -timeout 15m -run '^TestEffectivelyOnce$$' ./e2e/ -args -effectively-once-orders 3000
 
 clean:
-	rm -rf bin data
+	rm -rf bin data dist

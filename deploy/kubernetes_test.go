@@ -25,12 +25,13 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/internal/release"
 )
 
 // No cluster runs here: these tests decode every manifest of deploy/kubernetes strictly into
 // the k8s.io/api types (an unknown or misspelt field is an error, as the API server's strict
 // field validation would report it) and check what must hold between the objects, the config
-// they mount, the Dockerfile and the compose stack.
+// they mount, the Dockerfile, the release image and the compose stack.
 
 // pipelineDrain is the pipeline's default DrainTimeout (pipeline.Config): how long the sends in
 // flight may go on after SIGTERM before the checkpoint is saved.
@@ -288,10 +289,11 @@ func TestKubernetesManifestsDecodeStrictly(t *testing.T) {
 	if !slices.Equal(res, m.files) {
 		t.Errorf("kustomization.yaml resources = %v, want every manifest of the directory: %v", res, m.files)
 	}
-	img := outboxdContainer(t, m.deployment).Image
-	name, _, _ := strings.Cut(img, ":")
-	if len(k.Images) != 1 || k.Images[0].Name != name {
-		t.Errorf("kustomization.yaml images = %+v; want one entry for the container image %s", k.Images, name)
+	// One entry for the container image, which says the same name and tag (so overriding newTag
+	// is how a user picks another release).
+	name, tag := splitImage(outboxdContainer(t, m.deployment).Image)
+	if len(k.Images) != 1 || k.Images[0].Name != name || k.Images[0].NewName != name || k.Images[0].NewTag != tag {
+		t.Errorf("kustomization.yaml images = %+v; want one entry for the container image %s, with newName %[2]s and newTag %s", k.Images, name, tag)
 	}
 }
 
@@ -383,13 +385,13 @@ func TestKubernetesDeployment(t *testing.T) {
 		t.Errorf("strategy = %+v; want RollingUpdate with maxUnavailable 0", d.Spec.Strategy)
 	}
 
-	// The image and command are the compose stack's: the repository's Dockerfile, run as
-	// docker-compose.yml runs it (the image's ENTRYPOINT, the same args).
+	// The image is the released one (`make release`, internal/release), at a release version;
+	// it runs as docker-compose.yml runs the Dockerfile's (the image's ENTRYPOINT, the same args).
 	p := project(t)
 	ob := service(t, p, "outboxd")
 	c := outboxdContainer(t, d)
-	if c.Image != ob.Image {
-		t.Errorf("image = %q, want %q, the image docker-compose.yml builds from the Dockerfile", c.Image, ob.Image)
+	if repo, tag := splitImage(c.Image); repo != release.Repository || !releaseTag.MatchString(tag) {
+		t.Errorf("image = %q, want %s:vMAJOR.MINOR.PATCH, the image make release builds", c.Image, release.Repository)
 	}
 	if len(c.Command) != 0 || !slices.Equal(c.Args, ob.Command) {
 		t.Errorf("command %v args %v; want the image's ENTRYPOINT with args %v as in docker-compose.yml", c.Command, c.Args, ob.Command)
@@ -408,6 +410,9 @@ func TestKubernetesDeployment(t *testing.T) {
 
 	// Non-root, as the image's user, with nothing writable and no privileges.
 	uid := dockerfileUID(t)
+	if uid != release.UID {
+		t.Errorf("the Dockerfile's user is %d, the release image's %d; the manifests serve both", uid, release.UID)
+	}
 	psc := d.Spec.Template.Spec.SecurityContext
 	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser != uid {
 		t.Errorf("pod securityContext %+v; want runAsNonRoot and runAsUser %d (the Dockerfile's user)", psc, uid)
@@ -484,6 +489,19 @@ func fmtPtr(p *int64) string {
 		return "unset"
 	}
 	return strconv.FormatInt(*p, 10)
+}
+
+// releaseTag is the tag of a released image: make release's VERSION at a release tag.
+var releaseTag = regexp.MustCompile(`^v\d+\.\d+\.\d+$`)
+
+// splitImage splits an image reference REPO:TAG at the tag's colon (a registry's port comes
+// before a slash).
+func splitImage(ref string) (repo, tag string) {
+	i := strings.LastIndex(ref, ":")
+	if i < 0 || strings.Contains(ref[i:], "/") {
+		return ref, ""
+	}
+	return ref[:i], ref[i+1:]
 }
 
 // dockerfileUID is the numeric user the final stage's files belong to (--chown=UID:GID): the

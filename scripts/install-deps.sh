@@ -5,6 +5,8 @@
 #                    e2e/prometheus_test.go runs the prometheus binary against outboxd.
 #   dolt           - the MySQL-flavor source of e2e/dolt_test.go, built once into a cache by
 #                    scripts/install-dolt.sh.
+#   ca-certificates - the CA bundle the release image carries (internal/release's test and
+#                    `make release` read /etc/ssl/certs/ca-certificates.crt).
 # Nothing is started here: the tests run their own servers, in temp dirs on free ports.
 # --demo installs only what `make demo` needs: mariadb-server.
 set -euo pipefail
@@ -19,6 +21,7 @@ command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need+=(maria
 if ! $demo && { ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; }; then
 	need+=(prometheus)
 fi
+$demo || [ -s /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 sudo=""

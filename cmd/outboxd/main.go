@@ -21,8 +21,12 @@ import (
 	"github.com/outboxd/outboxd/binlog"
 )
 
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
+// version and commit are set at build time with -ldflags "-X main.version=… -X main.commit=…"
+// (make build and make release do, from internal/release's LDFlags).
+var (
+	version = "dev"
+	commit  = ""
+)
 
 const usage = `outboxd relays outbox rows from the MySQL/MariaDB binlog to Kafka and RocketMQ.
 
@@ -145,7 +149,7 @@ missing (duplicates allowed), 1 when something is, 2 on a bad config or flag.`},
 		`Probes a running outboxd's admin server (admin.listen) and exits 0 when it answers 200, 1
 otherwise (not listening, timeout, any other status); 2 on a bad flag. For container
 healthchecks: the image is distroless, with no shell or curl.`},
-	"version": {"outboxd version", `Prints the version, the Go version and the platform.`},
+	"version": {"outboxd version", `Prints the version, the commit it was built from (when known), the Go version and the platform.`},
 }
 
 // exitError carries a process exit code.
@@ -254,7 +258,11 @@ func dispatchCommand(ctx context.Context, sig *signals, args []string, stdout, s
 		if err := fs.parse(args[1:]); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "outboxd %s (%s %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		if c := buildCommit(); c != "" {
+			fmt.Fprintf(stdout, "outboxd %s (commit %s, %s %s/%s)\n", version, c, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		} else {
+			fmt.Fprintf(stdout, "outboxd %s (%s %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		}
 		return nil
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
@@ -385,4 +393,30 @@ func tuneGC() {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(224 << 20)
 	}
+}
+
+// buildCommit is the commit stamped with -X main.commit, or else the one the go command recorded
+// from the checkout it built in (with "-dirty" when the tree had changes), or "" when neither
+// is known (a build from a source tarball).
+func buildCommit() string {
+	if commit != "" {
+		return commit
+	}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	rev, dirty := "", false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev != "" && dirty {
+		rev += "-dirty"
+	}
+	return rev
 }

@@ -248,3 +248,15 @@ func TestReportPrintsTheFixOnItsOwnLine(t *testing.T) {
 		}
 	}
 }
+
+// version prints the version and commit stamped with -ldflags (make release checks the real
+// stamping in internal/release's test).
+func TestVersionPrintsStampedCommit(t *testing.T) {
+	oldVersion, oldCommit := version, commit
+	t.Cleanup(func() { version, commit = oldVersion, oldCommit })
+	version, commit = "v1.2.3", "0123456789abcdef0123456789abcdef01234567"
+	err, stdout, _ := run("version")
+	if err != nil || !strings.HasPrefix(stdout, "outboxd v1.2.3 (commit 0123456789abcdef0123456789abcdef01234567, go") {
+		t.Errorf("outboxd version: %q, %v; want the version, then the commit", stdout, err)
+	}
+}
