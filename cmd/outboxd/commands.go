@@ -18,6 +18,7 @@ import (
 	"github.com/outboxd/outboxd/checkpoint/store"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/daemon"
+	"github.com/outboxd/outboxd/deadletter"
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/internal/logging"
 	"github.com/outboxd/outboxd/preflight"
@@ -109,6 +110,9 @@ func cmdRun(ctx context.Context, sig *signals, args []string, stdout, stderr io.
 	cfg, err := fs.load(args)
 	if err != nil {
 		return err
+	}
+	if err := deadletter.Check(cfg, dlEvents); err != nil {
+		return &exitError{code: 2, err: err}
 	}
 	log := newLogger(cfg.Log, stderr)
 	sig.useLogger(log)
