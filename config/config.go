@@ -199,31 +199,33 @@ type Columns struct {
 	Partition string `yaml:"partition"`
 }
 
-// Sink is one broker cluster. Kafka fields and RocketMQ fields are exclusive by Type.
+// Sink is one broker cluster. Kafka fields and RocketMQ fields are exclusive by Type: a field's
+// only tag names the type it belongs to, so that an unknown key is answered with the keys of
+// the sink's own type.
 type Sink struct {
 	Type string `yaml:"type"`
 
 	// Kafka.
-	Brokers         []string      `yaml:"brokers"`
-	ClientID        string        `yaml:"client_id"`
-	Timeout         time.Duration `yaml:"timeout"`
-	MaxMessageBytes int           `yaml:"max_message_bytes"`
+	Brokers         []string      `yaml:"brokers" only:"kafka"`
+	ClientID        string        `yaml:"client_id" only:"kafka"`
+	Timeout         time.Duration `yaml:"timeout" only:"kafka"`
+	MaxMessageBytes int           `yaml:"max_message_bytes" only:"kafka"`
 	// TLS, when set, encrypts broker connections and verifies the brokers' certificates.
-	TLS *SinkTLS `yaml:"tls"`
+	TLS *SinkTLS `yaml:"tls" only:"kafka"`
 	// SASL, when set, authenticates to the brokers.
-	SASL *SASL `yaml:"sasl"`
+	SASL *SASL `yaml:"sasl" only:"kafka"`
 
 	// RocketMQ.
-	Nameservers []string `yaml:"nameservers"`
-	Group       string   `yaml:"group"`
-	Namespace   string   `yaml:"namespace"`
-	AccessKey   string   `yaml:"access_key"`
-	SecretKey   string   `yaml:"secret_key"`
+	Nameservers []string `yaml:"nameservers" only:"rocketmq"`
+	Group       string   `yaml:"group" only:"rocketmq"`
+	Namespace   string   `yaml:"namespace" only:"rocketmq"`
+	AccessKey   string   `yaml:"access_key" only:"rocketmq"`
+	SecretKey   string   `yaml:"secret_key" only:"rocketmq"`
 	// AccessKeyFile and SecretKeyFile name files holding the ACL credentials, read at load;
 	// each is exclusive with its value field.
-	AccessKeyFile string        `yaml:"access_key_file"`
-	SecretKeyFile string        `yaml:"secret_key_file"`
-	SendTimeout   time.Duration `yaml:"send_timeout"`
+	AccessKeyFile string        `yaml:"access_key_file" only:"rocketmq"`
+	SecretKeyFile string        `yaml:"secret_key_file" only:"rocketmq"`
+	SendTimeout   time.Duration `yaml:"send_timeout" only:"rocketmq"`
 }
 
 // Route sends matching rows to a sink. Routes are tried in order; the first match wins.
