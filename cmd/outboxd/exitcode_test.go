@@ -19,3 +19,24 @@ func TestDeadLetterEventWithoutBlockExits2(t *testing.T) {
 		}
 	}
 }
+
+// status and health choose the admin address alike: --addr, else admin.listen of the config
+// (--config or $OUTBOXD_CONFIG), else 127.0.0.1:9120, outboxd's default admin.listen.
+func TestStatusAndHealthShareTheAdminDefault(t *testing.T) {
+	t.Setenv(configEnv, "")
+	cfg := writeConfig(t, t.TempDir()) // admin.listen 127.0.0.1:1: nothing listens
+	for _, cmd := range []string{"status", "health"} {
+		err, _, _ := run(cmd)
+		if exitCode(err) == 2 || (err != nil && !strings.Contains(err.Error(), "127.0.0.1:9120")) {
+			t.Errorf("%s without --addr or a config: exit %d (%v), want it to ask 127.0.0.1:9120", cmd, exitCode(err), err)
+		}
+		err, _, _ = run(cmd, "--config", cfg)
+		if exitCode(err) != 1 || !strings.Contains(err.Error(), "127.0.0.1:1") {
+			t.Errorf("%s --config: exit %d (%v), want 1 naming the config's admin.listen 127.0.0.1:1", cmd, exitCode(err), err)
+		}
+		err, _, _ = run(cmd, "--addr", "127.0.0.1:1", "--config", cfg)
+		if exitCode(err) != 2 {
+			t.Errorf("%s --addr --config: exit %d (%v), want 2", cmd, exitCode(err), err)
+		}
+	}
+}
