@@ -85,12 +85,13 @@ func readConfig(path string, load func(string) (*config.Config, error)) (*config
 	return cfg, nil
 }
 
-// newLogger is the command's logger (see internal/logging for the line format), and becomes
+// newLogger is the command's logger (see internal/logging for the line format; console lines
+// are coloured only on a terminal, see logging.Colour), and becomes
 // the logger of the MySQL driver and of package log too, so their lines are JSON in the same
 // stream.
 func newLogger(c config.Log, w io.Writer) zerolog.Logger {
 	if c.Format == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
+		w = logging.Console(w, os.Getenv)
 	}
 	lvl, err := zerolog.ParseLevel(c.Level)
 	if err != nil || c.Level == "" {
