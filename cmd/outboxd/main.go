@@ -57,7 +57,8 @@ var commands = map[string]struct{ synopsis, about string }{
 	"run": {"outboxd run [--config F] [--from-gtid SET [--force]] [--dead-letter-event ID]...",
 		`Streams the configured outbox tables from the binlog and delivers each row to its sink until
 SIGTERM or SIGINT; then drains what is in flight, saves the checkpoint and exits 0 (a second
-signal exits 3 at once). Nothing is reloaded while it runs (SIGHUP is ignored): restart it to
+signal exits 3 at once; the same signal again within 500 ms, as GNU timeout delivers it to the
+process and to its group, is the same stop). Nothing is reloaded while it runs (SIGHUP is ignored): restart it to
 apply a config change. Exits 2 on a bad config or flag, 1 on any other error.`},
 	"check": {"outboxd check [--config F] [--json]",
 		`Verifies the source server's settings, the account's privileges, every outbox table and its
