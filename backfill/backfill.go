@@ -46,8 +46,12 @@ type Config struct {
 	// pipeline (which bounds what is in flight by pipeline.max_inflight_*); default
 	// DefaultBatchRows.
 	BatchRows int
-	// DryRun counts the matching rows at the snapshot and sends nothing.
-	DryRun   bool
+	// DryRun reads the matching rows at the snapshot, routes each as it would be sent and
+	// gives it to Planned, and sends nothing.
+	DryRun bool
+	// Planned receives each row of a dry run in the order it would be sent; nil only counts.
+	// An error it returns ends the dry run with that error.
+	Planned  func(Planned) error
 	Snapshot SnapshotOptions
 	// DeadLetterEvents and Audit are run's --dead-letter-event (pipeline.Config): rows an
 	// operator chose to dead-letter if they are poison, even under on_poison: stop.
@@ -56,6 +60,15 @@ type Config struct {
 	Logger           zerolog.Logger
 	// Metrics receives the pipeline's delivery metrics; nil records nothing.
 	Metrics *metrics.Metrics
+}
+
+// Planned is one row a dry run would send: its event id, table ("schema.table") and key, and
+// the sink and topic its route gives it; Poison, when not empty, says why the row could not be
+// sent (Sink and Topic are then empty) and on_poison would apply to it.
+type Planned struct {
+	EventID, Table, Sink, Topic string
+	Key                         []byte
+	Poison                      string
 }
 
 // Result is what a backfill did.
@@ -96,14 +109,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	c.Logger.Info().Str("gtid_set", snap.Position.String()).Str("method", snap.Method).
 		Str("binlog_file", snap.File).Uint64("binlog_pos", snap.Pos).Msg("backfill snapshot taken")
 	if c.DryRun {
-		for _, t := range tables {
-			n, err := t.count(ctx, conn, c.Where)
-			if err != nil {
-				return Result{}, err
-			}
-			res.Rows[t.name] = n
-		}
-		return res, nil
+		return res, plan(ctx, c, conn, snap, tables, res.Rows)
 	}
 	err = deliver(ctx, c, snap, func(ctx context.Context, send func(*binlog.Txn) error) error {
 		for _, t := range tables {
@@ -116,6 +122,42 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		return nil
 	})
 	return res, err
+}
+
+// plan reads the rows a backfill would send, as it would read them (keyset pages in the
+// snapshot), routes each with the relay's router and hands it to c.Planned; rows counts them
+// per table.
+func plan(ctx context.Context, c Config, conn *sql.Conn, snap Snapshot, tables []table, rows map[string]int) error {
+	rt, err := router.New(c.Cfg)
+	if err != nil {
+		return err
+	}
+	for _, t := range tables {
+		n, err := t.read(ctx, conn, c.Where, c.BatchRows, snap.At, func(txn *binlog.Txn) error {
+			if c.Planned == nil {
+				return nil
+			}
+			for i := range txn.Events {
+				ev := &txn.Events[i]
+				p := Planned{EventID: string(ev.EventID.Bytes), Table: t.name, Key: ev.Key.Bytes}
+				sinkName, msg, err := rt.Route(txn, ev)
+				if err != nil {
+					p.Poison = err.Error()
+				} else {
+					p.Sink, p.Topic = sinkName, msg.Topic
+				}
+				if err := c.Planned(p); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		rows[t.name] = n
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // noSave is the pipeline's Saver during a backfill: its position is the snapshot's, which the
@@ -322,16 +364,6 @@ func where(cond string) string {
 		return "1=1"
 	}
 	return "(" + cond + ")"
-}
-
-// count counts the matching rows in the snapshot.
-func (t *table) count(ctx context.Context, conn *sql.Conn, cond string) (int, error) {
-	var n int
-	q := "SELECT COUNT(*) FROM " + t.from() + " WHERE " + where(cond)
-	if err := conn.QueryRowContext(ctx, q).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count the rows of %s: %s: %w", t.name, q, err)
-	}
-	return n, nil
 }
 
 // read sends the matching rows as transactions of up to batch events, in primary-key order:

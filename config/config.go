@@ -287,7 +287,9 @@ type Columns struct {
 	Partition string `yaml:"partition"`
 }
 
-// Sink is one broker cluster. Kafka fields and RocketMQ fields are exclusive by Type.
+// Sink is one broker cluster. Kafka fields and RocketMQ fields are exclusive by Type: a field's
+// only tag names the type it belongs to, so that an unknown key is answered with the keys of
+// the sink's own type.
 type Sink struct {
 	// Type is the broker kind (required); the other keys allowed depend on it.
 	Type string `yaml:"type"`
@@ -295,42 +297,42 @@ type Sink struct {
 	// Kafka.
 
 	// Brokers are the Kafka bootstrap brokers, host:port, at least one (kafka only).
-	Brokers []string `yaml:"brokers"`
+	Brokers []string `yaml:"brokers" only:"kafka"`
 	// ClientID is the Kafka client id the brokers see (kafka only).
-	ClientID string `yaml:"client_id"`
+	ClientID string `yaml:"client_id" only:"kafka"`
 	// Timeout bounds one produce request (kafka only).
-	Timeout time.Duration `yaml:"timeout"`
+	Timeout time.Duration `yaml:"timeout" only:"kafka"`
 	// MaxMessageBytes is the largest message sent; a larger one is poison (kafka only). Keep
 	// it at most the topic's max.message.bytes.
-	MaxMessageBytes int `yaml:"max_message_bytes"`
+	MaxMessageBytes int `yaml:"max_message_bytes" only:"kafka"`
 	// TLS, when set, encrypts broker connections and verifies the brokers' certificates
 	// (kafka only).
-	TLS *SinkTLS `yaml:"tls"`
+	TLS *SinkTLS `yaml:"tls" only:"kafka"`
 	// SASL, when set, authenticates to the brokers (kafka only).
-	SASL *SASL `yaml:"sasl"`
+	SASL *SASL `yaml:"sasl" only:"kafka"`
 
 	// RocketMQ.
 
 	// Nameservers are the RocketMQ NameServers, host:port, at least one (rocketmq only).
-	Nameservers []string `yaml:"nameservers"`
+	Nameservers []string `yaml:"nameservers" only:"rocketmq"`
 	// Group is the producer group (rocketmq only).
-	Group string `yaml:"group"`
+	Group string `yaml:"group" only:"rocketmq"`
 	// Namespace is the RocketMQ namespace; empty means none (rocketmq only).
-	Namespace string `yaml:"namespace"`
+	Namespace string `yaml:"namespace" only:"rocketmq"`
 	// AccessKey is the ACL access key, usually ${VAR}; AccessKey and SecretKey come as a pair
 	// or not at all (rocketmq only).
-	AccessKey string `yaml:"access_key"`
+	AccessKey string `yaml:"access_key" only:"rocketmq"`
 	// SecretKey is the ACL secret key, usually ${VAR}; never written to logs (rocketmq only).
-	SecretKey string `yaml:"secret_key"`
+	SecretKey string `yaml:"secret_key" only:"rocketmq"`
 	// AccessKeyFile names a file holding the access key, read at load; exclusive with
 	// AccessKey (rocketmq only).
-	AccessKeyFile string `yaml:"access_key_file"`
+	AccessKeyFile string `yaml:"access_key_file" only:"rocketmq"`
 	// SecretKeyFile names a file holding the secret key, read at load; exclusive with
 	// SecretKey (rocketmq only).
-	SecretKeyFile string `yaml:"secret_key_file"`
+	SecretKeyFile string `yaml:"secret_key_file" only:"rocketmq"`
 	// SendTimeout bounds one send request (rocketmq only). Each queue's messages go in
 	// batches of at most 256 messages or 1 MiB.
-	SendTimeout time.Duration `yaml:"send_timeout"`
+	SendTimeout time.Duration `yaml:"send_timeout" only:"rocketmq"`
 }
 
 // Route sends matching rows to a sink. Routes are tried in order; the first match wins.

@@ -121,6 +121,7 @@ func (w *walker) walkStruct(n *yaml.Node, t reflect.Type, path string) {
 	}
 	fields := map[string]reflect.Type{}
 	var names []string
+	variant := variantOf(pairs)
 	for i := range t.NumField() {
 		f := t.Field(i)
 		name, ok := FieldKey(f)
@@ -128,7 +129,11 @@ func (w *walker) walkStruct(n *yaml.Node, t reflect.Type, path string) {
 			continue
 		}
 		fields[name] = f.Type
-		names = append(names, name)
+		// The keys allowed here are those of the mapping's own type (a Sink's type: kafka
+		// lists no RocketMQ key); a wrong type's key is Validate's "not a kafka setting".
+		if only := f.Tag.Get("only"); only == "" || variant == "" || only == variant {
+			names = append(names, name)
+		}
 	}
 	for _, kv := range pairs {
 		ft, ok := fields[kv[0].Value]
@@ -138,6 +143,20 @@ func (w *walker) walkStruct(n *yaml.Node, t reflect.Type, path string) {
 		}
 		w.walkValue(kv, ft, join(path, kv[0].Value))
 	}
+}
+
+// variantOf returns the value of a mapping's type key when it names a variant some fields are
+// tagged only for (Sink: kafka, rocketmq), else "": then every key is listed as allowed.
+func variantOf(pairs [][2]*yaml.Node) string {
+	for _, kv := range pairs {
+		if kv[0].Value == "type" && kv[1].Kind == yaml.ScalarNode {
+			switch v := kv[1].Value; v {
+			case SinkKafka, SinkRocketMQ:
+				return v
+			}
+		}
+	}
+	return ""
 }
 
 // walkValue walks a mapping value and records the key's line for its path: with block style

@@ -134,6 +134,14 @@ func (c *Config) validateSource(p *problems) {
 			if _, err := gtid.Parse(s.Flavor, s.Start); err != nil {
 				p.add("source.start", "%q is not latest, earliest or a %s GTID set: %v", s.Start, s.Flavor, err)
 			}
+			break
+		}
+		// Without a usable flavor a start that is no GTID set of either flavor is still
+		// wrong, and is said in the same pass as the flavor: not once the flavor is fixed.
+		_, errMySQL := gtid.Parse(gtid.MySQL, s.Start)
+		_, errMariaDB := gtid.Parse(gtid.MariaDB, s.Start)
+		if errMySQL != nil && errMariaDB != nil {
+			p.add("source.start", "%q is not latest, earliest or a GTID set (MySQL: uuid:1-5, MariaDB: 0-1-100)", s.Start)
 		}
 	}
 }

@@ -15,6 +15,20 @@ import (
 	"github.com/outboxd/outboxd/config"
 )
 
+// ErrNoDeadLetter is Check's error: --dead-letter-event was given but the config has no
+// dead_letter block. It is a config error (exit 2), as the commands report them.
+var ErrNoDeadLetter = errors.New("--dead-letter-event needs a dead_letter block ({sink, topic}) to send the row to")
+
+// Check returns ErrNoDeadLetter when ids are given and cfg has no dead_letter block, nil
+// otherwise: the part of Override that depends on the config alone, for a command to report
+// with its other config errors before it connects anywhere. Pure; safe for concurrent use.
+func Check(cfg *config.Config, ids []string) error {
+	if len(ids) > 0 && cfg.DeadLetter == nil {
+		return ErrNoDeadLetter
+	}
+	return nil
+}
+
 // Override checks --dead-letter-event ids against the config and returns the event set and the
 // audit writer: one line per diversion, appended and synced to audit.log beside the
 // checkpoint file, so the decision outlives the logs. The mysql store has no directory of its
@@ -27,8 +41,8 @@ func Override(cfg *config.Config, ids []string, log zerolog.Logger) (map[string]
 	if len(ids) == 0 {
 		return nil, nil, nil
 	}
-	if cfg.DeadLetter == nil {
-		return nil, nil, errors.New("--dead-letter-event needs a dead_letter block ({sink, topic}) to send the row to")
+	if err := Check(cfg, ids); err != nil {
+		return nil, nil, err
 	}
 	set := make(map[string]bool, len(ids))
 	for _, id := range ids {

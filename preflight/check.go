@@ -211,8 +211,10 @@ func verifiedSource(req Request, found []Problem) []Item {
 
 // checkSinks opens every sink on its own and checks the opened ones at once: first that the
 // brokers answer, then each static topic, so that each failure is reported under its own name.
+// The RocketMQ client's own log lines are dropped: each problem it would log is a line of the
+// report, which they would otherwise interleave.
 func checkSinks(ctx context.Context, cfg *config.Config, log zerolog.Logger, r *Report) {
-	opened, failed := sinks.OpenEach(cfg, log)
+	opened, failed := sinks.OpenEach(cfg, log, zerolog.Nop())
 	defer func() {
 		for _, s := range opened {
 			s.Close()

@@ -10,6 +10,8 @@
 # Nothing is started here: the tests run their own servers, in temp dirs on free ports.
 # --demo installs only what `make demo` needs: mariadb-server.
 set -euo pipefail
+# shellcheck source=scripts/apt.sh
+. "$(dirname "$0")/apt.sh"
 
 demo=false
 [ "${1:-}" = "--demo" ] && demo=true
@@ -37,9 +39,9 @@ if [ ! -e "$policy" ]; then
 	printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
 	$sudo chmod 755 "$policy"
 fi
-$sudo apt-get update -qq
+apt_get update -qq
 # --no-install-recommends: prometheus recommends prometheus-node-exporter, which nothing here uses.
-$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+apt_get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 # Only the binaries of prometheus are wanted: a system prometheus on :9090 would also take the
 # port docker-compose.yml publishes for its own, so it is not left enabled for the next boot.
 if [[ " ${need[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then

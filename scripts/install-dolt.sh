@@ -6,18 +6,18 @@
 # when missing) and takes a few minutes; the binary is about 165 MB. Keep DOLT_VERSION equal to
 # testenv/dolt.Version (a unit test there checks).
 set -euo pipefail
+# shellcheck source=scripts/apt.sh
+. "$(dirname "$0")/apt.sh"
 
 DOLT_VERSION=v0.40.5-0.20260424001550-011a27ff4303   # Dolt 1.86.4
 dir="${OUTBOXD_CACHE:-$HOME/.cache/outboxd}/dolt-${DOLT_VERSION}"
 [ -x "$dir/dolt" ] && exit 0
 
 if ! command -v gcc >/dev/null 2>&1; then
-	sudo=""
-	[ "$(id -u)" -eq 0 ] || sudo="sudo"
 	echo "installing: build-essential (Dolt needs cgo)" >&2
 	export DEBIAN_FRONTEND=noninteractive
-	$sudo apt-get update -qq
-	$sudo apt-get install -y -qq --no-install-recommends build-essential >/dev/null
+	apt_get update -qq
+	apt_get install -y -qq --no-install-recommends build-essential >/dev/null
 fi
 
 echo "building dolt ${DOLT_VERSION} into $dir (a few minutes, once)" >&2

@@ -188,6 +188,13 @@ func runDemo(ctx context.Context, o demoOptions) (demoResult, error) {
 	say("  the event, commit→broker (RocketMQ) to the broker storing it. ? means no commit time was known:")
 	say("  the event arrived before the app's COMMIT call returned, or the app did not write it (a row")
 	say("  you inserted yourself).")
+	sqlClient, insert := ownRow(db.Addr)
+	say("insert a row of your own: in another terminal, open the shop database as root (no password)")
+	say("  %s", sqlClient)
+	say("  and paste:")
+	say("  %s", insert)
+	say("  it arrives below as a line \"rocketmq| ORDER_CREATED ... key=me\" (topic order.paid goes to Kafka),")
+	say("  with commit→broker ? since the demo did not commit it")
 	say("benefit: the example consumer grants one benefit per paid order with the consumer kit, in one")
 	say("  transaction with its dedup mark, and commits the Kafka offset only after it (database benefits)")
 
@@ -310,6 +317,18 @@ func freeLoopbackAddr() (string, error) {
 }
 
 // createShop creates the shop's tables and outboxd's user.
+// ownRow returns the command line that opens the demo's shop database as root over TCP at
+// addr, and an INSERT into shop.outbox_event the user can paste there: the row goes to
+// RocketMQ's ORDER_CREATED by the demo's routes, so the example consumer of order.paid does
+// not see a payload it does not know.
+func ownRow(addr string) (client, insert string) {
+	host, port, _ := net.SplitHostPort(addr)
+	client = fmt.Sprintf("mariadb -h %s -P %s -u root shop", host, port)
+	insert = `INSERT INTO outbox_event (event_id, biz_key, topic, event_type, payload) ` +
+		`VALUES (UUID(), 'me', 'order.created', 'OrderCreated', '{"order_id": 424242, "note": "my own row"}');`
+	return client, insert
+}
+
 func createShop(ctx context.Context, root *sql.DB) error {
 	conn, err := root.Conn(ctx) // one connection, so USE applies to the statements after it
 	if err != nil {

@@ -5,7 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/outboxd/outboxd/backfill"
 	"github.com/outboxd/outboxd/checkpoint"
@@ -23,7 +27,7 @@ func cmdBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.Var(&tables, "table", "outbox table to backfill, schema.table, one of the config's tables[] (repeatable; all read at one snapshot; required)")
 	where := fs.String("where", "", `SQL condition selecting the rows to send, such as "status IN (0, 1)" (default: every row)`)
 	batch := fs.Int("batch", backfill.DefaultBatchRows, "rows per page of the read (and per batch handed to the pipeline)")
-	dryRun := fs.Bool("dry-run", false, "take the snapshot, print the rows that match and its GTID position, send nothing, set nothing")
+	dryRun := fs.Bool("dry-run", false, "take the snapshot, print each row that matches (event_id, table, sink, topic, key), the counts and the snapshot's GTID position; send nothing, set nothing")
 	overwrite := fs.Bool("overwrite", false, "replace a checkpoint that already exists (see the README: transactions between it and the snapshot are delivered only as far as --where selects their rows)")
 	ignoreLeader := fs.Bool("ignore-leader", false, "with checkpoint.store: mysql, go on although an outboxd holds the leader lock (it is superseded and exits)")
 	noLock := fs.Bool("no-lock", false, "MySQL: never take FLUSH TABLES WITH READ LOCK: use performance_schema.log_status or fail (before MySQL 8.4 a transaction committing at the snapshot may then be sent twice)")
@@ -77,7 +81,19 @@ func cmdBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		Snapshot: backfill.SnapshotOptions{LockWait: *lockWait, NoLock: *noLock},
 		Logger:   log, DeadLetterEvents: dl, Audit: audit,
 	}
-	if !*dryRun {
+	if *dryRun {
+		// One line per row, as the help promises, before the counts: tab-separated, so the
+		// list can be cut, sorted or counted.
+		fmt.Fprintln(stdout, "event_id\ttable\tsink\ttopic\tkey")
+		bc.Planned = func(p backfill.Planned) error {
+			dest := p.Sink + "\t" + p.Topic
+			if p.Poison != "" {
+				dest = "-\tpoison: " + p.Poison
+			}
+			_, err := fmt.Fprintf(stdout, "%s\t%s\t%s\t%s\n", field(p.EventID), p.Table, dest, field(string(p.Key)))
+			return err
+		}
+	} else {
 		opened, err := sinks.Open(cfg, log)
 		if err != nil {
 			return err
@@ -124,4 +140,16 @@ func cmdBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	fmt.Fprintf(stdout, "checkpoint %s: %s -> %s\n", cfg.Checkpoint.Where(), prev, cp.GTIDSet)
 	return nil
+}
+
+// field is a value of a dry run's line: as it is when it is printable text without tabs or
+// line breaks, else Go-quoted, so one row stays one line of five columns.
+func field(v string) string {
+	if v == "" {
+		return `""`
+	}
+	if !utf8.ValidString(v) || strings.ContainsFunc(v, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return strconv.Quote(v)
+	}
+	return v
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/outboxd/outboxd/checkpoint/store"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/daemon"
+	"github.com/outboxd/outboxd/deadletter"
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/internal/logging"
 	"github.com/outboxd/outboxd/preflight"
@@ -84,12 +85,13 @@ func readConfig(path string, load func(string) (*config.Config, error)) (*config
 	return cfg, nil
 }
 
-// newLogger is the command's logger (see internal/logging for the line format), and becomes
+// newLogger is the command's logger (see internal/logging for the line format; console lines
+// are coloured only on a terminal, see logging.Colour), and becomes
 // the logger of the MySQL driver and of package log too, so their lines are JSON in the same
 // stream.
 func newLogger(c config.Log, w io.Writer) zerolog.Logger {
 	if c.Format == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
+		w = logging.Console(w, os.Getenv)
 	}
 	lvl, err := zerolog.ParseLevel(c.Level)
 	if err != nil || c.Level == "" {
@@ -109,6 +111,9 @@ func cmdRun(ctx context.Context, sig *signals, args []string, stdout, stderr io.
 	cfg, err := fs.load(args)
 	if err != nil {
 		return err
+	}
+	if err := deadletter.Check(cfg, dlEvents); err != nil {
+		return &exitError{code: 2, err: err}
 	}
 	log := newLogger(cfg.Log, stderr)
 	sig.useLogger(log)
@@ -286,30 +291,17 @@ func currentPosition(ctx context.Context, cfg *config.Config) (string, error) {
 func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newConfigFlags("status", stdout, stderr)
 	asJSON := fs.Bool("json", false, "print the raw /status JSON")
-	addr := fs.String("addr", "", "the admin server's host:port (instead of admin.listen from the config)")
+	addrFlag := fs.String("addr", "", "the admin server's `HOST:PORT` (default: admin.listen from the config, else "+config.DefaultAdminListen+")")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
-	switch {
-	case *addr != "" && fs.explicit():
-		return &exitError{code: 2, err: errors.New("give either --addr or --config, not both")}
-	case *addr == "":
-		// --addr wins over $OUTBOXD_CONFIG: the variable is a default, not a flag.
-		path := fs.configPath()
-		if path == "" {
-			return &exitError{code: 2, err: errors.New("--config or --addr is required (or set " + configEnv + ")")}
-		}
-		cfg, err := readConfig(path, config.LoadWithoutSecrets)
-		if err != nil {
-			return err
-		}
-		if *addr = cfg.Admin.Addr(); *addr == "" {
-			return &exitError{code: 2, err: errors.New("admin.listen is off in this config: outboxd serves no status; set admin.listen, such as " + config.DefaultAdminListen)}
-		}
+	addr, err := fs.adminAddr(*addrFlag)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	st, err := admin.FetchStatus(ctx, *addr)
+	st, err := admin.FetchStatus(ctx, addr)
 	if err != nil {
 		return err
 	}
@@ -319,6 +311,32 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return enc.Encode(st)
 	}
 	return st.Print(stdout)
+}
+
+// adminAddr is the admin server status and health ask: addr (--addr) when given, else
+// admin.listen of the config (--config or $OUTBOXD_CONFIG), else config.DefaultAdminListen,
+// the address outboxd listens on when admin.listen is not set. --addr wins over
+// $OUTBOXD_CONFIG, which is a default, but --addr with --config is an error (exit 2), as is a
+// config that turns the admin server off.
+func (f configFlags) adminAddr(addr string) (string, error) {
+	switch {
+	case addr != "" && f.explicit():
+		return "", &exitError{code: 2, err: errors.New("give either --addr or --config, not both")}
+	case addr != "":
+		return addr, nil
+	}
+	path := f.configPath()
+	if path == "" {
+		return config.DefaultAdminListen, nil
+	}
+	cfg, err := readConfig(path, config.LoadWithoutSecrets)
+	if err != nil {
+		return "", err
+	}
+	if addr = cfg.Admin.Addr(); addr == "" {
+		return "", &exitError{code: 2, err: errors.New("admin.listen is off in this config: outboxd serves no status; set admin.listen, such as " + config.DefaultAdminListen)}
+	}
+	return addr, nil
 }
 
 // stringList is a repeatable string flag.

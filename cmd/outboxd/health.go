@@ -15,16 +15,20 @@ import (
 // cmdHealth probes /healthz, or /readyz with --ready, and returns nil only on 200. It blocks
 // for at most --timeout.
 func cmdHealth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("health", stdout, stderr)
-	addr := fs.String("addr", config.DefaultAdminListen, "the admin server `HOST:PORT` (0.0.0.0 and :: mean loopback)")
+	fs := newConfigFlags("health", stdout, stderr)
+	addrFlag := fs.String("addr", "", "the admin server `HOST:PORT` (0.0.0.0 and :: mean loopback; default: admin.listen from the config, else "+config.DefaultAdminListen+")")
 	ready := fs.Bool("ready", false, "probe /readyz (source connected, sinks reachable) instead of /healthz (the process serves)")
 	timeout := fs.Duration("timeout", 3*time.Second, "give up after this long")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
-	host, port, err := net.SplitHostPort(*addr)
+	addr, err := fs.adminAddr(*addrFlag)
 	if err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("--addr %q: want host:port: %w", *addr, err)}
+		return err
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("--addr %q: want host:port: %w", addr, err)}
 	}
 	path := "/healthz"
 	if *ready {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -37,4 +39,24 @@ func TestNewLoggerFormats(t *testing.T) {
 
 func stripANSI(s string) string {
 	return regexp.MustCompile("\x1b\\[[0-9;]*m").ReplaceAllString(strings.TrimLeft(s, " "), "")
+}
+
+// log.format: console into a file (a pipe, a journal) writes no colour codes.
+func TestConsoleLogIntoAFileHasNoColour(t *testing.T) {
+	t.Setenv("NO_COLOR", "")
+	t.Setenv("FORCE_COLOR", "")
+	f, err := os.Create(filepath.Join(t.TempDir(), "outboxd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	l := newLogger(config.Log{Level: "info", Format: "console"}, f)
+	l.Warn().Str("sink", "main").Msg("broker unreachable")
+	b, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "\x1b[") || !strings.Contains(string(b), "WRN broker unreachable sink=main") {
+		t.Fatalf("console line in a file: %q, want plain text", b)
+	}
 }

@@ -52,7 +52,7 @@ Usage:
                                           set the checkpoint to that snapshot
   outboxd reconcile [--config F] --since T --until T [--slack D] [--json] [--out FILE]
                                           check that the window's rows reached their topics
-  outboxd health [--addr HOST:PORT] [--ready] [--timeout D]
+  outboxd health [--config F | --addr HOST:PORT] [--ready] [--timeout D]
                                           exit 0 if a running outboxd's admin server answers 200
   outboxd version                         print the version
   outboxd help [COMMAND]                  print this, or a command's usage (as COMMAND --help)
@@ -66,7 +66,8 @@ var commands = map[string]struct{ synopsis, about string }{
 	"run": {"outboxd run [--config F] [--from-gtid SET [--force]] [--dead-letter-event ID]...",
 		`Streams the configured outbox tables from the binlog and delivers each row to its sink until
 SIGTERM or SIGINT; then drains what is in flight, saves the checkpoint and exits 0 (a second
-signal exits 3 at once). Nothing is reloaded while it runs (SIGHUP is ignored): restart it to
+signal exits 3 at once; the same signal again within 500 ms, as GNU timeout delivers it to the
+process and to its group, is the same stop). Nothing is reloaded while it runs (SIGHUP is ignored): restart it to
 apply a config change. Exits 2 on a bad config or flag, 1 on any other error.`},
 	"check": {"outboxd check [--config F] [--json]",
 		`Verifies the source server's settings, the account's privileges, every outbox table and its
@@ -76,8 +77,9 @@ check: OK, WARN or FAIL with what to change. --json prints the same as one JSON 
 {"ok", "problems", "warnings", "verified"} (see the README). Exits 0 when nothing failed, 1 when
 something did, 2 on a bad config or flag.`},
 	"status": {"outboxd status [--config F | --addr HOST:PORT] [--json]",
-		`Prints a running outboxd's state from its admin server: admin.listen from the config, or
---addr. --addr wins over $OUTBOXD_CONFIG, not over an explicit --config (give one of them).`},
+		`Prints a running outboxd's state from its admin server: --addr, else admin.listen from the
+config, else 127.0.0.1:9120 (outboxd's default admin.listen). --addr wins over $OUTBOXD_CONFIG,
+not over an explicit --config (give one of them).`},
 	"checkpoint": {"outboxd checkpoint show [--config F]\n       outboxd checkpoint set [--config F] (--gtid SET [--force] | --from-checkpoint) [--accept-layout] [--ignore-leader]\n       outboxd checkpoint migrate [--config F] --from-file PATH [--overwrite] [--force] [--ignore-leader]\n       outboxd checkpoint import [--config F] --from debezium|maxwell|canal [--file PATH | --offsets-topic T [--kafka-sink S]] [--connector NAME] [--client-id ID] [--maxwell-schema S] [--server-id N] [--binlog-gtid-pos] [--overwrite] [--force] [--ignore-leader]",
 		`show prints the saved checkpoint as JSON; set replaces it (while no outboxd runs on it);
 migrate copies a checkpoint file into the mysql store (checkpoint.store: mysql); import turns
@@ -145,9 +147,10 @@ their topic are looked for in the dead-letter topic. It writes nothing: SELECT o
 Kafka Describe and Read on the topics, RocketMQ pulls that commit no offset. Pick an until
 older than the relay's lag: rows not yet delivered count as missing. Exits 0 when nothing is
 missing (duplicates allowed), 1 when something is, 2 on a bad config or flag.`},
-	"health": {"outboxd health [--addr HOST:PORT] [--ready] [--timeout D]",
-		`Probes a running outboxd's admin server (admin.listen) and exits 0 when it answers 200, 1
-otherwise (not listening, timeout, any other status); 2 on a bad flag. For container
+	"health": {"outboxd health [--config F | --addr HOST:PORT] [--ready] [--timeout D]",
+		`Probes a running outboxd's admin server and exits 0 when it answers 200, 1 otherwise (not
+listening, timeout, any other status); 2 on a bad config or flag. The address is chosen as
+status chooses it: --addr, else admin.listen from the config, else 127.0.0.1:9120. For container
 healthchecks: the image is distroless, with no shell or curl.`},
 	"version": {"outboxd version", `Prints the version, the commit it was built from (when known), the Go version and the platform.`},
 }

@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -19,8 +20,17 @@ import (
 // is sent again on the next start.
 const exitForced = 3
 
+// sameSignalWindow is how soon after the first stop signal the same signal again is taken for
+// another delivery of the first, not for a second one: GNU timeout, and other supervisors that
+// signal the process and then its process group, deliver one SIGTERM twice, usually within a
+// millisecond. A person's second Ctrl-C, or a supervisor's second signal after its grace
+// period, comes later and still forces the exit.
+const sameSignalWindow = 500 * time.Millisecond
+
 // signals turns process signals into the run's lifecycle: the first SIGINT or SIGTERM ends
-// ctx (a graceful shutdown: drain, save, exit 0), a second one exits at once with exitForced,
+// ctx (a graceful shutdown: drain, save, exit 0), a second one exits at once with exitForced
+// (unless it is the first one's signal again within sameSignalWindow: one signal delivered to
+// the process and to its group is counted once),
 // and SIGHUP (logrotate, systemctl reload) is logged and ignored, since outboxd has nothing to
 // reload and the default action would kill it without a drain. Safe for concurrent use.
 type signals struct {
@@ -28,6 +38,7 @@ type signals struct {
 	cancel context.CancelFunc
 	ch     chan os.Signal
 	exit   func(code int)
+	now    func() time.Time
 
 	mu  sync.Mutex
 	log zerolog.Logger
@@ -45,7 +56,7 @@ func handleSignals(stderr io.Writer, exit func(int)) *signals {
 func newSignals(stderr io.Writer, exit func(int)) *signals {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &signals{
-		ctx: ctx, cancel: cancel, ch: make(chan os.Signal, 4), exit: exit,
+		ctx: ctx, cancel: cancel, ch: make(chan os.Signal, 4), exit: exit, now: time.Now,
 		log: logging.New(stderr, zerolog.InfoLevel),
 	}
 }
@@ -73,18 +84,22 @@ func (s *signals) stop() {
 }
 
 func (s *signals) loop() {
-	stopping := false
+	var first os.Signal // the signal that started the shutdown; nil before
+	var firstAt time.Time
 	for sig := range s.ch {
 		log := s.logger()
 		switch {
 		case sig == syscall.SIGHUP:
 			log.Info().Str("signal", "SIGHUP").
 				Msg("SIGHUP ignored: outboxd has no configuration to reload; restart it to apply a changed config (logs go to stderr, so log rotation needs no signal)")
-		case !stopping:
-			stopping = true
+		case first == nil:
+			first, firstAt = sig, s.now()
 			log.Info().Str("signal", signalName(sig)).
 				Msg("shutting down: letting the sends in flight finish and saving the checkpoint; send SIGINT or SIGTERM again to exit at once")
 			s.cancel()
+		case sig == first && s.now().Sub(firstAt) < sameSignalWindow:
+			log.Debug().Str("signal", signalName(sig)).
+				Msg("the same signal again right after the first (delivered to the process and to its group): still shutting down gracefully")
 		default:
 			log.Warn().Str("signal", signalName(sig)).Int("exit_code", exitForced).
 				Msg("second signal: exiting at once without draining; the checkpoint on disk covers only acknowledged transactions, the rest is resent on the next start")

@@ -76,3 +76,48 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// The same signal again within sameSignalWindow of the first is the same stop; after it, or
+// another signal at once, forces the exit.
+func TestSignalsSameSignalWindow(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		second os.Signal
+		after  time.Duration
+		forced bool
+	}{
+		{"same signal at once", syscall.SIGTERM, time.Millisecond, false},
+		{"same signal just inside the window", syscall.SIGTERM, sameSignalWindow - time.Millisecond, false},
+		{"same signal after the window", syscall.SIGTERM, sameSignalWindow, true},
+		{"another signal at once", os.Interrupt, time.Millisecond, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var out syncBuf
+			exited := make(chan int, 1)
+			s := newSignals(&out, func(code int) { exited <- code })
+			var mu sync.Mutex
+			now := time.Unix(1000, 0)
+			s.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+			go s.loop()
+			defer s.stop()
+			s.ch <- syscall.SIGTERM
+			<-s.ctx.Done()
+			mu.Lock()
+			now = now.Add(c.after)
+			mu.Unlock()
+			s.ch <- c.second
+			s.ch <- syscall.SIGHUP // a marker: once it is logged, the second signal was handled
+			waitFor(t, func() bool { return strings.Contains(out.String(), "SIGHUP ignored") || len(exited) > 0 })
+			select {
+			case code := <-exited:
+				if !c.forced || code != exitForced {
+					t.Fatalf("exit %d, forced %v", code, c.forced)
+				}
+			default:
+				if c.forced {
+					t.Fatal("the second signal did not force the exit")
+				}
+			}
+		})
+	}
+}

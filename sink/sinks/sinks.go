@@ -20,7 +20,7 @@ import (
 // Open creates every configured sink. On error none is left open, and the error names
 // every sink that failed (sinks.<name>: ...), sorted by name.
 func Open(cfg *config.Config, log zerolog.Logger) (map[string]sink.Sink, error) {
-	sinks, failed := OpenEach(cfg, log)
+	sinks, failed := OpenEach(cfg, log, log)
 	if len(failed) == 0 {
 		return sinks, nil
 	}
@@ -36,14 +36,17 @@ func Open(cfg *config.Config, log zerolog.Logger) (map[string]sink.Sink, error) 
 
 // OpenEach creates every configured sink, each on its own: one that fails to open does not
 // keep the others from opening (check reports each). failed maps a sink's name to its error,
-// which starts with "sinks.<name>: "; the caller closes the sinks it got.
-func OpenEach(cfg *config.Config, log zerolog.Logger) (sinks map[string]sink.Sink, failed map[string]error) {
+// which starts with "sinks.<name>: "; the caller closes the sinks it got. The sinks log to log;
+// the RocketMQ client's own log (process-wide) goes to clientLog at warn and above, which
+// check sets to zerolog.Nop(): its report already says what the client would log, and the
+// client's lines would land between the report's.
+func OpenEach(cfg *config.Config, log, clientLog zerolog.Logger) (sinks map[string]sink.Sink, failed map[string]error) {
 	sinks = make(map[string]sink.Sink, len(cfg.Sinks))
 	failed = map[string]error{}
 	for _, sc := range cfg.Sinks {
 		if sc.Type == "rocketmq" {
 			// The RocketMQ client's logger is process-wide: route it once, warnings and up.
-			rocketmq.RouteClientLog(log, zerolog.WarnLevel)
+			rocketmq.RouteClientLog(clientLog, zerolog.WarnLevel)
 			break
 		}
 	}

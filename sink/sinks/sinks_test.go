@@ -23,7 +23,7 @@ routes: [{sink: good}, {sink: small1}, {sink: small2}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	sinks, failed := OpenEach(cfg, zerolog.Nop())
+	sinks, failed := OpenEach(cfg, zerolog.Nop(), zerolog.Nop())
 	defer func() {
 		for _, s := range sinks {
 			s.Close()
