@@ -163,6 +163,22 @@ func (c *Config) Expand(found func(TablePattern) []string) (*Config, []int) {
 	return &cp, empty
 }
 
+// Only returns a copy of c that relays schema.table alone, with the entry TableFor finds for
+// it (Origin set when that is a pattern entry), for the checks of one table. Pure.
+func (c *Config) Only(schema, table string) (*Config, bool) {
+	t, i, ok := c.TableFor(schema, table)
+	if !ok {
+		return nil, false
+	}
+	if t.IsPattern() {
+		t.Origin = &TableOrigin{Index: i, Pattern: t.Pattern}
+		t.Table, t.Pattern = schema+"."+table, ""
+	}
+	cp := *c
+	cp.Tables = []Table{t}
+	return &cp, true
+}
+
 // validatePatterns checks the pattern entries and what they cannot do yet: cleanup and
 // reconcile take concrete tables, and a table found while running has no recorded layout, so
 // the binlog must carry column names.

@@ -40,7 +40,7 @@ func inspectRequest(cfg *config.Config) Request {
 		// event_type and headers only add headers.
 		req.Tables = append(req.Tables, Table{
 			Name:  t.Table,
-			Field: fmt.Sprintf("tables[%d]", i),
+			Field: t.Field(i),
 			Columns: []RoleColumn{
 				{Name: c.EventID, Role: "event_id", Required: true, Type: outboxtable.Type("event_id")},
 				{Name: c.Key, Role: "key", Required: true, Type: outboxtable.Type("key")},
@@ -66,6 +66,8 @@ type sourceReport struct {
 	skipped []string
 	// found is every finding as Inspect returned it, for check's structured report.
 	found []Problem
+	// cfg is the config inspected: tables[].pattern entries replaced by the tables they match.
+	cfg *config.Config
 }
 
 // sourceLine is how check prints a finding and run logs it; the check's name is what
@@ -80,10 +82,16 @@ func sourceLine(addr string, p Problem) string {
 
 // inspectSource runs Inspect for cfg on db. err means the server could not be inspected.
 func inspectSource(ctx context.Context, db *sql.DB, cfg *config.Config) (sourceReport, error) {
+	expanded, patternWarnings, err := expandPatterns(ctx, db, cfg)
+	if err != nil {
+		return sourceReport{}, fmt.Errorf("check source %s: %w", cfg.Source.Addr, err)
+	}
+	cfg = expanded
 	ps, err := Inspect(ctx, db, inspectRequest(cfg))
 	if err != nil {
 		return sourceReport{}, fmt.Errorf("check source %s: %w", cfg.Source.Addr, err)
 	}
+	ps = append(ps, patternWarnings...)
 	// The checks of the optional columns and features, each reading the tables' columns.
 	for _, more := range []func(context.Context, *sql.DB, *config.Config) ([]Problem, error){
 		createdAtProblems, shapeProblems, reconcileIndexWarnings,
@@ -95,7 +103,7 @@ func inspectSource(ctx context.Context, db *sql.DB, cfg *config.Config) (sourceR
 		ps = append(ps, mps...)
 	}
 	ps = append(ps, cleanupKeyWarnings(cfg, ps)...)
-	r := sourceReport{found: ps}
+	r := sourceReport{found: ps, cfg: cfg}
 	for _, p := range ps {
 		line := sourceLine(cfg.Source.Addr, p)
 		switch {
