@@ -177,3 +177,25 @@ func TestPatternMatchingNothingThenBadTable(t *testing.T) {
 		t.Fatalf("checkpoint %s covers the bad table's row (%s): it was skipped", ck, bad)
 	}
 }
+
+// backfill takes a table that a pattern entry matches, with that entry's columns.
+func TestPatternTableBackfill(t *testing.T) {
+	w := newWorld(t, sharedServer(t))
+	shard := w.schema + "_07"
+	w.exec("CREATE DATABASE " + shard)
+	w.exec("CREATE TABLE " + shard + ".orders (id BIGINT PRIMARY KEY AUTO_INCREMENT, customer VARCHAR(64), note TEXT)")
+	w.createShard(shard, "outbox_event")
+	w.commitShard(shard, "outbox_event", row{EventID: "b1", Key: "k", Topic: "t", Payload: []byte("1")},
+		row{EventID: "b2", Key: "k", Topic: "t", Payload: []byte("2")})
+	topic := shard + ".outbox_event"
+	kc := kafkaCluster(t, topic)
+	o := simpleCfg(t, w, kc, "")
+	o.Tables, o.Patterns = nil, []string{w.schema + "_*.outbox_event"}
+	o.Routes = "  - sink: main\n    topic: \"{schema}.{table}\"\n"
+	code, out := runBinary(t, "backfill", "--config", writeCfg(t, o), "--table", topic)
+	if code != 0 {
+		t.Fatalf("backfill exited %d:\n%s", code, out)
+	}
+	got := newConsumer(t, kc, topic).waitFor(2, 30*time.Second)
+	checkPerKeyOrder(t, got, []string{"b1", "b2"})
+}
