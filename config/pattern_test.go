@@ -61,7 +61,7 @@ func TestPatternEntryValidation(t *testing.T) {
   - pattern: "shop_*.outbox_event"
   - pattern: "shop_*.outbox_event"
   - pattern: "a_*.outbox"
-    cleanup: {retention: 0}
+    cleanup: {retention: 0s}
 `), noEnv)
 	wantContains(t, got,
 		`tables[0].pattern`, `"shop_*" is not "schema_glob.table_glob"`,
@@ -134,4 +134,15 @@ func TestPatternEntryExpandsAndScopes(t *testing.T) {
 func TestPatternMayNotCoverCheckpointTable(t *testing.T) {
 	y := withTables("  - pattern: \"outbox*.*\"\n") + "checkpoint: {store: mysql, name: main}\n"
 	wantContains(t, mustFail(t, y, noEnv), "checkpoint.table")
+}
+
+// A global cleanup block is fine beside a pattern entry that opts out of it.
+func TestPatternEntryOptsOutOfCleanup(t *testing.T) {
+	y := withTables(`  - table: shop.outbox_event
+  - pattern: "shop_*.outbox_event"
+    cleanup: {enabled: false}
+`) + "cleanup: {retention: 0s}\n"
+	if _, err := parse([]byte(y), noEnv); err != nil {
+		t.Fatalf("a pattern entry with cleanup.enabled: false is refused: %v", err)
+	}
 }
