@@ -102,6 +102,18 @@ func TestShardedTablesByPattern(t *testing.T) {
 	if !strings.Contains(r.logText(), "outbox table found by pattern") || !strings.Contains(r.logText(), topics[5]) {
 		t.Errorf("the table created while running is not logged as found:\n%s", r.logText())
 	}
+
+	// The checkpoint was written for the pattern: the same tables listed one by one (or another
+	// pattern) do not trust it.
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	listed := o
+	listed.Patterns, listed.Tables = nil, topics
+	err := startRelay(t, listed, daemon.Options{}).waitExit(t, 30*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "was written for the outbox tables ["+o.Patterns[0]+"]") {
+		t.Fatalf("a config listing the matched tables resumed from the pattern's checkpoint: %v", err)
+	}
 }
 
 // A pattern that matches no table warns at start; a table created later that matches it with a
