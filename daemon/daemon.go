@@ -209,7 +209,7 @@ func newReader(ctx context.Context, cfg *config.Config, db *sql.DB, m *metrics.M
 		ServerID:        cfg.Source.ServerID,
 		Tables:          TableSpecs(cfg),
 		Patterns:        TablePatterns(cfg),
-		Admit:           admitter{cfg: cfg, db: db, log: log},
+		Admit:           preflight.Admitter{Config: cfg, DB: db, Log: log},
 		Columns:         &server.ColumnReader{DB: db},
 		Logger:          log.With().Str("component", "binlog").Logger(),
 		HeartbeatPeriod: sourceHeartbeatPeriod,
@@ -314,24 +314,6 @@ func tableSpec(cfg *config.Config, i int) binlog.TableSpec {
 		spec.Schema, spec.Table = t.Schema(), t.Name()
 	}
 	return spec
-}
-
-// admitter checks a table found by pattern in the binlog with the start-up checks of one
-// table (preflight.Admit) on the streaming source. A failure to inspect it (the connection
-// broke) ends the stream as a lost connection, to be checked again from the acknowledged
-// position; a table that fails the checks stops outboxd.
-type admitter struct {
-	cfg *config.Config
-	db  *sql.DB
-	log zerolog.Logger
-}
-
-func (a admitter) Admit(ctx context.Context, schema, table, _ string) error {
-	err := preflight.Admit(ctx, a.db, a.cfg, schema, table, a.log)
-	if err != nil && !errors.Is(err, preflight.ErrNotSetUp) && sqlerr.Transient(err) {
-		return binlog.MarkDisconnected(err)
-	}
-	return err
 }
 
 // declareSinks creates every sink's and route's series at 0.

@@ -3,12 +3,15 @@ package preflight
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/rs/zerolog"
 
+	"github.com/outboxd/outboxd/binlog"
 	"github.com/outboxd/outboxd/config"
+	"github.com/outboxd/outboxd/internal/sqlerr"
 	"github.com/outboxd/outboxd/server"
 )
 
@@ -48,6 +51,24 @@ func literalPrefix(glob string) string {
 		return glob[:i]
 	}
 	return glob
+}
+
+// Admitter is the binlog reader's binlog.TableAdmitter: Admit on the streaming source. A
+// failure to inspect the table (the connection broke) ends the stream as a lost connection, to
+// be checked again from the acknowledged position; a table that fails the checks stops outboxd.
+type Admitter struct {
+	Config *config.Config
+	DB     *sql.DB
+	Log    zerolog.Logger
+}
+
+// Admit implements binlog.TableAdmitter. It blocks on the checks.
+func (a Admitter) Admit(ctx context.Context, schema, table, _ string) error {
+	err := Admit(ctx, a.DB, a.Config, schema, table, a.Log)
+	if err != nil && !errors.Is(err, ErrNotSetUp) && sqlerr.Transient(err) {
+		return binlog.MarkDisconnected(err)
+	}
+	return err
 }
 
 // Admit checks one table a tables[].pattern entry matched while outboxd runs (found in the
