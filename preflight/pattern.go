@@ -73,12 +73,15 @@ func (a Admitter) Admit(ctx context.Context, schema, table, _ string) error {
 
 // Admit checks one table a tables[].pattern entry matched while outboxd runs (found in the
 // binlog at its first row) with Gate's checks, so it passes or fails as a table listed at start
-// would, with the same lines. It blocks on the inspection queries, at most 30 s; a failure to
-// inspect is returned as is (not ErrNotSetUp). Safe for concurrent use.
+// would, with the same lines. It logs only the warnings about the table: the server's were
+// logged at start, and would otherwise repeat for every new table. It blocks on the inspection
+// queries, at most 30 s; a failure to inspect is returned as is (not ErrNotSetUp). Safe for
+// concurrent use.
 func Admit(ctx context.Context, db *sql.DB, cfg *config.Config, schema, table string, log zerolog.Logger) error {
 	one, ok := cfg.Only(schema, table)
 	if !ok {
 		return fmt.Errorf("outbox table %s.%s: no tables[] entry names or matches it", schema, table)
 	}
-	return Gate(ctx, db, one, log)
+	name := schema + "." + table
+	return gate(ctx, db, one, log, func(p Problem) bool { return p.Table == name })
 }
