@@ -272,6 +272,13 @@ func resolveTables(ctx context.Context, c Config) ([]table, error) {
 				tc = &c.Cfg.Tables[i]
 			}
 		}
+		if schema, tbl, ok := strings.Cut(name, "."); tc == nil && ok {
+			// A table of a tables[].pattern entry: its columns are the entry's.
+			if e, _, found := c.Cfg.TableFor(schema, tbl); found && e.IsPattern() {
+				e.Table, e.Pattern = name, ""
+				tc = &e
+			}
+		}
 		if tc == nil {
 			return nil, fmt.Errorf("--table %s is not one of the config's tables[]: backfill sends rows as the relay would, so it needs the table's columns and routes", name)
 		}

@@ -98,8 +98,13 @@ type ColumnResolver interface {
 
 // AssemblerConfig configures an Assembler.
 type AssemblerConfig struct {
-	Flavor  gtid.Flavor
-	Tables  []TableSpec
+	Flavor gtid.Flavor
+	Tables []TableSpec
+	// Patterns make more tables outbox tables, each once Admit accepted it (at its first rows
+	// event in the stream).
+	Patterns []TablePattern
+	// Admit checks a table found by pattern; nil accepts every one.
+	Admit   TableAdmitter
 	Columns ColumnResolver // optional; needed only for MINIMAL row metadata
 	// PieceEvents makes a transaction with more outbox rows than this come out in pieces of
 	// about this many events (see Txn.Partial); 0 means DefaultPieceEvents, negative never.
@@ -144,6 +149,7 @@ type Assembler struct {
 	flavor   gtid.Flavor
 	filter   TableFilter
 	tables   map[tableKey]*tableState
+	admit    TableAdmitter
 	resolver ColumnResolver
 	log      zerolog.Logger
 	piece    int // PieceEvents; 0 = never
@@ -172,8 +178,9 @@ type Assembler struct {
 func NewAssembler(cfg AssemblerConfig) *Assembler {
 	a := &Assembler{
 		flavor:   cfg.Flavor,
-		filter:   NewTableFilter(cfg.Tables),
+		filter:   NewTableFilter(cfg.Tables, cfg.Patterns...),
 		tables:   make(map[tableKey]*tableState, len(cfg.Tables)),
+		admit:    cfg.Admit,
 		resolver: cfg.Columns,
 		log:      cfg.Logger,
 		piece:    cfg.PieceEvents,
@@ -445,7 +452,10 @@ func (a *Assembler) handleRows(ctx context.Context, ev *replication.BinlogEvent,
 	}
 	st, ok := a.tables[tableKey{string(e.Table.Schema), string(e.Table.Table)}]
 	if !ok {
-		return nil
+		var err error
+		if st, err = a.admitted(ctx, string(e.Table.Schema), string(e.Table.Table)); st == nil || err != nil {
+			return err
+		}
 	}
 	if st.spec.WatchUpdates() && (e.Type() == replication.EnumRowsEventTypeUpdate || ev.Header.EventType == replication.PARTIAL_UPDATE_ROWS_EVENT) {
 		return a.handleUpdates(ctx, ev, e, st)
@@ -487,6 +497,29 @@ func (a *Assembler) handleRows(ctx context.Context, ev *replication.BinlogEvent,
 		a.cur.Events = append(a.cur.Events, ev)
 	}
 	return nil
+}
+
+// admitted returns the state of schema.table when a pattern makes it an outbox table and the
+// TableAdmitter accepts it, nil when no pattern matches it, and the admitter's error, wrapped
+// with the table, the pattern and the transaction, when it fails the checks: its rows are never
+// skipped, the stream stops before the first of them. Once accepted the table is one of
+// a.tables for the rest of the stream, so the check runs once per table per stream.
+func (a *Assembler) admitted(ctx context.Context, schema, table string) (*tableState, error) {
+	p, ok := a.filter.Pattern(schema, table)
+	if !ok {
+		return nil, nil
+	}
+	if a.admit != nil {
+		if err := a.admit.Admit(ctx, schema, table, p.Text); err != nil {
+			return nil, fmt.Errorf("outbox table %s.%s (tables[].pattern %q) at its first row in gtid %s: %w", schema, table, p.Text, a.txnGTID(), err)
+		}
+	}
+	p.Spec.Columns = p.Spec.Columns.withDefaults()
+	st := &tableState{spec: p.Spec}
+	a.tables[tableKey{schema, table}] = st
+	a.log.Info().Str("table", schema+"."+table).Str("pattern", p.Text).Str("gtid", a.txnGTID()).
+		Msg("outbox table found by pattern: checked, relaying its rows")
+	return st, nil
 }
 
 // primaryKey appends row's primary-key values (cols are their column indexes, in key order)

@@ -31,9 +31,13 @@ type Config struct {
 	// source's replicas.
 	ServerID uint32
 
-	Tables  []TableSpec
-	Columns ColumnResolver // optional; needed when the server writes binlog_row_metadata=MINIMAL
-	Logger  zerolog.Logger
+	Tables []TableSpec
+	// Patterns make every matching table an outbox table, checked by Admit (nil: unchecked)
+	// at its first row in the stream; see AssemblerConfig.
+	Patterns []TablePattern
+	Admit    TableAdmitter
+	Columns  ColumnResolver // optional; needed when the server writes binlog_row_metadata=MINIMAL
+	Logger   zerolog.Logger
 	// CheckpointTable is the mysql store's table, whose transactions are marked
 	// Txn.OnlyCheckpoint and not counted as transactions read by the lag gauges.
 	CheckpointTable TableRef
@@ -87,6 +91,10 @@ type disconnected struct{ error }
 
 func (d disconnected) Unwrap() []error { return []error{d.error, ErrDisconnected} }
 
+// MarkDisconnected marks err as ErrDisconnected without changing its message: for a failure
+// of a hook (TableAdmitter) that a new stream from the acknowledged position may get past. Pure.
+func MarkDisconnected(err error) error { return disconnected{err} }
+
 // connErr marks a stream error that is not one of the operator-decision sentinels as a lost
 // connection.
 func connErr(err error) error {
@@ -134,7 +142,7 @@ func NewReader(cfg Config) (*Reader, error) {
 	if cfg.ServerID == 0 {
 		errs = append(errs, errors.New("server_id: must be non-zero and unique among the source's replicas"))
 	}
-	if len(cfg.Tables) == 0 {
+	if len(cfg.Tables) == 0 && len(cfg.Patterns) == 0 {
 		errs = append(errs, errors.New("tables: at least one outbox table is required"))
 	}
 	for i, t := range cfg.Tables {
@@ -182,7 +190,8 @@ func (r *Reader) run(ctx context.Context, start, dump gtid.Set, out chan<- *Txn)
 		return fmt.Errorf("binlog reader: start GTID set is %s, server flavor is %s", start.Flavor(), r.cfg.Flavor)
 	}
 	asm := NewAssembler(AssemblerConfig{
-		Flavor: r.cfg.Flavor, Tables: r.cfg.Tables, Columns: r.cfg.Columns, Logger: r.cfg.Logger,
+		Flavor: r.cfg.Flavor, Tables: r.cfg.Tables, Patterns: r.cfg.Patterns, Admit: r.cfg.Admit,
+		Columns: r.cfg.Columns, Logger: r.cfg.Logger,
 		CheckpointTable: r.cfg.CheckpointTable, RecordLayouts: r.cfg.Layouts != nil,
 	})
 	syncer := replication.NewBinlogSyncer(r.syncerConfig(asm.Filter()))

@@ -90,7 +90,7 @@ func (r *Reader) updates(txn *Txn) error {
 	for i := range txn.Updates {
 		ev := &txn.Updates[i]
 		table := ev.Schema + "." + ev.Table
-		if r.onUpdate[tableKey{ev.Schema, ev.Table}] == "stop" {
+		if r.onUpdateOf(ev.Schema, ev.Table) == "stop" {
 			return &UpdateError{Schema: ev.Schema, Table: ev.Table, ID: ev.ID, EventID: text(ev.EventID), GTID: txn.GTID}
 		}
 		r.cfg.Metrics.OutboxUpdate(table)
@@ -105,4 +105,18 @@ func text(f Field) string {
 		return ""
 	}
 	return string(f.Bytes)
+}
+
+// onUpdateOf is the OnUpdate of outbox table schema.table: its listed spec's, else the first
+// matching pattern's. UPDATEs of outbox rows are rare: the globs are matched each time.
+func (r *Reader) onUpdateOf(schema, table string) string {
+	if v, ok := r.onUpdate[tableKey{schema, table}]; ok {
+		return v
+	}
+	for _, p := range r.cfg.Patterns {
+		if p.match(schema, table) {
+			return p.Spec.OnUpdate
+		}
+	}
+	return ""
 }

@@ -33,8 +33,11 @@ func xaPrepareEv(pos uint32, onePhase bool, x XID) *replication.BinlogEvent {
 	return ev(replication.XA_PREPARE_LOG_EVENT, pos, &replication.GenericEvent{Data: xaPrepareBody(onePhase, x)})
 }
 
-func outboxRows(n int) *replication.BinlogEvent {
-	tm := &replication.TableMapEvent{Schema: []byte("shop"), Table: []byte("outbox"), ColumnCount: 2,
+func outboxRows(n int) *replication.BinlogEvent { return tableRows("shop", "outbox", n) }
+
+// tableRows is an INSERT of n rows (event_id, biz_key) into schema.table.
+func tableRows(schema, table string, n int) *replication.BinlogEvent {
+	tm := &replication.TableMapEvent{Schema: []byte(schema), Table: []byte(table), ColumnCount: 2,
 		ColumnName: [][]byte{[]byte("event_id"), []byte("biz_key")}, ColumnType: []byte{mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_VARCHAR}}
 	rows := make([][]any, n)
 	for i := range rows {

@@ -235,8 +235,15 @@ func (a Admin) Addr() string {
 
 // Table is one outbox table and the names of its columns.
 type Table struct {
-	// Table is "schema.table" (required); each table at most once.
+	// Table is "schema.table"; each table at most once. Exactly one of table and pattern is set.
 	Table string `yaml:"table"`
+	// Pattern names every table whose schema and name match it: two globs,
+	// "schema_glob.table_glob", such as "shop_*.outbox_event" (* and ? never cross the dot;
+	// the whole name must match; case-sensitive). Each matching table is an outbox table with
+	// this entry's columns and options: checked at start like a listed one, and picked up at its
+	// first row when one is created while outboxd runs. A listed table wins over a pattern.
+	// Not with cleanup, reconcile or source.allow_minimal_row_metadata.
+	Pattern string `yaml:"pattern"`
 	// Columns names the table's columns; each one left out takes its default name.
 	Columns Columns `yaml:"columns"`
 	// Cleanup overrides the global cleanup block for this table, field by field; enabled:
@@ -256,6 +263,10 @@ type Table struct {
 	// (the default), OnUpdateWarn (log it and count it in outboxd_outbox_updates_total) or
 	// OnUpdateStop (exit naming the row).
 	OnUpdate string `yaml:"on_update"`
+
+	// Origin is set on the entries Expand made from a pattern entry; nil for an entry of the
+	// file. Not read from YAML.
+	Origin *TableOrigin `yaml:"-"`
 }
 
 // Columns names the outbox table's columns; ApplyDefaults fills each empty one with its key.
@@ -440,11 +451,21 @@ func (c *Config) LockName() string {
 }
 
 // ScopeTables are the outbox tables this config relays, schema.table, sorted and without
-// duplicates: what its checkpoint covers. Pure.
+// duplicates: what its checkpoint covers. A pattern entry is recorded by its pattern text, so a
+// checkpoint written under a pattern is trusted by that pattern only, whichever tables match it
+// now. Pure.
 func (c *Config) ScopeTables() []string {
 	out := make([]string, 0, len(c.Tables))
 	for _, t := range c.Tables {
-		out = append(out, t.Schema()+"."+t.Name())
+		switch {
+		case t.Origin != nil:
+			// An expanded config covers what its file's pattern covers, whatever matched.
+			out = append(out, t.Origin.Pattern)
+		case t.Pattern != "":
+			out = append(out, t.Pattern)
+		default:
+			out = append(out, t.Schema()+"."+t.Name())
+		}
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
@@ -755,13 +776,10 @@ func setDefaultDur(p *time.Duration, v time.Duration) {
 	}
 }
 
-// TableByName returns the configured table "schema.table", if any. Safe for concurrent use
-// with other readers of c.
+// TableByName returns the configured table "schema.table", if any: a listed entry, or the
+// pattern entry matching it. Safe for concurrent use with other readers of c.
 func (c *Config) TableByName(schemaTable string) (Table, bool) {
-	for _, t := range c.Tables {
-		if t.Table == schemaTable {
-			return t, true
-		}
-	}
-	return Table{}, false
+	schema, name := splitTable(schemaTable)
+	t, _, ok := c.TableFor(schema, name)
+	return t, ok
 }

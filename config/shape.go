@@ -207,7 +207,7 @@ func (c *Config) validateShape(p *problems) {
 			}
 			for _, f := range t.kafkaOnly() {
 				p.add(fmt.Sprintf("tables[%d].%s", j, f), "is Kafka only, but %s sends rows of %s to rocketmq sink %q; remove it or route the table to a Kafka sink",
-					field, t.Table, r.Sink)
+					field, t.Label(), r.Sink)
 			}
 			cols, names := t.ExtraHeaderColumns()
 			for k, name := range names {
@@ -226,7 +226,7 @@ func routeMayMatch(r Route, t Table) bool {
 		return true
 	}
 	ok, _ := path.Match(r.Match.Table, t.Table)
-	return ok
+	return ok || t.IsPattern() // its tables are known only on the server
 }
 
 // ShapeColumnProblems checks the types of the table's timestamp and partition columns in

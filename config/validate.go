@@ -31,6 +31,7 @@ func (c *Config) Validate() error {
 	c.validateSource(p)
 	c.validateSkipChecks(p)
 	c.validateTables(p)
+	c.validatePatterns(p)
 	c.validateSinks(p)
 	c.validateRoutes(p)
 	c.validateRouteNames(p)
@@ -153,15 +154,20 @@ func (c *Config) validateTables(p *problems) {
 	seen := map[string]int{}
 	for i, t := range c.Tables {
 		field := fmt.Sprintf("tables[%d]", i)
-		if !validTableName(t.Table) {
-			p.add(field+".table", "%q is not \"schema.table\" (one dot, no spaces, quotes or glob characters)", t.Table)
+		name, key := t.Table, field+".table"
+		switch {
+		case t.IsPattern():
+			// validatePatterns checks the pattern itself.
+			name, key = t.Pattern, field+".pattern"
+		case !validTableName(t.Table):
+			p.add(field+".table", "%q is not \"schema.table\" (one dot, no spaces, quotes or glob characters; for many tables use pattern: such as \"shop_*.outbox_event\")", t.Table)
 			continue
 		}
-		if first, dup := seen[t.Table]; dup {
-			p.add(field+".table", "%q is already listed as tables[%d]", t.Table, first)
+		if first, dup := seen[name]; dup {
+			p.add(key, "%q is already listed as tables[%d]", name, first)
 			continue
 		}
-		seen[t.Table] = i
+		seen[name] = i
 		cols := []struct{ name, val string }{
 			{"event_id", t.Columns.EventID}, {"key", t.Columns.Key}, {"topic", t.Columns.Topic},
 			{"payload", t.Columns.Payload}, {"event_type", t.Columns.EventType}, {"headers", t.Columns.Headers},
@@ -290,7 +296,8 @@ func (c *Config) validateRoutes(p *problems) {
 		if tableGlobOK && r.Match.Table != "" && len(c.Tables) > 0 {
 			matched := false
 			for _, t := range c.Tables {
-				if ok, _ := path.Match(r.Match.Table, t.Table); ok {
+				// Which tables a pattern entry will match is known only on the server.
+				if ok, _ := path.Match(r.Match.Table, t.Table); ok || t.IsPattern() {
 					matched = true
 					break
 				}

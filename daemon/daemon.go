@@ -233,6 +233,8 @@ func newReader(ctx context.Context, cfg *config.Config, db *sql.DB, m *metrics.M
 		TLS:             dumpTLS,
 		ServerID:        cfg.Source.ServerID,
 		Tables:          TableSpecs(cfg),
+		Patterns:        TablePatterns(cfg),
+		Admit:           preflight.Admitter{Config: cfg, DB: db, Log: log},
 		Columns:         &server.ColumnReader{DB: db},
 		Logger:          log.With().Str("component", "binlog").Logger(),
 		HeartbeatPeriod: sourceHeartbeatPeriod,
@@ -294,27 +296,49 @@ func runSession(ctx context.Context, reader *binlog.Reader, pl *pipeline.Pipelin
 	return g.Wait()
 }
 
-// TableSpecs turns the configured outbox tables into the reader's table list.
+// TableSpecs turns the configured outbox tables into the reader's table list; the pattern
+// entries are TablePatterns'.
 func TableSpecs(cfg *config.Config) []binlog.TableSpec {
 	specs := make([]binlog.TableSpec, 0, len(cfg.Tables))
 	for i, t := range cfg.Tables {
-		c := t.Columns
-		cl, cleaned := cfg.CleanupFor(i)
-		extra, _ := t.ExtraHeaderColumns()
-		specs = append(specs, binlog.TableSpec{
-			// Cleanup with retention 0 deletes by the keys the binlog carries.
-			PrimaryKey: cleaned && cl.Retention == 0,
-			Schema:     t.Schema(),
-			Table:      t.Name(),
-			Columns: binlog.ColumnNames{
-				EventID: c.EventID, Key: c.Key, Topic: c.Topic, Payload: c.Payload,
-				EventType: c.EventType, Headers: c.Headers,
-				Timestamp: c.Timestamp, Partition: c.Partition, Extra: extra,
-			},
-			OnUpdate: t.OnUpdate,
-		})
+		if !t.IsPattern() {
+			specs = append(specs, tableSpec(cfg, i))
+		}
 	}
 	return specs
+}
+
+// TablePatterns turns the configured tables[].pattern entries into the reader's patterns.
+func TablePatterns(cfg *config.Config) []binlog.TablePattern {
+	idx, pats := cfg.TablePatterns()
+	out := make([]binlog.TablePattern, len(idx))
+	for k, p := range pats {
+		schema, table := p.Globs()
+		out[k] = binlog.TablePattern{Text: p.String(), Schema: schema, Table: table, Spec: tableSpec(cfg, idx[k])}
+	}
+	return out
+}
+
+// tableSpec is the reader's spec of tables[i] (without schema and table for a pattern entry).
+func tableSpec(cfg *config.Config, i int) binlog.TableSpec {
+	t := cfg.Tables[i]
+	c := t.Columns
+	cl, cleaned := cfg.CleanupFor(i)
+	extra, _ := t.ExtraHeaderColumns()
+	spec := binlog.TableSpec{
+		// Cleanup with retention 0 deletes by the keys the binlog carries.
+		PrimaryKey: cleaned && cl.Retention == 0,
+		Columns: binlog.ColumnNames{
+			EventID: c.EventID, Key: c.Key, Topic: c.Topic, Payload: c.Payload,
+			EventType: c.EventType, Headers: c.Headers,
+			Timestamp: c.Timestamp, Partition: c.Partition, Extra: extra,
+		},
+		OnUpdate: t.OnUpdate,
+	}
+	if !t.IsPattern() {
+		spec.Schema, spec.Table = t.Schema(), t.Name()
+	}
+	return spec
 }
 
 // declareSinks creates every sink's and route's series at 0.

@@ -15,6 +15,9 @@ import (
 func declareTables(m *metrics.Metrics, cfg *config.Config) {
 	dead := cfg.DeadLetter != nil && cfg.OnPoison == pipeline.PoisonDeadLetter
 	for _, t := range cfg.Tables {
+		if t.IsPattern() {
+			continue // its tables' series appear with their first rows
+		}
 		var routes []string
 		for i, r := range cfg.Routes {
 			if r.Match.Table == "" {

@@ -208,6 +208,7 @@ type cfgOpts struct {
 	Srv        *mariadb.Server
 	Start      string
 	Tables     []string          // "schema.table"
+	Patterns   []string          // tables[].pattern entries, after Tables
 	Sinks      map[string]string // name -> the sink's YAML flow map (kafkaSink, rmqSink)
 	Routes     string            // YAML list items
 	OnPoison   string
@@ -248,6 +249,9 @@ func (o cfgOpts) yaml() string {
 	b.WriteString("tables:\n")
 	for _, t := range o.Tables {
 		fmt.Fprintf(&b, "  - table: %s\n", t)
+	}
+	for _, p := range o.Patterns {
+		fmt.Fprintf(&b, "  - pattern: %q\n", p)
 	}
 	b.WriteString("sinks:\n")
 	for name, sinkYAML := range o.Sinks {

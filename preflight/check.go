@@ -131,7 +131,7 @@ func checkSourceAt(ctx context.Context, cfg *config.Config, r *Report) {
 		line: fmt.Sprintf("%s: connected as %s", subject, cfg.Source.User),
 	})
 	r.addFindings(addr, rep.found)
-	verified := verifiedSource(inspectRequest(cfg), rep.found)
+	verified := verifiedSource(inspectRequest(rep.cfg), rep.found)
 	if v, ok := verifiedRetention(ctx, db, cfg, rep.found); ok {
 		verified = append(verified, v)
 	}

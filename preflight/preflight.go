@@ -40,7 +40,7 @@ func inspectRequest(cfg *config.Config) Request {
 		// event_type and headers only add headers.
 		req.Tables = append(req.Tables, Table{
 			Name:  t.Table,
-			Field: fmt.Sprintf("tables[%d]", i),
+			Field: t.Field(i),
 			Columns: []RoleColumn{
 				{Name: c.EventID, Role: "event_id", Required: true, Type: outboxtable.Type("event_id")},
 				{Name: c.Key, Role: "key", Required: true, Type: outboxtable.Type("key")},
@@ -61,11 +61,12 @@ func inspectRequest(cfg *config.Config) Request {
 
 // sourceReport is the source part of `check`, one line per finding, as check prints them.
 type sourceReport struct {
-	problems, warnings []string
-	// skipped are findings of the checks in source.skip_checks.
-	skipped []string
+	// problems are the lines of the findings that keep outboxd from running.
+	problems []string
 	// found is every finding as Inspect returned it, for check's structured report.
 	found []Problem
+	// cfg is the config inspected: tables[].pattern entries replaced by the tables they match.
+	cfg *config.Config
 }
 
 // sourceLine is how check prints a finding and run logs it; the check's name is what
@@ -80,10 +81,16 @@ func sourceLine(addr string, p Problem) string {
 
 // inspectSource runs Inspect for cfg on db. err means the server could not be inspected.
 func inspectSource(ctx context.Context, db *sql.DB, cfg *config.Config) (sourceReport, error) {
+	expanded, patternWarnings, err := expandPatterns(ctx, db, cfg)
+	if err != nil {
+		return sourceReport{}, fmt.Errorf("check source %s: %w", cfg.Source.Addr, err)
+	}
+	cfg = expanded
 	ps, err := Inspect(ctx, db, inspectRequest(cfg))
 	if err != nil {
 		return sourceReport{}, fmt.Errorf("check source %s: %w", cfg.Source.Addr, err)
 	}
+	ps = append(ps, patternWarnings...)
 	// The checks of the optional columns and features, each reading the tables' columns.
 	for _, more := range []func(context.Context, *sql.DB, *config.Config) ([]Problem, error){
 		createdAtProblems, shapeProblems, reconcileIndexWarnings,
@@ -95,16 +102,10 @@ func inspectSource(ctx context.Context, db *sql.DB, cfg *config.Config) (sourceR
 		ps = append(ps, mps...)
 	}
 	ps = append(ps, cleanupKeyWarnings(cfg, ps)...)
-	r := sourceReport{found: ps}
+	r := sourceReport{found: ps, cfg: cfg}
 	for _, p := range ps {
-		line := sourceLine(cfg.Source.Addr, p)
-		switch {
-		case p.Skipped:
-			r.skipped = append(r.skipped, line)
-		case p.Warning:
-			r.warnings = append(r.warnings, line)
-		default:
-			r.problems = append(r.problems, line)
+		if !p.Skipped && !p.Warning {
+			r.problems = append(r.problems, sourceLine(cfg.Source.Addr, p))
 		}
 	}
 	return r, nil
@@ -118,6 +119,11 @@ const preflightTimeout = 30 * time.Second
 // checks are logged. It blocks on the inspection queries, at most 30 s; a failure to inspect is
 // returned as is (not ErrNotSetUp). Safe for concurrent use.
 func Gate(ctx context.Context, db *sql.DB, cfg *config.Config, log zerolog.Logger) error {
+	return gate(ctx, db, cfg, log, func(Problem) bool { return true })
+}
+
+// gate is Gate logging only the warnings and skipped findings that logged accepts.
+func gate(ctx context.Context, db *sql.DB, cfg *config.Config, log zerolog.Logger, logged func(Problem) bool) error {
 	// A blackholed connection would otherwise hold the start (or the reconnect) forever.
 	ctx, cancel := context.WithTimeout(ctx, preflightTimeout)
 	defer cancel()
@@ -125,11 +131,13 @@ func Gate(ctx context.Context, db *sql.DB, cfg *config.Config, log zerolog.Logge
 	if err != nil {
 		return err
 	}
-	for _, w := range r.warnings {
-		log.Warn().Msg(w)
-	}
-	for _, s := range r.skipped {
-		log.Warn().Msg(s)
+	// Warnings first, then the findings of skipped checks, as check prints them.
+	for _, skipped := range []bool{false, true} {
+		for _, p := range r.found {
+			if p.Skipped == skipped && (p.Warning || p.Skipped) && logged(p) {
+				log.Warn().Msg(sourceLine(cfg.Source.Addr, p))
+			}
+		}
 	}
 	if len(r.problems) > 0 {
 		return fmt.Errorf("%w: %d problem(s); fix them (outboxd check --config <file> prints the same), or, for a check that is wrong about this server, name it (in brackets) in source.skip_checks:\n  %s",

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/outboxd/outboxd/config"
@@ -38,8 +37,8 @@ func createdAtProblems(ctx context.Context, db *sql.DB, cfg *config.Config) ([]P
 			case typ != "datetime" && typ != "timestamp":
 				ps = append(ps, Problem{
 					Setting: "column " + t.Table + "." + d.Name, Check: CheckTableColumns, Table: t.Table,
-					Found: d.ColumnType + " (configured as " + fmt.Sprintf("tables[%d].columns.created_at", i) + ")",
-					Fix:   "set tables[" + strconv.Itoa(i) + "].columns.created_at to the table's DATETIME or TIMESTAMP insert-time column (reconcile selects rows by it)",
+					Found: d.ColumnType + " (configured as " + t.Field(i) + ".columns.created_at)",
+					Fix:   "set " + t.Field(i) + ".columns.created_at to the table's DATETIME or TIMESTAMP insert-time column (reconcile selects rows by it)",
 				})
 			case typ == "datetime" && cfg.Reconcile != nil && cfg.CreatedAtTimeZone(i) == "" && !sweeps(cfg, i):
 				// The sweep's own check (cleanup_table) says the same for a swept table.

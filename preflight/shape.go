@@ -3,7 +3,6 @@ package preflight
 import (
 	"context"
 	"database/sql"
-	"fmt"
 
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/server"
@@ -39,7 +38,7 @@ func shapeProblems(ctx context.Context, db *sql.DB, cfg *config.Config) ([]Probl
 		if err != nil {
 			continue // a missing or unreadable table is the table checks' problem
 		}
-		ps = append(ps, t.ShapeColumnProblems(fmt.Sprintf("tables[%d]", i), defs)...)
+		ps = append(ps, t.ShapeColumnProblems(t.Field(i), defs)...)
 	}
 	return ps, nil
 }

@@ -76,6 +76,8 @@ type Router struct {
 	tableGlobs bool
 	// shapes are the tables with message-shape options (shape.go).
 	shapes map[tableKey]*tableShape
+	// patterns are the tables[].pattern entries; nil without any (pattern.go).
+	patterns *patterns
 }
 
 type route struct {
@@ -97,6 +99,10 @@ func New(cfg *config.Config) (*Router, error) {
 	}
 	r := &Router{tables: make(map[string]config.Columns, len(cfg.Tables))}
 	for i, t := range cfg.Tables {
+		if t.IsPattern() {
+			r.addPattern(i, t)
+			continue
+		}
 		r.tables[t.Table] = t.Columns
 		if sh := newShape(i, t); sh != nil {
 			if r.shapes == nil {
@@ -271,6 +277,9 @@ func (r *Router) malformed(ev *binlog.Event) string {
 		return "" // the common case, without building the column names the reasons need
 	}
 	cols, ok := r.tables[ev.Schema+"."+ev.Table]
+	if p := r.patternOf(ev); !ok && p != nil {
+		cols, ok = p.cols, true
+	}
 	if !ok {
 		cols = config.Columns{EventID: "event_id", Key: "biz_key", Topic: "topic", Payload: "payload"}
 	}

@@ -76,10 +76,13 @@ func newCERoute(rc config.Route) *ceRoute {
 
 // shapeOf returns ev's table options, nil when it has none.
 func (r *Router) shapeOf(ev *binlog.Event) *tableShape {
-	if len(r.shapes) == 0 {
-		return nil
+	if sh := r.shapes[tableKey{ev.Schema, ev.Table}]; sh != nil {
+		return sh
 	}
-	return r.shapes[tableKey{ev.Schema, ev.Table}]
+	if p := r.patternOf(ev); p != nil {
+		return p.shape
+	}
+	return nil
 }
 
 // tombstoneNull reports whether a NULL payload of ev's table is a tombstone, not poison.
