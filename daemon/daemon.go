@@ -225,24 +225,14 @@ func newReader(ctx context.Context, cfg *config.Config, db *sql.DB, m *metrics.M
 	if err != nil {
 		return nil, err
 	}
-	return binlog.NewReader(binlog.Config{
-		Flavor:          cfg.Source.Flavor,
-		Addr:            cfg.Source.Addr,
-		User:            cfg.Source.User,
-		Password:        cfg.Source.Password,
-		TLS:             dumpTLS,
-		ServerID:        cfg.Source.ServerID,
-		Tables:          TableSpecs(cfg),
-		Patterns:        TablePatterns(cfg),
-		Admit:           preflight.Admitter{Config: cfg, DB: db, Log: log},
-		Columns:         &server.ColumnReader{DB: db},
-		Logger:          log.With().Str("component", "binlog").Logger(),
-		HeartbeatPeriod: sourceHeartbeatPeriod,
-		ReadTimeout:     cfg.Source.ReadTimeout,
-		Metrics:         m,
-		CheckpointTable: checkpointTable(cfg),
-		Layouts:         layouts,
-	})
+	bc := binlog.ConfigFrom(cfg)
+	bc.TLS = dumpTLS
+	bc.Admit = preflight.Admitter{Config: cfg, DB: db, Log: log}
+	bc.Columns = &server.ColumnReader{DB: db}
+	bc.Logger = log.With().Str("component", "binlog").Logger()
+	bc.Metrics = m
+	bc.Layouts = layouts
+	return binlog.NewReader(bc)
 }
 
 // serverIDDrops are the recent drops of the stream for another connection with our server_id.
@@ -294,51 +284,6 @@ func runSession(ctx context.Context, reader *binlog.Reader, pl *pipeline.Pipelin
 		return err
 	})
 	return g.Wait()
-}
-
-// TableSpecs turns the configured outbox tables into the reader's table list; the pattern
-// entries are TablePatterns'.
-func TableSpecs(cfg *config.Config) []binlog.TableSpec {
-	specs := make([]binlog.TableSpec, 0, len(cfg.Tables))
-	for i, t := range cfg.Tables {
-		if !t.IsPattern() {
-			specs = append(specs, tableSpec(cfg, i))
-		}
-	}
-	return specs
-}
-
-// TablePatterns turns the configured tables[].pattern entries into the reader's patterns.
-func TablePatterns(cfg *config.Config) []binlog.TablePattern {
-	idx, pats := cfg.TablePatterns()
-	out := make([]binlog.TablePattern, len(idx))
-	for k, p := range pats {
-		schema, table := p.Globs()
-		out[k] = binlog.TablePattern{Text: p.String(), Schema: schema, Table: table, Spec: tableSpec(cfg, idx[k])}
-	}
-	return out
-}
-
-// tableSpec is the reader's spec of tables[i] (without schema and table for a pattern entry).
-func tableSpec(cfg *config.Config, i int) binlog.TableSpec {
-	t := cfg.Tables[i]
-	c := t.Columns
-	cl, cleaned := cfg.CleanupFor(i)
-	extra, _ := t.ExtraHeaderColumns()
-	spec := binlog.TableSpec{
-		// Cleanup with retention 0 deletes by the keys the binlog carries.
-		PrimaryKey: cleaned && cl.Retention == 0,
-		Columns: binlog.ColumnNames{
-			EventID: c.EventID, Key: c.Key, Topic: c.Topic, Payload: c.Payload,
-			EventType: c.EventType, Headers: c.Headers,
-			Timestamp: c.Timestamp, Partition: c.Partition, Extra: extra,
-		},
-		OnUpdate: t.OnUpdate,
-	}
-	if !t.IsPattern() {
-		spec.Schema, spec.Table = t.Schema(), t.Name()
-	}
-	return spec
 }
 
 // declareSinks creates every sink's and route's series at 0.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -50,15 +49,6 @@ func markLost(ctx context.Context, store checkpoint.Storage, cfg *config.Config,
 		return fmt.Errorf("%w (the tombstone was not written: %w)", lost, err)
 	}
 	return lost
-}
-
-// checkpointTable is the table the reader marks as outboxd's own (zero for the file store).
-func checkpointTable(cfg *config.Config) binlog.TableRef {
-	if !cfg.Checkpoint.MySQL() {
-		return binlog.TableRef{}
-	}
-	schema, table, _ := strings.Cut(cfg.Checkpoint.Table, ".")
-	return binlog.TableRef{Schema: schema, Table: table}
 }
 
 // storeFault ends a session when a save of the mysql store fails in a way that waiting with

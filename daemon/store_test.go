@@ -8,8 +8,6 @@ import (
 
 	"github.com/outboxd/outboxd/binlog"
 	"github.com/outboxd/outboxd/checkpoint"
-	"github.com/outboxd/outboxd/config"
-	"github.com/outboxd/outboxd/server"
 )
 
 func TestStoreFaultEndsTheSession(t *testing.T) {
@@ -45,21 +43,5 @@ func TestStoreFaultEndsTheSession(t *testing.T) {
 	cancel()
 	if err := end(); err != nil {
 		t.Fatalf("end after shutdown = %v", err)
-	}
-}
-
-func TestWriterConn(t *testing.T) {
-	cfg := &config.Config{Source: config.Source{Flavor: "mariadb", Addr: "replica:3306", User: "u", Password: "p"},
-		Checkpoint: config.Checkpoint{Store: "mysql", Table: "o.c", Name: "n", WriterAddr: "primary:3306"}}
-	c := server.WriterConn(cfg)
-	if c.Addr != "primary:3306" || c.User != "u" || c.Password != "p" {
-		t.Fatalf("WriterConn = %+v", c)
-	}
-	if ref := checkpointTable(cfg); ref.Schema != "o" || ref.Table != "c" {
-		t.Fatalf("checkpointTable = %+v", ref)
-	}
-	cfg.Checkpoint = config.Checkpoint{Path: "x.json"}
-	if ref := checkpointTable(cfg); ref != (binlog.TableRef{}) {
-		t.Fatalf("file store marks table %+v", ref)
 	}
 }
