@@ -481,7 +481,7 @@ func (t *table) page(ctx context.Context, conn *sql.Conn, q string, args []any) 
 		}
 		if t.timestamp != -2 {
 			// Text as the session prints it: a TIMESTAMP column is read in the session's time
-			// zone here, not as epoch millis as on the binlog path (README: backfill).
+			// zone here, not as epoch millis as on the binlog path (docs/operations/backfill.md).
 			ev.Timestamp = field(t.timestamp)
 		}
 		if t.partition != -2 {

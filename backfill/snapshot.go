@@ -44,7 +44,7 @@ type SnapshotOptions struct {
 	NoLock bool
 }
 
-// Privilege hints, named in errors, check and the README.
+// Privilege hints, named in errors, check and docs/operations/backfill.md.
 const (
 	// MySQLLogStatusPrivilege is what the lock-free MySQL method needs.
 	MySQLLogStatusPrivilege = "BACKUP_ADMIN (to read performance_schema.log_status)"

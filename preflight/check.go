@@ -32,7 +32,7 @@ const (
 const checkTimeout = 30 * time.Second
 
 // Item is one finding of Check, or one thing it verified. Its JSON is part of the stable
-// output of `outboxd check --json` (see the README): add fields, never rename them.
+// output of `outboxd check --json` (see docs/reference/cli-guide.md): add fields, never rename them.
 type Item struct {
 	// Check is the stable name of the check: one of CheckNames (what source.skip_checks
 	// takes), CheckSource, CheckSink, CheckTopic, CheckReconcile or CheckBackfill.

@@ -28,7 +28,7 @@ func cmdBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	where := fs.String("where", "", `SQL condition selecting the rows to send, such as "status IN (0, 1)" (default: every row)`)
 	batch := fs.Int("batch", backfill.DefaultBatchRows, "rows per page of the read (and per batch handed to the pipeline)")
 	dryRun := fs.Bool("dry-run", false, "take the snapshot, print each row that matches (event_id, table, sink, topic, key), the counts and the snapshot's GTID position; send nothing, set nothing")
-	overwrite := fs.Bool("overwrite", false, "replace a checkpoint that already exists (see the README: transactions between it and the snapshot are delivered only as far as --where selects their rows)")
+	overwrite := fs.Bool("overwrite", false, "replace a checkpoint that already exists (see docs/operations/backfill.md: transactions between it and the snapshot are delivered only as far as --where selects their rows)")
 	ignoreLeader := fs.Bool("ignore-leader", false, "with checkpoint.store: mysql, go on although an outboxd holds the leader lock (it is superseded and exits)")
 	noLock := fs.Bool("no-lock", false, "MySQL: never take FLUSH TABLES WITH READ LOCK: use performance_schema.log_status or fail (before MySQL 8.4 a transaction committing at the snapshot may then be sent twice)")
 	var dlEvents stringList
@@ -69,7 +69,7 @@ func cmdBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if old != nil && !*overwrite && !*dryRun {
 		return &exitError{code: 1, err: fmt.Errorf("checkpoint %s already holds %s: outboxd has run on it, so the binlog after it is being relayed; "+
 			"backfill sets the checkpoint to its snapshot and would skip the transactions in between whose rows --where does not select. "+
-			"Pass --overwrite if that is meant (see the README), or point checkpoint.path/name elsewhere", cfg.Checkpoint.Where(), old.GTIDSet)}
+			"Pass --overwrite if that is meant (see docs/operations/backfill.md), or point checkpoint.path/name elsewhere", cfg.Checkpoint.Where(), old.GTIDSet)}
 	}
 	db, err := server.Open(ctx, server.WriterConn(cfg))
 	if err != nil {

@@ -74,7 +74,7 @@ apply a config change. Exits 2 on a bad config or flag, 1 on any other error.`},
 columns, the mysql checkpoint store's table and grants (checkpoint.store: mysql), every sink
 and each destination topic without placeholders, and prints one line per
 check: OK, WARN or FAIL with what to change. --json prints the same as one JSON object
-{"ok", "problems", "warnings", "verified"} (see the README). Exits 0 when nothing failed, 1 when
+{"ok", "problems", "warnings", "verified"} (see docs/reference/cli-guide.md). Exits 0 when nothing failed, 1 when
 something did, 2 on a bad config or flag.`},
 	"status": {"outboxd status [--config F | --addr HOST:PORT] [--json]",
 		`Prints a running outboxd's state from its admin server: --addr, else admin.listen from the
@@ -134,7 +134,7 @@ so run goes on with exactly the transactions after it. It refuses while an outbo
 checkpoint (file lock; leader lock with checkpoint.store: mysql unless --ignore-leader) and when
 a checkpoint exists unless --overwrite. On any failure the checkpoint is not changed: run the
 backfill again (rows sent before are sent again). MySQL 8.4+ needs BACKUP_ADMIN, older MySQL
-(or without it) RELOAD for a brief FLUSH TABLES WITH READ LOCK (see the README). Exits 0 when done, 1 on an error, 2 on a
+(or without it) RELOAD for a brief FLUSH TABLES WITH READ LOCK (see docs/operations/backfill.md). Exits 0 when done, 1 on an error, 2 on a
 bad config or flag.`},
 	"reconcile": {"outboxd reconcile [--config F] --since T --until T [--slack D] [--json] [--out FILE]",
 		`For the outbox rows still in the tables whose tables[].columns.created_at is in [since, until),
@@ -142,7 +142,7 @@ routes each row as run does and checks that its event_id reached that sink and t
 partitions are read by record time, RocketMQ queues by store time, over the window widened by
 --slack on each side. A time is RFC 3339 (2026-12-01T10:00:00Z), now, or a duration from now
 (-1h). Prints a summary and the missing and duplicated event ids (--json: one JSON object, see
-the README; --out also writes it to a file). Rows under on_poison: dead_letter that are not at
+docs/operations/reconcile.md; --out also writes it to a file). Rows under on_poison: dead_letter that are not at
 their topic are looked for in the dead-letter topic. It writes nothing: SELECT on the tables,
 Kafka Describe and Read on the topics, RocketMQ pulls that commit no offset. Pick an until
 older than the relay's lag: rows not yet delivered count as missing. Exits 0 when nothing is
