@@ -5,6 +5,8 @@
 #                    e2e/prometheus_test.go runs the prometheus binary against outboxd.
 #   dolt           - the MySQL-flavor source of e2e/dolt_test.go, built once into a cache by
 #                    scripts/install-dolt.sh.
+#   systemd        - systemd-analyze verifies deploy/systemd/outboxd.service (deploy/systemd_test.go).
+#   passwd         - useradd, for the unprivileged user that test starts outboxd as.
 # Nothing is started here: the tests run their own servers, in temp dirs on free ports.
 # --demo installs only what `make demo` needs: mariadb-server.
 set -euo pipefail
@@ -18,6 +20,10 @@ need=()
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need+=(mariadb-server)
 if ! $demo && { ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; }; then
 	need+=(prometheus)
+fi
+if ! $demo; then
+	command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+	command -v useradd >/dev/null 2>&1 || [ -x /usr/sbin/useradd ] || need+=(passwd)
 fi
 [ ${#need[@]} -eq 0 ] && exit 0
 
