@@ -82,7 +82,8 @@ func TestMemoryFigures(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, f := range []string{"deploy/systemd/outboxd.service", "deploy/kubernetes/deployment.yaml", "docs/operations/systemd.md"} {
+	for _, f := range []string{"deploy/systemd/outboxd.service", "deploy/kubernetes/deployment.yaml", "deploy/helm/outboxd/values.yaml",
+		"docs/operations/systemd.md", "docs/operations/helm.md"} {
 		if !quoted[f] {
 			t.Errorf("%s does not quote the soft memory limit (%d MiB)", f, want)
 		}
