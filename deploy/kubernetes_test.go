@@ -38,8 +38,10 @@ import (
 const pipelineDrain = 30
 
 // softMemoryLimit is the runtime memory limit outboxd sets itself without GOMEMLIMIT
-// (cmd/outboxd/main.go); the container's hard limit must sit above it.
-var softMemoryLimit = resource.MustParse("256Mi")
+// (softMemoryLimitMiB in cmd/outboxd); the container's hard limit must sit above it.
+func softMemoryLimit(t *testing.T) resource.Quantity {
+	return resource.MustParse(strconv.Itoa(softMemoryLimitMiB(t)) + "Mi")
+}
 
 // k8sManifests is every object of deploy/kubernetes, one of each kind.
 type k8sManifests struct {
@@ -463,6 +465,7 @@ func TestKubernetesDeployment(t *testing.T) {
 	// Memory: above the soft limit outboxd sets itself, so the GC works before the kernel kills.
 	res := c.Resources
 	lim, req := res.Limits[corev1.ResourceMemory], res.Requests[corev1.ResourceMemory]
+	softMemoryLimit := softMemoryLimit(t)
 	if lim.Cmp(softMemoryLimit) <= 0 || req.IsZero() || req.Cmp(lim) > 0 || res.Requests.Cpu().IsZero() {
 		t.Errorf("memory request %s limit %s, CPU request %s; want a memory limit above outboxd's soft limit %s, a memory request up to it, a CPU request",
 			req.String(), lim.String(), res.Requests.Cpu().String(), softMemoryLimit.String())

@@ -7,6 +7,8 @@
 #                    scripts/install-dolt.sh.
 #   ca-certificates - the CA bundle the release image carries (internal/release's test and
 #                    `make release` read /etc/ssl/certs/ca-certificates.crt).
+#   systemd        - systemd-analyze verifies deploy/systemd/outboxd.service (deploy/systemd_test.go).
+#   passwd         - useradd, for the unprivileged user that test starts outboxd as.
 # Nothing is started here: the tests run their own servers, in temp dirs on free ports.
 # --demo installs only what `make demo` needs: mariadb-server.
 set -euo pipefail
@@ -24,6 +26,10 @@ if ! $demo && { ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus
 	need+=(prometheus)
 fi
 $demo || [ -s /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
+if ! $demo; then
+	command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+	command -v useradd >/dev/null 2>&1 || [ -x /usr/sbin/useradd ] || need+=(passwd)
+fi
 [ ${#need[@]} -eq 0 ] && exit 0
 
 sudo=""

@@ -385,16 +385,21 @@ func writeProfile(name, path, env string) {
 	}
 }
 
+// softMemoryLimitMiB is the soft memory limit outboxd sets without GOMEMLIMIT. The manifests
+// and docs quote it (deploy/memory_test.go keeps them in step): 224, so the heap's growth stops
+// before the 256 MiB of RSS the docs promise: the limit covers the Go runtime's memory, and a
+// fast 1,000,000-row transaction ran the RSS up to 250 MiB with 256.
+const softMemoryLimitMiB = 224
+
 // tuneGC trades memory the pipeline's capacity already bounds for less GC CPU: GOGC 200 unless
-// the environment sets GOGC, and a soft memory limit of 224 MiB unless it sets GOMEMLIMIT, so
-// the heap's growth stops before the 256 MiB of RSS the README promises: the limit covers the
-// Go runtime's memory, and a fast 1,000,000-row transaction ran the RSS up to 250 MiB with 256.
+// the environment sets GOGC, and a soft memory limit of softMemoryLimitMiB unless it sets
+// GOMEMLIMIT.
 func tuneGC() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(200)
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(224 << 20)
+		debug.SetMemoryLimit(softMemoryLimitMiB << 20)
 	}
 }
 
