@@ -29,13 +29,13 @@ func LoadWithoutSecrets(path string) (*Config, error) {
 
 // isSecretField reports whether the field path holds a secret.
 func isSecretField(path string) bool {
-	if path == "source.password" {
+	if path == "source.password" || path == "source.tls.key" {
 		return true
 	}
 	if !strings.HasPrefix(path, "sinks.") {
 		return false
 	}
-	for _, s := range []string{".access_key", ".secret_key", ".sasl.password"} {
+	for _, s := range []string{".access_key", ".secret_key", ".sasl.password", ".tls.key"} {
 		if strings.HasSuffix(path, s) && strings.Count(path, ".") == strings.Count(s, ".")+1 {
 			return true
 		}
