@@ -11,9 +11,10 @@ const secretPlaceholder = "(not loaded)"
 
 // LoadWithoutSecrets is Load for commands that never connect to the source or a sink
 // (checkpoint show, status): the secrets (source.password, sinks' access_key, secret_key and
-// sasl.password, each given directly, from ${VAR} or from a *_file) are not read, so an unset
-// variable or an unreadable secret file is no error, and each such field holds a placeholder.
-// CA files are not read either. Every other field is loaded and validated as by Load. The
+// sasl.password, and the tls key of the source and of each sink, each given directly, from
+// ${VAR} or from a *_file) are not read, so an unset variable or an unreadable secret file is
+// no error, and each such field holds a placeholder. CA files, client certificates and
+// OAUTHBEARER token files are not read either. Every other field is loaded and validated as by Load. The
 // result must not be used to connect anywhere. It blocks on reading path only.
 func LoadWithoutSecrets(path string) (*Config, error) {
 	data, err := os.ReadFile(path)

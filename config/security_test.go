@@ -254,3 +254,18 @@ func TestSASLMechanismProblems(t *testing.T) {
 		})
 	}
 }
+
+func TestClientCertificateWithoutSecrets(t *testing.T) {
+	// status and checkpoint show must load a config whose key variable is unset and whose
+	// token file is gone: they connect nowhere.
+	y, _, dir := clientCertYAML(t)
+	y = strings.Replace(y, "sasl: {mechanism: SCRAM-SHA-512, username: outboxd, password_file: "+dir+"/sasl-pw}",
+		"sasl: {mechanism: OAUTHBEARER, token_file: "+dir+"/gone}", 1)
+	c, err := parseWith([]byte(y), noEnv, readLimitedFile, true)
+	if err != nil {
+		t.Fatalf("parse without secrets: %v", err)
+	}
+	if c.Source.TLS.Key != secretPlaceholder {
+		t.Errorf("source.tls.key = %q, want the placeholder", c.Source.TLS.Key)
+	}
+}
