@@ -29,6 +29,15 @@ const (
 	SinkRocketMQ = "rocketmq"
 )
 
+// sinks.<name>.compression values (kafka).
+const (
+	CompressionNone   = "none"
+	CompressionGzip   = "gzip"
+	CompressionSnappy = "snappy"
+	CompressionLZ4    = "lz4"
+	CompressionZstd   = "zstd"
+)
+
 // on_poison values.
 const (
 	OnPoisonStop       = "stop"
@@ -67,6 +76,7 @@ const (
 	DefaultKafkaClientID      = "outboxd"
 	DefaultKafkaTimeout       = 10 * time.Second
 	DefaultKafkaMaxMessage    = 1048576
+	DefaultKafkaCompression   = CompressionNone
 	DefaultRocketMQGroup      = "outboxd-producer"
 	DefaultRocketMQTimeout    = 3 * time.Second
 	DefaultRouteTopic         = "{topic}"
@@ -316,6 +326,10 @@ type Sink struct {
 	// MaxMessageBytes is the largest message sent; a larger one is poison (kafka only). Keep
 	// it at most the topic's max.message.bytes.
 	MaxMessageBytes int `yaml:"max_message_bytes" only:"kafka"`
+	// Compression is the codec of the record batches sent: none, gzip, snappy, lz4 or zstd
+	// (kafka only). The broker stores batches as sent unless the topic's compression.type
+	// says otherwise; consumers decompress. max_message_bytes bounds the uncompressed size.
+	Compression string `yaml:"compression" only:"kafka"`
 	// TLS, when set, encrypts broker connections and verifies the brokers' certificates
 	// (kafka only).
 	TLS *SinkTLS `yaml:"tls" only:"kafka"`
@@ -726,6 +740,7 @@ func (c *Config) ApplyDefaults() {
 			if s.MaxMessageBytes == 0 {
 				s.MaxMessageBytes = DefaultKafkaMaxMessage
 			}
+			setDefault(&s.Compression, DefaultKafkaCompression)
 		case SinkRocketMQ:
 			setDefault(&s.Group, DefaultRocketMQGroup)
 			setDefaultDur(&s.SendTimeout, DefaultRocketMQTimeout)

@@ -66,7 +66,7 @@ func TestDefaults(t *testing.T) {
 		Tables: []Table{{Table: "shop.outbox_event", Columns: Columns{
 			EventID: "event_id", Key: "biz_key", Topic: "topic", Payload: "payload", EventType: "event_type", Headers: "headers"}}},
 		Sinks: map[string]Sink{"main": {Type: "kafka", Brokers: []string{"127.0.0.1:9092"}, ClientID: "outboxd",
-			Timeout: 10 * time.Second, MaxMessageBytes: 1048576}},
+			Timeout: 10 * time.Second, MaxMessageBytes: 1048576, Compression: "none"}},
 		Routes:     []Route{{Sink: "main", Topic: "{topic}"}},
 		OnPoison:   "stop",
 		Retry:      Retry{Initial: 100 * time.Millisecond, Max: 10 * time.Second, MissingTopicTimeout: 5 * time.Minute},
@@ -143,7 +143,7 @@ func TestFull(t *testing.T) {
 			{Table: "billing.outbox", Columns: Columns{EventID: "event_id", Key: "account", Topic: "topic", Payload: "payload", EventType: "event_type", Headers: "headers"}},
 		},
 		Sinks: map[string]Sink{
-			"main": {Type: "kafka", Brokers: []string{"k1:9092", "k2:9092"}, ClientID: "relay", Timeout: 5 * time.Second, MaxMessageBytes: 2000000},
+			"main": {Type: "kafka", Brokers: []string{"k1:9092", "k2:9092"}, ClientID: "relay", Timeout: 5 * time.Second, MaxMessageBytes: 2000000, Compression: "none"},
 			"mq": {Type: "rocketmq", Nameservers: []string{"ns1:9876"}, Group: "g1", Namespace: "ns", AccessKey: "AK",
 				SecretKey: "secret", SendTimeout: 1500 * time.Millisecond},
 		},

@@ -11,9 +11,10 @@ const secretPlaceholder = "(not loaded)"
 
 // LoadWithoutSecrets is Load for commands that never connect to the source or a sink
 // (checkpoint show, status): the secrets (source.password, sinks' access_key, secret_key and
-// sasl.password, each given directly, from ${VAR} or from a *_file) are not read, so an unset
-// variable or an unreadable secret file is no error, and each such field holds a placeholder.
-// CA files are not read either. Every other field is loaded and validated as by Load. The
+// sasl.password, and the tls key of the source and of each sink, each given directly, from
+// ${VAR} or from a *_file) are not read, so an unset variable or an unreadable secret file is
+// no error, and each such field holds a placeholder. CA files, client certificates and
+// OAUTHBEARER token files are not read either. Every other field is loaded and validated as by Load. The
 // result must not be used to connect anywhere. It blocks on reading path only.
 func LoadWithoutSecrets(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
@@ -29,13 +30,13 @@ func LoadWithoutSecrets(path string) (*Config, error) {
 
 // isSecretField reports whether the field path holds a secret.
 func isSecretField(path string) bool {
-	if path == "source.password" {
+	if path == "source.password" || path == "source.tls.key" {
 		return true
 	}
 	if !strings.HasPrefix(path, "sinks.") {
 		return false
 	}
-	for _, s := range []string{".access_key", ".secret_key", ".sasl.password"} {
+	for _, s := range []string{".access_key", ".secret_key", ".sasl.password", ".tls.key"} {
 		if strings.HasSuffix(path, s) && strings.Count(path, ".") == strings.Count(s, ".")+1 {
 			return true
 		}

@@ -14,8 +14,8 @@ import (
 // redactedValue replaces a secret in Redacted and String.
 const redactedValue = "***"
 
-// Redacted returns a deep copy of c with source.password, every sink's access_key, secret_key
-// and sasl.password replaced by "***" (empty ones stay empty, which shows they are unset). Safe for
+// Redacted returns a deep copy of c with source.password, source.tls.key, every sink's
+// access_key, secret_key, sasl.password and tls.key replaced by "***" (empty ones stay empty, which shows they are unset). Safe for
 // concurrent use with other readers of c.
 func (c *Config) Redacted() *Config {
 	r := *c
@@ -46,6 +46,7 @@ func (s Source) redacted() Source {
 	s.Addrs = slices.Clone(s.Addrs)
 	if s.TLS != nil {
 		t := *s.TLS
+		t.Key = redact(t.Key)
 		s.TLS = &t
 	}
 	if s.Heartbeat != nil {
@@ -62,6 +63,7 @@ func (s Sink) redacted() Sink {
 	s.SecretKey = redact(s.SecretKey)
 	if s.TLS != nil {
 		t := *s.TLS
+		t.Key = redact(t.Key)
 		s.TLS = &t
 	}
 	if s.SASL != nil {

@@ -218,6 +218,11 @@ func (c *Config) validateSinks(p *problems) {
 			if s.MaxMessageBytes <= 0 {
 				p.add(field+".max_message_bytes", "must be positive, such as 1048576; got %d", s.MaxMessageBytes)
 			}
+			switch s.Compression {
+			case CompressionNone, CompressionGzip, CompressionSnappy, CompressionLZ4, CompressionZstd:
+			default:
+				p.add(field+".compression", "%q is not allowed; use none, gzip, snappy, lz4 or zstd", s.Compression)
+			}
 			wrong = setFields(map[string]bool{
 				"nameservers": len(s.Nameservers) > 0, "group": s.Group != "", "namespace": s.Namespace != "",
 				"access_key": s.AccessKey != "", "secret_key": s.SecretKey != "", "send_timeout": s.SendTimeout != 0,
@@ -237,6 +242,7 @@ func (c *Config) validateSinks(p *problems) {
 			wrong = setFields(map[string]bool{
 				"brokers": len(s.Brokers) > 0, "client_id": s.ClientID != "", "timeout": s.Timeout != 0,
 				"max_message_bytes": s.MaxMessageBytes != 0, "tls": s.TLS != nil, "sasl": s.SASL != nil,
+				"compression": s.Compression != "",
 			})
 		case "":
 			p.add(field+".type", "is required; use kafka or rocketmq")

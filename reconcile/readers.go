@@ -9,6 +9,7 @@ import (
 
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/sink/kafka"
+	"github.com/outboxd/outboxd/sink/sinks"
 )
 
 // OpenReaders returns a Reader for every configured sink, built from the sink's own settings
@@ -27,8 +28,8 @@ func OpenReaders(cfg *config.Config) (map[string]Reader, error) {
 				errs = append(errs, fmt.Errorf("sinks.%s.tls: %w", name, err))
 				continue
 			}
-			if a := sc.SASL; a != nil {
-				if kc.SASL, err = kafka.Mechanism(kafka.SASL{Mechanism: a.Mechanism, Username: a.Username, Password: a.Password}); err != nil {
+			if a := sinks.KafkaSASL(sc.SASL); a != nil {
+				if kc.SASL, err = kafka.Mechanism(*a); err != nil {
 					errs = append(errs, fmt.Errorf("sinks.%s.sasl: %w", name, err))
 					continue
 				}

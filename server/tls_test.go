@@ -2,6 +2,9 @@ package server_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -117,5 +120,92 @@ func TestSourceTLSModes(t *testing.T) {
 				t.Fatalf("binlog connection: %v", err)
 			}
 		})
+	}
+}
+
+// TestSourceClientCertificate runs against a MariaDB whose user is created REQUIRE X509: with
+// source.tls.cert_file and key_file loaded by the config package, the SQL connection and the
+// binlog-style connection both succeed; without them, or with a certificate of another CA, the
+// server refuses both.
+func TestSourceClientCertificate(t *testing.T) {
+	mariadb.RequireT(t)
+	certs, err := testcert.New(t.TempDir(), "outboxd source CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := certs.Client("outboxd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := testcert.New(t.TempDir(), "other CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := other.Client("stranger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := mariadb.StartT(t, mariadb.Options{ExtraArgs: []string{
+		"--ssl-ca=" + certs.CAFile, "--ssl-cert=" + certs.CertFile, "--ssl-key=" + certs.KeyFile}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	root, err := srv.DB(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	for _, q := range []string{
+		"CREATE USER 'x509user'@'%' IDENTIFIED BY 'x509-pw' REQUIRE X509",
+		"GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'x509user'@'%'",
+	} {
+		if _, err := root.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	connect := func(t *testing.T, cert, key string) (err error) {
+		y := fmt.Sprintf(`
+source: {flavor: mariadb, addr: %q, user: x509user, password: x509-pw, server_id: 4242,
+  tls: {mode: verify-identity, ca_file: %q, server_name: localhost, cert_file: %q, key_file: %q}}
+tables: [{table: shop.outbox_event}]
+sinks: {main: {type: kafka, brokers: ["127.0.0.1:9092"]}}
+routes: [{sink: main}]
+`, srv.Addr, certs.CAFile, cert, key)
+		if cert == "" {
+			y = strings.Replace(y, `, cert_file: "", key_file: ""`, "", 1)
+		}
+		path := filepath.Join(t.TempDir(), "outboxd.yaml")
+		if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Load(path)
+		if err != nil {
+			t.Fatalf("config: %v", err)
+		}
+		c := server.SourceConn(cfg)
+		db, err := server.Open(ctx, c)
+		if err == nil {
+			db.Close()
+		}
+		cc, derr := client.ConnectWithContext(ctx, c.Addr, c.User, c.Password, "", 10*time.Second, func(cc *client.Conn) error {
+			cc.SetTLSConfig(c.TLS) // as the binlog syncer does with BinlogTLS
+			return nil
+		})
+		if derr == nil {
+			cc.Close()
+		}
+		if (err == nil) != (derr == nil) {
+			t.Fatalf("SQL connection: %v; binlog connection: %v; want both to agree", err, derr)
+		}
+		return err
+	}
+	if err := connect(t, mine.CertFile, mine.KeyFile); err != nil {
+		t.Fatalf("with the client certificate: %v", err)
+	}
+	if err := connect(t, "", ""); err == nil || !strings.Contains(err.Error(), "Access denied") {
+		t.Fatalf("without a certificate: %v; want Access denied", err)
+	}
+	// The server ends the handshake itself when the certificate is not signed by its CA.
+	if err := connect(t, stranger.CertFile, stranger.KeyFile); err == nil {
+		t.Fatal("another CA's certificate was accepted")
 	}
 }

@@ -1,5 +1,5 @@
-// Package testcert makes throwaway X.509 certificates for tests: a CA and a server certificate
-// it signs for 127.0.0.1 and localhost, written as PEM files.
+// Package testcert makes throwaway X.509 certificates for tests: a CA, a server certificate
+// it signs for 127.0.0.1 and localhost, and client certificates, written as PEM files.
 package testcert
 
 import (
@@ -27,6 +27,19 @@ type Set struct {
 	CAPEM []byte
 	// Server is the server's certificate and key, for a tls.Config.
 	Server tls.Certificate
+
+	caKey  *ecdsa.PrivateKey
+	caCert *x509.Certificate
+}
+
+// Client is a client certificate signed by a Set's CA.
+type Client struct {
+	// CertFile and KeyFile are the paths of the PEM files.
+	CertFile, KeyFile string
+	// KeyPEM is the private key's PEM (for a key given inline).
+	KeyPEM []byte
+	// Cert is the certificate and key, for a tls.Config.
+	Cert tls.Certificate
 }
 
 // New writes a fresh CA (named cn) and a server certificate for 127.0.0.1, ::1 and localhost
@@ -72,6 +85,7 @@ func New(dir, cn string) (*Set, error) {
 		Dir: dir, CAFile: filepath.Join(dir, "ca.pem"), CertFile: filepath.Join(dir, "server-cert.pem"),
 		KeyFile: filepath.Join(dir, "server-key.pem"),
 		CAPEM:   pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		caKey:   caKey, caCert: caCert,
 	}
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srvDER})
 	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
@@ -84,6 +98,51 @@ func New(dir, cn string) (*Set, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// Client writes a client certificate for common name cn (used as the file names' stem too),
+// signed by the CA, into the Set's Dir. It blocks on key generation and file writes.
+func (s *Set) Client(cn string) (*Client, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(now.UnixNano()), Subject: pkix.Name{CommonName: cn},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, s.caCert, &key.PublicKey, s.caKey)
+	if err != nil {
+		return nil, fmt.Errorf("client certificate: %w", err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{CertFile: filepath.Join(s.Dir, cn+"-cert.pem"), KeyFile: filepath.Join(s.Dir, cn+"-key.pem"),
+		KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	if err := os.WriteFile(c.CertFile, certPEM, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(c.KeyFile, c.KeyPEM, 0o600); err != nil {
+		return nil, err
+	}
+	if c.Cert, err = tls.X509KeyPair(certPEM, c.KeyPEM); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// RequireClientTLS returns a tls.Config serving the server certificate that demands a client
+// certificate signed by the CA.
+func (s *Set) RequireClientTLS() *tls.Config {
+	c := s.ServerTLS()
+	c.ClientAuth = tls.RequireAndVerifyClientCert
+	c.ClientCAs = s.Pool()
+	return c
 }
 
 // ServerTLS returns a tls.Config serving the server certificate.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -15,7 +16,8 @@ import (
 // first), which kafka-go reports as a bare EOF. Safe for concurrent use.
 type authTracker struct {
 	mech sasl.Mechanism
-	user string
+	// rejected describes a rejection and what to check, never with a secret (SASL.rejected).
+	rejected string
 	// started and finished count handshakes; started > finished right after a failure.
 	started, finished atomic.Int64
 }
@@ -53,12 +55,22 @@ func (a *authTracker) failing() bool {
 	return a != nil && a.started.Load() > a.finished.Load()
 }
 
+// errNeedsClientCert marks a connection the broker refused for want of a client certificate.
+var errNeedsClientCert = errors.New("the broker requires a client certificate")
+
 // authError wraps err with ErrAuth and the mechanism and user when it comes from SASL: a SASL
 // error code from the broker, or any error while the latest handshake is unfinished. Other
 // errors, and every error of a sink without SASL, come back unchanged. The password is never
 // part of the message.
 func (s *Sink) authError(err error) error {
-	if err == nil || s.auth == nil || errors.Is(err, ErrAuth) {
+	if err == nil || errors.Is(err, ErrAuth) || errors.Is(err, errNeedsClientCert) {
+		return err
+	}
+	// The TLS alert "certificate required" (116) comes back as text from crypto/tls.
+	if strings.Contains(err.Error(), "tls: certificate required") {
+		return fmt.Errorf("%w (set tls.cert_file and tls.key_file to a certificate the broker's CA signed): %w", errNeedsClientCert, err)
+	}
+	if s.auth == nil {
 		return err
 	}
 	var code kafkago.Error
@@ -67,6 +79,5 @@ func (s *Sink) authError(err error) error {
 	if !isCode && !s.auth.failing() {
 		return err
 	}
-	return fmt.Errorf("%w: SASL %s as user %q was rejected by the broker (check sasl.username, sasl.password and the mechanism the broker enables): %w",
-		ErrAuth, s.auth.Name(), s.auth.user, err)
+	return fmt.Errorf("%w: SASL %s %s: %w", ErrAuth, s.auth.Name(), s.auth.rejected, err)
 }

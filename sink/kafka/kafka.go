@@ -73,20 +73,61 @@ type Config struct {
 
 // SASL is the mechanism and credentials for broker authentication.
 type SASL struct {
-	// Mechanism is "PLAIN", "SCRAM-SHA-256" or "SCRAM-SHA-512".
+	// Mechanism is "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER" or "AWS_MSK_IAM".
 	Mechanism string
-	Username  string
-	Password  string
+	// Username and Password are for PLAIN and SCRAM.
+	Username string
+	Password string
+	// TokenFile is the OAUTHBEARER token's file, read again for every new connection.
+	TokenFile string
+	// Region is AWS_MSK_IAM's AWS region; empty takes the standard AWS configuration's.
+	Region string
 }
 
+// validate checks that a names a known mechanism with what it needs. It does no I/O.
+func (a *SASL) validate() error {
+	switch a.Mechanism {
+	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+		if a.Username == "" || a.Password == "" {
+			return fmt.Errorf("sasl %s: username and password are required", a.Mechanism)
+		}
+	case mechOAuthBearer:
+		if a.TokenFile == "" {
+			return errors.New("sasl OAUTHBEARER: token_file is required")
+		}
+	case mechAWSMSKIAM:
+	default:
+		return fmt.Errorf("sasl mechanism %q: use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM", a.Mechanism)
+	}
+	return nil
+}
+
+// mechanism builds the kafka-go mechanism. AWS_MSK_IAM reads the standard AWS configuration
+// (environment and shared files, no network) to find the region and credential chain.
 func (a *SASL) mechanism() (sasl.Mechanism, error) {
+	if err := a.validate(); err != nil {
+		return nil, err
+	}
 	switch a.Mechanism {
 	case "PLAIN":
 		return plain.Mechanism{Username: a.Username, Password: a.Password}, nil
-	case "SCRAM-SHA-256", "SCRAM-SHA-512":
-		return newSCRAM(a.Mechanism, a.Username, a.Password)
+	case mechOAuthBearer:
+		return &oauthBearer{tokenFile: a.TokenFile}, nil
+	case mechAWSMSKIAM:
+		return newMSKIAM(context.Background(), a.Region)
 	}
-	return nil, fmt.Errorf("sasl mechanism %q: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", a.Mechanism)
+	return newSCRAM(a.Mechanism, a.Username, a.Password)
+}
+
+// rejected describes a rejection of a's credentials and what to check, never with a secret.
+func (a *SASL) rejected() string {
+	switch a.Mechanism {
+	case mechOAuthBearer:
+		return fmt.Sprintf("was rejected by the broker (check that sasl.token_file %s holds a current token the broker accepts)", a.TokenFile)
+	case mechAWSMSKIAM:
+		return "was rejected by the broker (check the AWS credentials of the standard chain and that their IAM policy allows kafka-cluster:Connect on the cluster)"
+	}
+	return fmt.Sprintf("as user %q was rejected by the broker (check sasl.username, sasl.password and the mechanism the broker enables)", a.Username)
 }
 
 // Sink is a sink.Sink and sink.Checker for one Kafka cluster. Safe for concurrent use.
@@ -136,11 +177,8 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("max_message_bytes %d: must be at least 1024", c.MaxMessageBytes))
 	}
 	if c.SASL != nil {
-		if _, err := c.SASL.mechanism(); err != nil {
+		if err := c.SASL.validate(); err != nil {
 			errs = append(errs, err)
-		}
-		if c.SASL.Username == "" || c.SASL.Password == "" {
-			errs = append(errs, errors.New("sasl: username and password are required"))
 		}
 	}
 	switch c.Compression {
@@ -179,7 +217,7 @@ func New(name string, cfg Config) (*Sink, error) {
 		if err != nil {
 			return nil, fmt.Errorf("kafka sink %q: %w", name, err)
 		}
-		auth = &authTracker{mech: mech, user: cfg.SASL.Username}
+		auth = &authTracker{mech: mech, rejected: cfg.SASL.rejected()}
 		tr.SASL = auth
 	}
 	s := &Sink{

@@ -65,9 +65,10 @@ func OpenEach(cfg *config.Config, log, clientLog zerolog.Logger) (sinks map[stri
 			if kc.TLS, err = sc.TLS.ClientConfig(); err != nil {
 				break
 			}
-			if a := sc.SASL; a != nil {
-				kc.SASL = &kafka.SASL{Mechanism: a.Mechanism, Username: a.Username, Password: a.Password}
+			if kc.Compression, err = kafka.Codec(sc.Compression); err != nil {
+				break
 			}
+			kc.SASL = KafkaSASL(sc.SASL)
 			s, err = kafka.New(name, kc)
 		case "rocketmq":
 			s, err = rocketmq.New(name, rocketmq.Config{
@@ -90,6 +91,15 @@ func OpenEach(cfg *config.Config, log, clientLog zerolog.Logger) (sinks map[stri
 		sinks[name] = s
 	}
 	return sinks, failed
+}
+
+// KafkaSASL converts a sink's sasl settings for the kafka package; nil stays nil. Pure.
+func KafkaSASL(a *config.SASL) *kafka.SASL {
+	if a == nil {
+		return nil
+	}
+	return &kafka.SASL{Mechanism: a.Mechanism, Username: a.Username, Password: a.Password,
+		TokenFile: a.TokenFile, Region: a.Region}
 }
 
 // StaticTopics lists the destination topics of sink name that have no placeholders, the ones
