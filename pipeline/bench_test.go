@@ -21,15 +21,18 @@ type ackSink struct{}
 func (ackSink) Send(context.Context, []*sink.Message) error { return nil }
 func (ackSink) Close() error                                { return nil }
 
-// BenchmarkCatchUp is a catch-up through the pipeline: 100-row transactions of 10,000 keys
+// BenchmarkCatchUp is a catch-up through the pipeline: 100-row (or 1-row) transactions of 10,000 keys
 // routed, laned, sent to a sink that acknowledges at once, the checkpoint saved to a file store
 // (fsync and rename, as in production) every interval. It reports ns and allocations per event;
 // a save must not slow the stream, so interval=100ms should match interval=1s.
 // go test ./pipeline -run '^$' -bench CatchUp -benchtime 5x -benchmem
 func BenchmarkCatchUp(b *testing.B) {
-	const txns, rows = 3000, 100
-	for _, iv := range []time.Duration{time.Second, 100 * time.Millisecond, 10 * time.Millisecond} {
-		b.Run(fmt.Sprintf("interval=%s", iv), func(b *testing.B) {
+	for _, c := range []struct {
+		txns, rows int
+		iv         time.Duration
+	}{{3000, 100, time.Second}, {3000, 100, 100 * time.Millisecond}, {3000, 100, 10 * time.Millisecond}, {100_000, 1, time.Second}} {
+		txns, rows, iv := c.txns, c.rows, c.iv
+		b.Run(fmt.Sprintf("rows=%d/interval=%s", rows, iv), func(b *testing.B) {
 			in := make([]*binlog.Txn, txns)
 			for i := range in {
 				t := &binlog.Txn{GTID: fmt.Sprintf("0-1-%d", i+1), File: "mysql-bin.000001", Pos: uint32(i * 100), Events: make([]binlog.Event, rows)}
