@@ -61,8 +61,10 @@ func readCeiling(ctx context.Context, addr string, serverID uint32, start, schem
 }
 
 // syncerConfig is go-mysql configured as outboxd's reader (binlog.Reader's syncerConfig, with
-// outboxd's default heartbeat and read timeout) for one outbox table: the ceiling and the floor
-// relay read with it, so they decode exactly what outboxd decodes.
+// outboxd's default heartbeat) for one outbox table: the ceiling and the floor relay read with
+// it, so they decode exactly what outboxd decodes. It sets no ReadTimeout: outboxd enforces its
+// read timeout on the connection (binlog/idleconn.go), not with go-mysql's deadline before every
+// packet, and the harness's own timeout bounds a stalled ceiling or floor.
 func syncerConfig(addr string, serverID uint32, schema, tableName string) (replication.BinlogSyncerConfig, error) {
 	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -87,7 +89,6 @@ func syncerConfig(addr string, serverID uint32, schema, tableName string) (repli
 		ParseTime:             true, // as outboxd's reader: DATETIME decodes to time.Time, not fmt text
 		RenderJSONAsMySQLText: true,
 		HeartbeatPeriod:       config.SourceHeartbeatPeriod,
-		ReadTimeout:           config.DefaultSourceReadTimeout,
 		DisableRetrySync:      true,
 		VerifyChecksum:        true,
 		EventCacheCount:       256, // binlog.eventCacheCount

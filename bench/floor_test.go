@@ -90,7 +90,7 @@ func TestBreakdownSplitsThePath(t *testing.T) {
 }
 
 func TestFloorRatiosAndTargets(t *testing.T) {
-	r := &Results{Params: Params{TxnSizes: []int{1}, Steady1Rates: []int{3000}}}
+	r := &Results{Params: Params{TxnSizes: []int{1, 100}, Steady1Rates: []int{3000}}}
 	add := func(id string, eps, cpu float64, p99 float64) {
 		w := Workload{ID: id, EventsPerSec: fp(eps), CPUPer100k: fp(cpu)}
 		if p99 > 0 {
@@ -101,6 +101,9 @@ func TestFloorRatiosAndTargets(t *testing.T) {
 	add("catchup-kafka-txn1", 90, 1.4, 0)
 	add("floor-franz-go-txn1", 100, 1.0, 0)
 	add("catchup-rocketmq-txn1", 70, 5, 0)
+	add("catchup-kafka-txn100", 200, 0.5, 0)
+	add("floor-franz-go-txn100", 200, 0.45, 0)
+	add(fastCkptID, 180, 0.55, 0)
 	add("steady1-outboxd-kafka-3000", 3000, 0, 6)
 	add("steady1-floor-franz-go-3000", 3000, 0, 3)
 	r.computeRatios()
@@ -120,6 +123,9 @@ func TestFloorRatiosAndTargets(t *testing.T) {
 	if v := get("outboxd → RocketMQ / outboxd → Kafka, catch-up events/s, 1-row txns"); v < 0.77 || v > 0.78 {
 		t.Errorf("RocketMQ ratio %v", v)
 	}
+	if v := get(fastCkptEPS); v != 0.9 {
+		t.Errorf("checkpoint interval ratio %v", v)
+	}
 	if r.ratioValue("outboxd / floor (kafka-go), catch-up events/s, 1-row txns") != nil {
 		t.Error("a ratio for a floor that did not run")
 	}
@@ -128,7 +134,9 @@ func TestFloorRatiosAndTargets(t *testing.T) {
 	md := b.String()
 	for _, line := range []string{
 		"| Kafka catch-up ≥ 0.85 × floor (franz-go) events/s, 1-row txns | 0.90 | yes |",
-		"| Kafka catch-up ≤ 1.3 × floor (franz-go) CPU per event, 1-row txns | 1.40× | **no** |",
+		"| Kafka catch-up ≤ 1.2 × floor (franz-go) CPU per event, 1-row txns | 1.40× | **no** |",
+		"| Kafka catch-up ≤ 1.2 × floor (franz-go) CPU per event, 100-row txns | 1.11× | yes |",
+		"| Catch-up with checkpoint.interval 100ms ≥ 0.95 × with 1s, events/s, 100-row txns | 0.90 | **no** |",
 		"| RocketMQ catch-up ≥ 0.7 × outboxd's Kafka catch-up, 1-row txns | 0.78 | yes |",
 		"| Steady 3000/s from one connection: p99 ≤ 1.5 × the floor's | 2.00× | **no** |",
 	} {

@@ -32,7 +32,9 @@ type relayConfig struct {
 	Sink     string // the sinks: entry's YAML flow map
 	Topic    string
 	Dir      string // checkpoint and logs
-	Extra    string // appended verbatim (e.g. a pipeline: block), may be ""
+	// CheckpointInterval is checkpoint.interval ("" is the bench's 1s).
+	CheckpointInterval string
+	Extra              string // appended verbatim (e.g. a pipeline: block), may be ""
 }
 
 func (c relayConfig) yaml() string {
@@ -42,7 +44,11 @@ func (c relayConfig) yaml() string {
 	fmt.Fprintf(&b, "tables:\n  - table: %s\n", c.Table)
 	fmt.Fprintf(&b, "sinks:\n  out: %s\n", c.Sink)
 	fmt.Fprintf(&b, "routes:\n  - sink: out\n    topic: %q\n", c.Topic)
-	fmt.Fprintf(&b, "checkpoint: {path: %s, interval: 1s}\n", filepath.Join(c.Dir, "checkpoint.json"))
+	iv := c.CheckpointInterval
+	if iv == "" {
+		iv = "1s"
+	}
+	fmt.Fprintf(&b, "checkpoint: {path: %s, interval: %s}\n", filepath.Join(c.Dir, "checkpoint.json"), iv)
 	b.WriteString("log: {level: info, format: json}\n")
 	if c.Extra != "" {
 		b.WriteString(strings.TrimRight(c.Extra, "\n") + "\n")

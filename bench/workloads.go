@@ -28,6 +28,8 @@ type catchSpec struct {
 	Conns          int
 	Prefix         string
 	Sink           benchSink
+	// CheckpointInterval is outboxd's checkpoint.interval ("" is the bench's 1s).
+	CheckpointInterval string
 }
 
 // catchUp generates the rows, runs outboxd over them and measures it. It returns the workload
@@ -57,6 +59,7 @@ func (h *harness) catchUp(ctx context.Context, s catchSpec) (Workload, string) {
 		return startOutboxd(h.bin, relayConfig{
 			Addr: h.srv.Addr, ServerID: h.serverID(), Start: pos0, Table: outboxTable.String(),
 			Sink: s.Sink.sinkYAML(), Topic: s.Sink.topic(), Dir: filepath.Join(h.tmp, s.ID), Extra: h.o.OutboxdExtra,
+			CheckpointInterval: s.CheckpointInterval,
 		})
 	})
 	return w, pos0 // the rows are written even when outboxd failed: the ceiling and floors can read them
@@ -127,6 +130,12 @@ func (h *harness) measureCatchUp(ctx context.Context, w *Workload, sink benchSin
 	w.HarnessCPUPercent = fp(100 * (self1 - self0).Seconds() / elapsed.Seconds())
 }
 
+// The catch-up that also runs outboxd with checkpoint.interval 100ms (the 1 s run is the usual one).
+const (
+	fastCkptTxnRows = 100
+	fastCkptID      = "catchup-kafka-txn100-ckpt100ms"
+)
+
 func (h *harness) catchUpWithCeiling(ctx context.Context, txnRows int) {
 	sink, err := newKafkaSink("bench.catchup")
 	if err != nil {
@@ -149,17 +158,25 @@ func (h *harness) catchUpWithCeiling(ctx context.Context, txnRows int) {
 		return
 	}
 	h.ceiling(ctx, txnRows, pos0)
-	if !h.o.want("floor") {
+	newSink := func() (benchSink, error) { return newKafkaSink("bench.catchup") }
+	relays := []relayRun{{run: func(ctx context.Context, rep int) Workload { return h.outboxdOver(ctx, spec, newSink, pos0, rep) }}}
+	if txnRows == fastCkptTxnRows && h.o.want("catchup") {
+		// The same rows with checkpoint.interval 100ms, in the same rotation: a save must not
+		// slow the stream (issue 24).
+		fast := spec
+		fast.ID, fast.Name, fast.CheckpointInterval = fastCkptID, spec.Name+", checkpoint.interval 100ms", "100ms"
+		relays = append(relays, relayRun{run: func(ctx context.Context, rep int) Workload { return h.outboxdOver(ctx, fast, newSink, pos0, rep) }})
+	}
+	if h.o.want("floor") {
+		for _, client := range []string{floorFranz, floorKafkaGo} {
+			relays = append(relays, relayRun{run: func(ctx context.Context, rep int) Workload {
+				return h.floorRun(ctx, client, txnRows, pos0, rep)
+			}})
+		}
+	}
+	if len(relays) == 1 {
 		h.record(w)
 		return
-	}
-	relays := []relayRun{{run: func(ctx context.Context, rep int) Workload {
-		return h.outboxdOver(ctx, spec, func() (benchSink, error) { return newKafkaSink("bench.catchup") }, pos0, rep)
-	}}}
-	for _, client := range []string{floorFranz, floorKafkaGo} {
-		relays = append(relays, relayRun{run: func(ctx context.Context, rep int) Workload {
-			return h.floorRun(ctx, client, txnRows, pos0, rep)
-		}})
 	}
 	for _, runs := range rotated(ctx, h.o.Reps, &w, relays) {
 		if len(runs) > 0 {

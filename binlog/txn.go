@@ -72,6 +72,8 @@ type Event struct {
 // Field is one column value of an outbox row.
 type Field struct {
 	// Bytes is the value as text or raw bytes (BLOB/VARBINARY are passed through unchanged).
+	// Nothing writes into them once the Field is made: they may alias the binlog event's
+	// buffer, and the router views them as strings without a copy.
 	Bytes []byte
 	// Null is true for SQL NULL.
 	Null bool

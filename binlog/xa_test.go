@@ -43,6 +43,11 @@ func tableRows(schema, table string, n int) *replication.BinlogEvent {
 	for i := range rows {
 		rows[i] = []any{"e" + string(rune('a'+i)), "k"}
 	}
+	return insertRows(tm, rows)
+}
+
+// insertRows is a WRITE_ROWS event of rows into tm's table.
+func insertRows(tm *replication.TableMapEvent, rows [][]any) *replication.BinlogEvent {
 	re := &replication.RowsEvent{Table: tm, Rows: rows}
 	// RowsEvent.Type reads an unexported field that only go-mysql's parser sets.
 	f := reflect.ValueOf(re).Elem().FieldByName("eventType")

@@ -476,8 +476,12 @@ func parseMariaDBPart(set map[uint32]Position, part string) error {
 
 func parseMariaDBGTID(s string) (Position, error) {
 	s = strings.TrimSpace(s)
-	f := strings.Split(s, "-")
-	if len(f) != 3 {
+	// Cut, not Split: no slice allocated for each transaction the tracker folds.
+	var f [3]string
+	var ok1, ok2 bool
+	f[0], f[1], ok1 = strings.Cut(s, "-")
+	f[1], f[2], ok2 = strings.Cut(f[1], "-")
+	if !ok1 || !ok2 || strings.Contains(f[2], "-") {
 		return Position{}, fmt.Errorf("element %q: want domain-server-sequence", s)
 	}
 	names := [3]string{"domain id", "server id", "sequence number"}

@@ -11,6 +11,8 @@ import (
 	"io"
 	"path"
 	"strings"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/outboxd/outboxd/binlog"
 	"github.com/outboxd/outboxd/config"
@@ -78,6 +80,18 @@ type Router struct {
 	shapes map[tableKey]*tableShape
 	// patterns are the tables[].pattern entries; nil without any (pattern.go).
 	patterns *patterns
+	// lastBase is the table and GTID header values of the last routed event: the events of one
+	// transaction and table share them instead of allocating them each.
+	lastBase atomic.Pointer[baseValues]
+}
+
+// baseValues are the outbox_table and outbox_gtid header values of txn's events of one table.
+// Header values are never written after a message is built, so messages share them.
+type baseValues struct {
+	txn           *binlog.Txn
+	gtid          string
+	schema, table string
+	tableV, gtidV []byte
 }
 
 type route struct {
@@ -174,11 +188,15 @@ func (r *Router) RouteIndexed(txn *binlog.Txn, ev *binlog.Event) (sinkName strin
 	if reason := r.malformed(ev); reason != "" {
 		return "", -1, nil, poison(txn, ev, reason)
 	}
+	// The row's text is viewed, not copied: three allocations an event fewer. A Field's bytes
+	// are never written (binlog.Field), and the views live no longer than the message, whose
+	// Value aliases the same event buffer. Rendered topics and tags are new strings, so no view
+	// becomes a map key downstream (topic caches, per-topic series) that would pin the buffer.
 	vars := config.TemplateVars{
-		Topic:     string(ev.Topic.Bytes),
+		Topic:     view(ev.Topic.Bytes),
 		Schema:    ev.Schema,
 		Table:     ev.Table,
-		EventType: text(ev.EventType),
+		EventType: view(textBytes(ev.EventType)),
 	}
 	rt := r.matchEvent(ev, vars.Topic)
 	if rt == nil {
@@ -190,7 +208,7 @@ func (r *Router) RouteIndexed(txn *binlog.Txn, ev *binlog.Event) (sinkName strin
 	}
 	// The message and its base headers in one allocation (routed is per event).
 	out := &routed{}
-	headers, err := appendRowHeaders(appendBaseHeaders(out.headers[:0], txn, ev), ev.Headers)
+	headers, err := appendRowHeaders(appendBase(out.headers[:0], ev, r.baseValuesOf(txn, ev)), ev.Headers)
 	if err != nil {
 		return "", -1, nil, poison(txn, ev, err.Error())
 	}
@@ -204,7 +222,7 @@ func (r *Router) RouteIndexed(txn *binlog.Txn, ev *binlog.Event) (sinkName strin
 		Value:   nonNil(ev.Payload.Bytes),
 		Headers: headers,
 		Time:    txn.CommitTime,
-		EventID: string(ev.EventID.Bytes),
+		EventID: view(ev.EventID.Bytes),
 		Tag:     tag,
 	}
 	if sh := r.shapeOf(ev); sh != nil {
@@ -350,19 +368,40 @@ func baseHeaders(txn *binlog.Txn, ev *binlog.Event) []sink.Header {
 
 // appendBaseHeaders appends baseHeaders to hs; the table and GTID values share one allocation.
 func appendBaseHeaders(hs []sink.Header, txn *binlog.Txn, ev *binlog.Event) []sink.Header {
+	return appendBase(hs, ev, newBaseValues(txn, ev))
+}
+
+// baseValuesOf is the table and GTID header values for ev of txn: the last event's when it was
+// of the same transaction and table, else new ones, kept for the next event.
+func (r *Router) baseValuesOf(txn *binlog.Txn, ev *binlog.Event) *baseValues {
+	if b := r.lastBase.Load(); b != nil && b.txn == txn && b.gtid == txn.GTID && b.schema == ev.Schema && b.table == ev.Table {
+		return b
+	}
+	b := newBaseValues(txn, ev)
+	r.lastBase.Store(b)
+	return b
+}
+
+// newBaseValues builds the table and GTID header values in one allocation.
+func newBaseValues(txn *binlog.Txn, ev *binlog.Event) *baseValues {
+	vals := make([]byte, 0, len(ev.Schema)+1+len(ev.Table)+len(txn.GTID))
+	vals = append(append(append(vals, ev.Schema...), '.'), ev.Table...)
+	table := vals[:len(vals):len(vals)]
+	vals = append(vals, txn.GTID...)
+	return &baseValues{txn: txn, gtid: txn.GTID, schema: ev.Schema, table: ev.Table, tableV: table, gtidV: vals[len(table):]}
+}
+
+// appendBase appends the base headers of ev to hs, with the table and GTID values of b.
+func appendBase(hs []sink.Header, ev *binlog.Event, b *baseValues) []sink.Header {
 	if present(ev.EventID) {
 		hs = append(hs, sink.Header{Key: HeaderEventID, Value: nonNil(ev.EventID.Bytes)})
 	}
 	if present(ev.EventType) {
 		hs = append(hs, sink.Header{Key: HeaderEventType, Value: nonNil(ev.EventType.Bytes)})
 	}
-	vals := make([]byte, 0, len(ev.Schema)+1+len(ev.Table)+len(txn.GTID))
-	vals = append(append(append(vals, ev.Schema...), '.'), ev.Table...)
-	table := vals[:len(vals):len(vals)]
-	vals = append(vals, txn.GTID...)
 	return append(hs,
-		sink.Header{Key: HeaderTable, Value: table},
-		sink.Header{Key: HeaderGTID, Value: vals[len(table):]},
+		sink.Header{Key: HeaderTable, Value: b.tableV},
+		sink.Header{Key: HeaderGTID, Value: b.gtidV},
 	)
 }
 
@@ -454,6 +493,18 @@ func text(f binlog.Field) string {
 	}
 	return string(f.Bytes)
 }
+
+// textBytes is the field's bytes, nil when NULL or absent (text's bytes).
+func textBytes(f binlog.Field) []byte {
+	if !present(f) {
+		return nil
+	}
+	return f.Bytes
+}
+
+// view is b as a string without a copy; b must never be written afterwards (a Field's bytes
+// never are).
+func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // key returns nil for a NULL or absent key and a non-nil slice otherwise, because Kafka tells a
 // null key (spread over partitions) from an empty one (hashed like any other).

@@ -444,3 +444,32 @@ func FuzzRoute(f *testing.F) {
 		}
 	})
 }
+
+// The table and GTID header values are shared by the events of one transaction and table, and
+// never carried over to another transaction or table.
+func TestBaseHeadersFollowTheTransactionAndTable(t *testing.T) {
+	r := newRouter(t, "routes:\n  - sink: main\n    topic: \"t\"\n")
+	other := event()
+	other.Table = "outbox_two"
+	t1, t2 := txn(), &binlog.Txn{GTID: "0-1-43", CommitTime: commit}
+	var got []string
+	for _, c := range []struct {
+		txn *binlog.Txn
+		ev  *binlog.Event
+	}{{t1, event()}, {t1, event()}, {t1, other}, {t2, event()}, {t2, other}} {
+		_, _, msg, err := r.RouteIndexed(c.txn, c.ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := headerMap(msg.Headers)
+		got = append(got, strings.Join(hs[len(hs)-2:], " "))
+	}
+	want := []string{
+		"outbox_table=shop.outbox_event outbox_gtid=0-1-42", "outbox_table=shop.outbox_event outbox_gtid=0-1-42",
+		"outbox_table=shop.outbox_two outbox_gtid=0-1-42",
+		"outbox_table=shop.outbox_event outbox_gtid=0-1-43", "outbox_table=shop.outbox_two outbox_gtid=0-1-43",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("headers\n got %q\nwant %q", got, want)
+	}
+}

@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -408,9 +409,11 @@ func (s *Sink) produce(ctx context.Context, groups [][]*batchReq) (map[topicPart
 			}
 		}
 	}
-	// One slab each for the records and their headers of the whole request.
+	// One slab each for the records, their headers and their keys' and values' readers of the
+	// whole request (kafkago.NewBytes allocates one reader per key and per value).
 	recs := make([]kafkago.Record, 0, nrec)
 	hdrs := make([]kafkago.Header, 0, nhdr)
+	rds := make(slabReaders, 0, 2*nrec)
 	for _, g := range groups {
 		from := len(recs)
 		for _, r := range g {
@@ -426,8 +429,8 @@ func (s *Sink) produce(ctx context.Context, groups [][]*batchReq) (map[topicPart
 				}
 				recs = append(recs, kafkago.Record{
 					Time:    m.Time, // zero: kafka-go stamps the encoding time
-					Key:     kafkago.NewBytes(m.Key),
-					Value:   kafkago.NewBytes(m.Value),
+					Key:     rds.bytes(m.Key),
+					Value:   rds.bytes(m.Value),
 					Headers: hs,
 				})
 			}
@@ -459,6 +462,25 @@ func (s *Sink) produce(ctx context.Context, groups [][]*batchReq) (map[topicPart
 		}
 	}
 	return out, nil
+}
+
+// slabReader is kafkago.NewBytes's reader (a bytes.Reader that closes), kept in a slab.
+type slabReader struct{ bytes.Reader }
+
+func (*slabReader) Close() error { return nil }
+
+// slabReaders hands out readers from one allocation; its capacity must cover every call.
+type slabReaders []slabReader
+
+// bytes is kafkago.NewBytes(b) from the slab: nil for a nil b (a null key or value).
+func (s *slabReaders) bytes(b []byte) kafkago.Bytes {
+	if b == nil {
+		return nil
+	}
+	*s = append(*s, slabReader{})
+	r := &(*s)[len(*s)-1]
+	r.Reset(b)
+	return r
 }
 
 // brokerWaitMs is the acks=all wait asked of the broker: half of what is left of timeout (or of
