@@ -69,6 +69,10 @@ type Config struct {
 	TLS *tls.Config
 	// SASL, when set, authenticates every broker connection.
 	SASL *SASL
+	// Idempotent makes the sink an idempotent producer (KIP-98, idempotent.go): a batch whose
+	// answer was lost is resent under the same producer id and sequence, and the broker keeps
+	// one copy. It needs the IDEMPOTENT_WRITE permission on clusters with ACLs before Kafka 2.8.
+	Idempotent bool
 }
 
 // SASL is the mechanism and credentials for broker authentication.
@@ -108,7 +112,13 @@ type Sink struct {
 	refreshedAt time.Time // when the transport's metadata cache was last discarded
 
 	combine combiner // merges concurrent Sends' record batches into few requests (produce.go)
-	topics  topicCache
+
+	// The producer id partitions start with when Idempotent (idempotent.go).
+	pidMu    sync.Mutex
+	pidSet   bool
+	pid      int64
+	pidEpoch int16
+	topics   topicCache
 }
 
 var (
@@ -554,6 +564,12 @@ func (s *Sink) Check(ctx context.Context, topics []string) error {
 			errs = append(errs, fmt.Errorf("topic %s: %w", t, mt.Error))
 		case len(mt.Partitions) == 0:
 			errs = append(errs, fmt.Errorf("topic %s has no partitions", t))
+		}
+	}
+	if s.cfg.Idempotent {
+		// A cluster that refuses the producer id (no IDEMPOTENT_WRITE) refuses every batch.
+		if _, _, err := s.producerID(ctx); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if len(errs) > 0 {
