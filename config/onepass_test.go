@@ -10,7 +10,7 @@ import (
 func TestAllowedKeysPerSinkType(t *testing.T) {
 	kafka := strings.Replace(minimal, `brokers:`, `broker: ["x:1"], brokers:`, 1)
 	got := mustFail(t, kafka, noEnv)
-	wantContains(t, got, `sinks.main.broker (line 10): unknown field "broker"; allowed here: type, brokers, client_id, timeout, max_message_bytes, tls, sasl`)
+	wantContains(t, got, `sinks.main.broker (line 10): unknown field "broker"; allowed here: type, brokers, client_id, timeout, max_message_bytes, tls, sasl, idempotent`)
 	for _, rmq := range []string{"nameservers", "group", "namespace", "access_key", "send_timeout"} {
 		if strings.Contains(got, rmq) {
 			t.Errorf("a kafka sink's allowed keys list the RocketMQ key %s:\n%s", rmq, got)

@@ -15,6 +15,8 @@ import (
 	"github.com/segmentio/kafka-go/protocol/initproducerid"
 	produceAPI "github.com/segmentio/kafka-go/protocol/produce"
 	"github.com/segmentio/kafka-go/protocol/rawproduce"
+
+	"github.com/outboxd/outboxd/sink"
 )
 
 // The idempotent producer (KIP-98). Every record batch carries a producer id, an epoch and the
@@ -105,7 +107,12 @@ func (s *Sink) initProducerID(ctx context.Context) (int64, int16, error) {
 	if res.ErrorCode != 0 {
 		err := kafkago.Error(res.ErrorCode)
 		if errors.Is(err, kafkago.ClusterAuthorizationFailed) {
-			return 0, 0, fmt.Errorf("init producer id: %w: the idempotent producer needs the IDEMPOTENT_WRITE permission on the cluster; grant it, or set idempotent: false on this sink", err)
+			// %v: transient for the pipeline, as a SASL failure (ErrAuth) is: no fault of the
+			// messages, so never poison; the sink shows as down until the ACL or config changes.
+			return 0, 0, &sink.FixError{
+				Err: fmt.Errorf("init producer id: %v: the idempotent producer needs the IDEMPOTENT_WRITE permission on the cluster", err),
+				Fix: fmt.Sprintf("grant IDEMPOTENT_WRITE on the cluster to this sink's principal, or set sinks.%s.idempotent: false", s.name),
+			}
 		}
 		return 0, 0, fmt.Errorf("init producer id: %w", err)
 	}

@@ -16,35 +16,18 @@ import (
 
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/sink/sinktest"
+	"github.com/outboxd/outboxd/testenv/kafkafault"
 )
 
-// dropAnswers stores the next count produce requests for topic but never answers them, as when
-// the broker's answer is lost on the way back; after a drop the requests of the next gap are
-// answered (so that a resend is, and the loss is not longer than a sink's timeout).
-func (e *env) dropAnswers(topic string, count int64, gap time.Duration) *atomic.Int64 {
-	var dropped atomic.Int64
-	var mu sync.Mutex
-	var last time.Time
-	e.c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		req := kreq.(*kmsg.ProduceRequest)
-		if req.TimeoutMillis == forwardedMarker || !hasTopic(req, topic, -1) {
-			return nil, nil, false
-		}
-		e.c.KeepControl()
-		mu.Lock()
-		drop := dropped.Load() < count && time.Since(last) >= gap
-		if drop {
-			last = time.Now()
-			dropped.Add(1)
-		}
-		mu.Unlock()
-		if !drop {
-			return nil, nil, false
-		}
-		e.partialFailure(req, 0, func(string, int32) bool { return false }) // stores all of it
-		return nil, nil, true
-	})
-	return &dropped
+// dropAnswers is kafkafault.LoseAnswers on e's cluster.
+func (e *env) dropAnswers(t *testing.T, topic string, count int64, gap time.Duration) *atomic.Int64 {
+	t.Helper()
+	lost, stop, err := kafkafault.LoseAnswers(e.c, topic, count, gap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return lost
 }
 
 // sendAll sends msgs as the pipeline does: the failed ones again, in order, until none fails.
@@ -111,7 +94,7 @@ func lostAnswers(t *testing.T, idempotent bool) int {
 	if err := s.Send(context.Background(), msgs[:1]); err != nil {
 		t.Fatalf("warm-up: %v", err)
 	}
-	dropped := e.dropAnswers(topic, 3, time.Second)
+	dropped := e.dropAnswers(t, topic, 3, time.Second)
 	var wg sync.WaitGroup
 	// Four lanes, each with its own keys, as the pipeline runs them.
 	for lane := range 4 {
@@ -221,7 +204,7 @@ func TestIdempotentGivenUpTakesFreshID(t *testing.T) {
 	if err := s.Send(context.Background(), msgs[:1]); err != nil {
 		t.Fatalf("first: %v", err)
 	}
-	dropped := e.dropAnswers(topic, 1<<50, 0)
+	dropped := e.dropAnswers(t, topic, 1<<50, 0)
 	if err := s.Send(context.Background(), msgs[1:2]); err == nil {
 		t.Fatal("a Send whose every answer was lost reported success")
 	}
