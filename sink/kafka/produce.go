@@ -239,7 +239,9 @@ func (c *combiner) submit(reqs []*batchReq) {
 	defer c.mu.Unlock()
 	if c.brokers == nil {
 		c.brokers = make(map[int]*brokerQueue)
-		c.seqs = make(map[topicPartition]*partSeq)
+		if c.s.cfg.Idempotent {
+			c.seqs = make(map[topicPartition]*partSeq)
+		}
 	}
 	for _, r := range reqs {
 		if r.leader < 0 && c.s.cfg.Idempotent {
@@ -292,6 +294,10 @@ func (c *combiner) kick(q *brokerQueue) {
 			break // everything pending belonged to Sends that gave up
 		}
 		q.inflight++
+		if c.seqs != nil {
+			go c.sendIdempotent(q, c.sequence(groups))
+			continue
+		}
 		go c.send(q, groups)
 	}
 }
@@ -301,7 +307,11 @@ func (c *combiner) kick(q *brokerQueue) {
 // within maxRequestBytes. A partition's batch that does not fit closes that partition for this
 // request, so a partition's batches are always sent in submission order. Holding mu.
 func (c *combiner) take(q *brokerQueue) [][]*batchReq {
-	idem := c.s.cfg.Idempotent
+	idem := c.seqs != nil
+	spread := 0
+	if idem {
+		spread = c.spread(q)
+	}
 	at := make(map[topicPartition]int)
 	closed := make(map[topicPartition]bool)
 	var groups [][]*batchReq
@@ -317,8 +327,8 @@ func (c *combiner) take(q *brokerQueue) [][]*batchReq {
 		}
 		k := topicPartition{r.topic, r.partition}
 		g, open := at[k]
-		if idem && !open && !closed[k] && c.seqs[k] != nil && c.seqs[k].busy {
-			closed[k] = true // its batch in flight is answered first (idempotent.go)
+		if idem && !open && !closed[k] && (len(groups) >= spread || !c.admits(k)) {
+			closed[k] = true // its batch in flight is answered first, or another request takes it
 		}
 		switch {
 		case closed[k]:
@@ -345,27 +355,12 @@ func (c *combiner) take(q *brokerQueue) [][]*batchReq {
 	}
 	clear(q.pending[len(kept):])
 	q.pending = kept
-	if idem {
-		for _, g := range groups {
-			k := topicPartition{g[0].topic, g[0].partition}
-			ps := c.seqs[k]
-			if ps == nil {
-				ps = &partSeq{id: -1}
-				c.seqs[k] = ps
-			}
-			ps.busy = true
-		}
-	}
 	return groups
 }
 
 // send produces groups (one record batch each) in one request, answers every batchReq, and
 // frees q's slot (q is nil for a request outside the bound).
 func (c *combiner) send(q *brokerQueue, groups [][]*batchReq) {
-	if c.s.cfg.Idempotent {
-		c.sendIdempotent(q, groups)
-		return
-	}
 	// Bounded by Timeout, not by any one Send's ctx: the request carries several Sends' records,
 	// and a Send that gives up stops waiting for it (sendRound) without cancelling the others'.
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.Timeout)
