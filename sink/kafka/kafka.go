@@ -5,9 +5,10 @@
 // 1 s linger, and after MaxAttempts it drops a batch and writes the next one for the partition,
 // so a resend by outboxd would arrive out of order. Here each Send picks partitions itself
 // (Java-compatible murmur2 on the key), sends produce requests per leader broker carrying a
-// record batch per partition (shared by the Sends running at once, see combiner), never retries
-// on its own behind the caller's back, and reports exactly which messages were not
-// acknowledged.
+// record batch per partition (shared by the Sends running at once, see combiner), and reports
+// exactly which messages were not acknowledged. It resends on its own only as an idempotent
+// producer (idempotent.go): a batch whose outcome is unknown, as the same bytes under the same
+// sequence, which the broker stores at most once, within Timeout.
 package kafka
 
 import (
