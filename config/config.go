@@ -335,6 +335,11 @@ type Sink struct {
 	TLS *SinkTLS `yaml:"tls" only:"kafka"`
 	// SASL, when set, authenticates to the brokers (kafka only).
 	SASL *SASL `yaml:"sasl" only:"kafka"`
+	// Idempotent makes the producer idempotent, default true: every record batch carries a
+	// producer id and sequence numbers, so a batch resent after its answer was lost is stored
+	// once, in order. Set false only where the cluster refuses it: ACLs without the
+	// IDEMPOTENT_WRITE permission on brokers before Kafka 2.8, which check reports (kafka only).
+	Idempotent *bool `yaml:"idempotent" only:"kafka"`
 
 	// RocketMQ.
 
@@ -511,6 +516,10 @@ const (
 
 // DefaultHALease is ha.lease's default.
 const DefaultHALease = 5 * time.Second
+
+// KafkaIdempotent reports whether the Kafka sink produces idempotently (idempotent, default
+// true). Pure.
+func (s Sink) KafkaIdempotent() bool { return s.Idempotent == nil || *s.Idempotent }
 
 // LongestSend is the longest a single send request of any configured sink can take: kafka
 // timeout, rocketmq send_timeout. The HA lock's server-side idle timeout must exceed the lease

@@ -427,12 +427,13 @@ func TestTemplateRender(t *testing.T) {
 func TestSinkTypeFields(t *testing.T) {
 	y := strings.Replace(minimal, `main: {type: kafka, brokers: ["127.0.0.1:9092"]}`,
 		`main: {type: kafka, brokers: ["127.0.0.1:9092"], group: g, send_timeout: 1s}
-  mq: {type: rocketmq, nameservers: ["ns:9876"], brokers: ["k:9092"], client_id: x, access_key: a}
+  mq: {type: rocketmq, nameservers: ["ns:9876"], brokers: ["k:9092"], client_id: x, access_key: a, idempotent: false}
   bad: {type: pulsar}
   empty: {brokers: ["k:1"]}`, 1)
 	wantContains(t, mustFail(t, y, noEnv),
 		"sinks.main.group", "sinks.main.send_timeout (line 10): is not a kafka setting",
 		"sinks.mq.brokers", "sinks.mq.client_id (line 11): is not a rocketmq setting",
+		"sinks.mq.idempotent (line 11): is not a rocketmq setting",
 		"sinks.mq.secret_key", "set together",
 		`sinks.bad.type (line 12): "pulsar" is not allowed; use kafka or rocketmq`,
 		"sinks.empty.type", "is required")
@@ -532,3 +533,22 @@ func TestRedaction(t *testing.T) {
 }
 
 func fmtV(v any) string { return fmt.Sprintf("%v\n%+v", v, v) }
+
+// A Kafka sink is idempotent unless idempotent: false says otherwise.
+func TestSinkIdempotentDefault(t *testing.T) {
+	c, err := parse([]byte(minimal), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Sinks["main"].KafkaIdempotent() {
+		t.Error("a kafka sink without idempotent is not idempotent")
+	}
+	y := strings.Replace(minimal, `main: {type: kafka, brokers: ["127.0.0.1:9092"]}`,
+		`main: {type: kafka, brokers: ["127.0.0.1:9092"], idempotent: false}`, 1)
+	if c, err = parse([]byte(y), noEnv); err != nil {
+		t.Fatal(err)
+	}
+	if c.Sinks["main"].KafkaIdempotent() {
+		t.Error("idempotent: false is idempotent")
+	}
+}

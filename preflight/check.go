@@ -2,6 +2,7 @@ package preflight
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -264,8 +265,11 @@ func checkSink(ctx context.Context, name string, s sink.Sink, topics []string) [
 			line: subject + ": opened (this sink type has no check)"}}}
 	}
 	if err := c.Check(ctx, nil); err != nil {
-		return []checkResult{{item: Item{Check: CheckSink, Subject: subject, Message: err.Error(),
-			Fix:  "check sinks." + name + " (addresses, TLS, credentials) and that its brokers are up and reachable from here",
+		fix := "check sinks." + name + " (addresses, TLS, credentials) and that its brokers are up and reachable from here"
+		if fe := (*sink.FixError)(nil); errors.As(err, &fe) {
+			fix = fe.Fix
+		}
+		return []checkResult{{item: Item{Check: CheckSink, Subject: subject, Message: err.Error(), Fix: fix,
 			line: fmt.Sprintf("sink %s: %v", name, err)}}}
 	}
 	out := []checkResult{{ok: true, item: Item{Check: CheckSink, Subject: subject, Message: "opened; the brokers answered",

@@ -120,6 +120,16 @@ func TopicMissing(err error) error { return withMark(err, ErrTopicMissing) }
 // retryable error the caller may bound in time. A permanent error is never topic-missing.
 func IsTopicMissing(err error) bool { return errors.Is(err, ErrTopicMissing) && !IsPermanent(err) }
 
+// FixError is an error that a setting or a permission on the broker causes, with what to change
+// (for check's fix). Its text includes the fix, for run's logs. Test with errors.As.
+type FixError struct {
+	Err error
+	Fix string
+}
+
+func (e *FixError) Error() string { return e.Err.Error() + "; " + e.Fix }
+func (e *FixError) Unwrap() error { return e.Err }
+
 // Failure is one message that was not acknowledged.
 type Failure struct {
 	// Index is the message's position in the slice passed to Send.

@@ -142,11 +142,15 @@ func forEachShape(b *testing.B, run func(b *testing.B, lanes, batch int)) {
 	}
 }
 
-// BenchmarkSendSink measures this package's Sink.
-func BenchmarkSendSink(b *testing.B) {
+// BenchmarkSendSink measures this package's Sink without idempotence (what the sink did before
+// it had it), BenchmarkSendSinkIdempotent with it (the default from config).
+func BenchmarkSendSink(b *testing.B)           { benchSink(b, false) }
+func BenchmarkSendSinkIdempotent(b *testing.B) { benchSink(b, true) }
+
+func benchSink(b *testing.B, idempotent bool) {
 	forEachShape(b, func(b *testing.B, lanes, batch int) {
 		addrs, topic := benchCluster(b)
-		s, err := New("bench", Config{Brokers: addrs, Timeout: 30 * time.Second})
+		s, err := New("bench", Config{Brokers: addrs, Timeout: 30 * time.Second, Idempotent: idempotent})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -330,9 +330,9 @@ const (
 	codeInvalidRecord     int16 = 87
 )
 
-func (e *env) harness() sinktest.Harness {
+func (e *env) harness(mod func(*Config)) sinktest.Harness {
 	return sinktest.Harness{
-		New:   func(t *testing.T) sink.Sink { return e.sink(t, nil) },
+		New:   func(t *testing.T) sink.Sink { return e.sink(t, mod) },
 		Topic: func(t *testing.T) string { return e.topic(t, 6) },
 		Read:  e.read,
 		FailNext: func(_ *testing.T, topic string, transient bool, count int) {

@@ -5,9 +5,10 @@
 // 1 s linger, and after MaxAttempts it drops a batch and writes the next one for the partition,
 // so a resend by outboxd would arrive out of order. Here each Send picks partitions itself
 // (Java-compatible murmur2 on the key), sends produce requests per leader broker carrying a
-// record batch per partition (shared by the Sends running at once, see combiner), never retries
-// on its own behind the caller's back, and reports exactly which messages were not
-// acknowledged.
+// record batch per partition (shared by the Sends running at once, see combiner), and reports
+// exactly which messages were not acknowledged. It resends on its own only as an idempotent
+// producer (idempotent.go): a batch whose outcome is unknown, as the same bytes under the same
+// sequence, which the broker stores at most once, within Timeout.
 package kafka
 
 import (
@@ -69,6 +70,10 @@ type Config struct {
 	TLS *tls.Config
 	// SASL, when set, authenticates every broker connection.
 	SASL *SASL
+	// Idempotent makes the sink an idempotent producer (KIP-98, idempotent.go): a batch whose
+	// answer was lost is resent under the same producer id and sequence, and the broker keeps
+	// one copy. It needs the IDEMPOTENT_WRITE permission on clusters with ACLs before Kafka 2.8.
+	Idempotent bool
 }
 
 // SASL is the mechanism and credentials for broker authentication.
@@ -149,7 +154,13 @@ type Sink struct {
 	refreshedAt time.Time // when the transport's metadata cache was last discarded
 
 	combine combiner // merges concurrent Sends' record batches into few requests (produce.go)
-	topics  topicCache
+
+	// The producer id partitions start with when Idempotent (idempotent.go).
+	pidMu    sync.Mutex
+	pidSet   bool
+	pid      int64
+	pidEpoch int16
+	topics   topicCache
 }
 
 var (
@@ -592,6 +603,12 @@ func (s *Sink) Check(ctx context.Context, topics []string) error {
 			errs = append(errs, fmt.Errorf("topic %s: %w", t, mt.Error))
 		case len(mt.Partitions) == 0:
 			errs = append(errs, fmt.Errorf("topic %s has no partitions", t))
+		}
+	}
+	if s.cfg.Idempotent {
+		// A cluster that refuses the producer id (no IDEMPOTENT_WRITE) refuses every batch.
+		if _, _, err := s.producerID(ctx); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if len(errs) > 0 {

@@ -21,7 +21,11 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	sinktest.Run(t, newEnv(t).harness())
+	sinktest.Run(t, newEnv(t).harness(nil))
+}
+
+func TestConformanceIdempotent(t *testing.T) {
+	sinktest.Run(t, newEnv(t).harness(func(c *Config) { c.Idempotent = true }))
 }
 
 func keyed(topic string, n int, key func(i int) string) []*sink.Message {

@@ -224,6 +224,8 @@ type combiner struct {
 	s       *Sink
 	mu      sync.Mutex
 	brokers map[int]*brokerQueue
+	// seqs is each partition's idempotent producer state (idempotent.go), nil without it.
+	seqs map[topicPartition]*partSeq
 }
 
 type brokerQueue struct {
@@ -238,8 +240,16 @@ func (c *combiner) submit(reqs []*batchReq) {
 	defer c.mu.Unlock()
 	if c.brokers == nil {
 		c.brokers = make(map[int]*brokerQueue)
+		if c.s.cfg.Idempotent {
+			c.seqs = make(map[topicPartition]*partSeq)
+		}
 	}
 	for _, r := range reqs {
+		if r.leader < 0 && c.s.cfg.Idempotent {
+			// Not sent: a batch is stamped only when its partition's order is ours to keep.
+			r.done <- batchResult{err: fmt.Errorf("topic %s partition %d has no leader in the cached metadata: %w", r.topic, r.partition, kafkago.LeaderNotAvailable)}
+			continue
+		}
 		if r.leader < 0 {
 			// No known leader: kafka-go routes it (and fails it) on its own request.
 			go c.send(nil, [][]*batchReq{{r}})
@@ -285,6 +295,10 @@ func (c *combiner) kick(q *brokerQueue) {
 			break // everything pending belonged to Sends that gave up
 		}
 		q.inflight++
+		if c.seqs != nil {
+			go c.sendIdempotent(q, c.sequence(groups))
+			continue
+		}
 		go c.send(q, groups)
 	}
 }
@@ -294,6 +308,11 @@ func (c *combiner) kick(q *brokerQueue) {
 // within maxRequestBytes. A partition's batch that does not fit closes that partition for this
 // request, so a partition's batches are always sent in submission order. Holding mu.
 func (c *combiner) take(q *brokerQueue) [][]*batchReq {
+	idem := c.seqs != nil
+	spread := 0
+	if idem {
+		spread = c.spread(q)
+	}
 	at := make(map[topicPartition]int)
 	closed := make(map[topicPartition]bool)
 	var groups [][]*batchReq
@@ -309,6 +328,9 @@ func (c *combiner) take(q *brokerQueue) [][]*batchReq {
 		}
 		k := topicPartition{r.topic, r.partition}
 		g, open := at[k]
+		if idem && !open && !closed[k] && (len(groups) >= spread || !c.admits(k)) {
+			closed[k] = true // its batch in flight is answered first, or another request takes it
+		}
 		switch {
 		case closed[k]:
 		case !open && (len(groups) == 0 || total+r.size <= maxRequestBytes):
@@ -346,42 +368,57 @@ func (c *combiner) send(q *brokerQueue, groups [][]*batchReq) {
 	res, err := c.s.produce(ctx, groups)
 	cancel()
 	for _, g := range groups {
-		merged := len(g) > 1
-		var rp *produceAPI.ResponsePartition
-		perr := err
-		if perr == nil {
-			if rp = res[topicPartition{g[0].topic, g[0].partition}]; rp == nil {
-				perr = fmt.Errorf("the broker's produce response has no answer for the partition: %w", protocol.ErrNoPartition)
-			} else if rp.ErrorCode != 0 {
-				perr = kafkago.Error(rp.ErrorCode)
-				if rp.ErrorMessage != "" {
-					perr = fmt.Errorf("%w: %s", perr, rp.ErrorMessage)
-				}
-			}
-		}
-		off := 0
-		for _, r := range g {
-			out := batchResult{err: perr, merged: merged}
-			if perr != nil && rp != nil && len(rp.RecordErrors) > 0 {
-				out.recordErrors = true
-				for _, re := range rp.RecordErrors {
-					if k := int(re.BatchIndex) - off; k >= 0 && k < len(r.idx) {
-						if out.badRecords == nil {
-							out.badRecords = make(map[int]string)
-						}
-						out.badRecords[k] = re.BatchIndexErrorMessage
-					}
-				}
-			}
-			off += len(r.idx)
-			r.done <- out
-		}
+		rp, perr := partitionAnswer(res, err, topicPartition{g[0].topic, g[0].partition})
+		answerGroup(g, rp, perr)
 	}
 	if q != nil {
 		c.mu.Lock()
 		q.inflight--
 		c.kick(q)
 		c.mu.Unlock()
+	}
+}
+
+// partitionAnswer is the broker's answer for partition k: its entry in res and its error, or
+// err when the whole request failed.
+func partitionAnswer(res map[topicPartition]*produceAPI.ResponsePartition, err error, k topicPartition) (*produceAPI.ResponsePartition, error) {
+	if err != nil {
+		return nil, err
+	}
+	rp := res[k]
+	if rp == nil {
+		return nil, fmt.Errorf("the broker's produce response has no answer for the partition: %w", protocol.ErrNoPartition)
+	}
+	if rp.ErrorCode == 0 {
+		return rp, nil
+	}
+	perr := kafkago.Error(rp.ErrorCode)
+	if rp.ErrorMessage != "" {
+		return rp, fmt.Errorf("%w: %s", perr, rp.ErrorMessage)
+	}
+	return rp, perr
+}
+
+// answerGroup gives every batchReq of g, one record batch, the broker's answer rp and perr. With
+// per-record errors each batchReq learns which of its own records (by index into its idx) were
+// named.
+func answerGroup(g []*batchReq, rp *produceAPI.ResponsePartition, perr error) {
+	off := 0
+	for _, r := range g {
+		out := batchResult{err: perr, merged: len(g) > 1}
+		if perr != nil && rp != nil && len(rp.RecordErrors) > 0 {
+			out.recordErrors = true
+			for _, re := range rp.RecordErrors {
+				if k := int(re.BatchIndex) - off; k >= 0 && k < len(r.idx) {
+					if out.badRecords == nil {
+						out.badRecords = make(map[int]string)
+					}
+					out.badRecords[k] = re.BatchIndexErrorMessage
+				}
+			}
+		}
+		off += len(r.idx)
+		r.done <- out
 	}
 }
 
@@ -400,41 +437,10 @@ func (s *Sink) produce(ctx context.Context, groups [][]*batchReq) (map[topicPart
 		Acks:    int16(kafkago.RequireAll),
 		Timeout: brokerWaitMs(ctx, s.cfg.Timeout),
 	}
-	nrec, nhdr := 0, 0
-	for _, g := range groups {
-		for _, r := range g {
-			for _, i := range r.idx {
-				nrec++
-				nhdr += len(r.msgs[i].Headers)
-			}
-		}
-	}
-	// One slab each for the records, their headers and their keys' and values' readers of the
-	// whole request (kafkago.NewBytes allocates one reader per key and per value).
-	recs := make([]kafkago.Record, 0, nrec)
-	hdrs := make([]kafkago.Header, 0, nhdr)
-	rds := make(slabReaders, 0, 2*nrec)
+	recs, hdrs, rds := recordSlabs(groups)
 	for _, g := range groups {
 		from := len(recs)
-		for _, r := range g {
-			for _, i := range r.idx {
-				m := r.msgs[i]
-				var hs []kafkago.Header
-				if len(m.Headers) > 0 {
-					h0 := len(hdrs)
-					for _, h := range m.Headers {
-						hdrs = append(hdrs, kafkago.Header{Key: h.Key, Value: h.Value})
-					}
-					hs = hdrs[h0:len(hdrs):len(hdrs)]
-				}
-				recs = append(recs, kafkago.Record{
-					Time:    m.Time, // zero: kafka-go stamps the encoding time
-					Key:     rds.bytes(m.Key),
-					Value:   rds.bytes(m.Value),
-					Headers: hs,
-				})
-			}
-		}
+		recs, hdrs = appendRecords(recs, hdrs, &rds, g)
 		topic := g[0].topic
 		part := produceAPI.RequestPartition{
 			Partition: int32(g[0].partition),
@@ -446,6 +452,53 @@ func (s *Sink) produce(ctx context.Context, groups [][]*batchReq) (map[topicPart
 			req.Topics = append(req.Topics, produceAPI.RequestTopic{Topic: topic, Partitions: []produceAPI.RequestPartition{part}})
 		}
 	}
+	return s.roundTripProduce(ctx, req, len(groups))
+}
+
+// recordSlabs returns empty slices with room for every record and header of groups, and for
+// their keys' and values' readers (kafkago.NewBytes allocates one reader per key and per
+// value): one slab each for the whole request.
+func recordSlabs(groups [][]*batchReq) ([]kafkago.Record, []kafkago.Header, slabReaders) {
+	nrec, nhdr := 0, 0
+	for _, g := range groups {
+		for _, r := range g {
+			for _, i := range r.idx {
+				nrec++
+				nhdr += len(r.msgs[i].Headers)
+			}
+		}
+	}
+	return make([]kafkago.Record, 0, nrec), make([]kafkago.Header, 0, nhdr), make(slabReaders, 0, 2*nrec)
+}
+
+// appendRecords appends the records of g's batchReqs, in order, to recs (their headers to
+// hdrs and their readers to rds, which must have room for them: the records point into both).
+func appendRecords(recs []kafkago.Record, hdrs []kafkago.Header, rds *slabReaders, g []*batchReq) ([]kafkago.Record, []kafkago.Header) {
+	for _, r := range g {
+		for _, i := range r.idx {
+			m := r.msgs[i]
+			var hs []kafkago.Header
+			if len(m.Headers) > 0 {
+				h0 := len(hdrs)
+				for _, h := range m.Headers {
+					hdrs = append(hdrs, kafkago.Header{Key: h.Key, Value: h.Value})
+				}
+				hs = hdrs[h0:len(hdrs):len(hdrs)]
+			}
+			recs = append(recs, kafkago.Record{
+				Time:    m.Time, // zero: kafka-go stamps the encoding time
+				Key:     rds.bytes(m.Key),
+				Value:   rds.bytes(m.Value),
+				Headers: hs,
+			})
+		}
+	}
+	return recs, hdrs
+}
+
+// roundTripProduce sends a produce request of n partitions and returns each partition's
+// answer, or the error that failed the whole request.
+func (s *Sink) roundTripProduce(ctx context.Context, req protocol.Message, n int) (map[topicPartition]*produceAPI.ResponsePartition, error) {
 	r, err := s.transport.RoundTrip(ctx, s.addr, req)
 	if err != nil {
 		return nil, fmt.Errorf("kafka produce: %w", err)
@@ -454,7 +507,7 @@ func (s *Sink) produce(ctx context.Context, groups [][]*batchReq) (map[topicPart
 	if !ok {
 		return nil, fmt.Errorf("kafka produce: unexpected response %T", r)
 	}
-	out := make(map[topicPartition]*produceAPI.ResponsePartition, len(groups))
+	out := make(map[topicPartition]*produceAPI.ResponsePartition, n)
 	for ti := range res.Topics {
 		t := &res.Topics[ti]
 		for pi := range t.Partitions {

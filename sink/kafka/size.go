@@ -18,6 +18,12 @@ const maxVarintLen = 10
 // first timestamp in milliseconds, or nil when unknown (a zero Time is stamped by kafka-go at
 // encoding time), in which case the longest varint is assumed.
 func recordSize(m *sink.Message, tsDelta *int64, offsetDelta int) int {
+	n := recordBodySize(m, tsDelta, offsetDelta)
+	return varintLen(int64(n)) + n
+}
+
+// recordBodySize is recordSize without the record's length prefix.
+func recordBodySize(m *sink.Message, tsDelta *int64, offsetDelta int) int {
 	n := 1 + // attributes
 		varintLen(int64(offsetDelta)) +
 		nullBytesLen(m.Key) +
@@ -31,7 +37,7 @@ func recordSize(m *sink.Message, tsDelta *int64, offsetDelta int) int {
 	for _, h := range m.Headers {
 		n += varintLen(int64(len(h.Key))) + len(h.Key) + nullBytesLen(h.Value)
 	}
-	return varintLen(int64(n)) + n
+	return n
 }
 
 // singleBatchSize is the size of a batch holding only m.

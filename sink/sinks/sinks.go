@@ -60,6 +60,7 @@ func OpenEach(cfg *config.Config, log, clientLog zerolog.Logger) (sinks map[stri
 				ClientID:        sc.ClientID,
 				Timeout:         sc.Timeout,
 				MaxMessageBytes: sc.MaxMessageBytes,
+				Idempotent:      sc.KafkaIdempotent(),
 				Logger:          log, // the sink adds sink=name
 			}
 			if kc.TLS, err = sc.TLS.ClientConfig(); err != nil {
