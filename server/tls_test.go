@@ -129,22 +129,7 @@ func TestSourceTLSModes(t *testing.T) {
 // server refuses both.
 func TestSourceClientCertificate(t *testing.T) {
 	mariadb.RequireT(t)
-	certs, err := testcert.New(t.TempDir(), "outboxd source CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mine, err := certs.Client("outboxd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := testcert.New(t.TempDir(), "other CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	stranger, err := other.Client("stranger")
-	if err != nil {
-		t.Fatal(err)
-	}
+	certs, mine, stranger := testcert.MutualT(t, "outboxd source CA", "outboxd")
 	srv := mariadb.StartT(t, mariadb.Options{ExtraArgs: []string{
 		"--ssl-ca=" + certs.CAFile, "--ssl-cert=" + certs.CertFile, "--ssl-key=" + certs.KeyFile}})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"testing"
 	"time"
 )
 
@@ -155,4 +156,26 @@ func (s *Set) Pool() *x509.CertPool {
 	p := x509.NewCertPool()
 	p.AppendCertsFromPEM(s.CAPEM)
 	return p
+}
+
+// MutualT is what a test of client certificates needs: a CA named caName (server certificate
+// included) with a client certificate for clientCN, and a stranger's client certificate from
+// another CA, each in its own t.TempDir. It stops the test with t.Fatal on any error.
+func MutualT(t testing.TB, caName, clientCN string) (ca *Set, client, stranger *Client) {
+	t.Helper()
+	ca, err := New(t.TempDir(), caName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if client, err = ca.Client(clientCN); err != nil {
+		t.Fatal(err)
+	}
+	other, err := New(t.TempDir(), "other CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stranger, err = other.Client("stranger"); err != nil {
+		t.Fatal(err)
+	}
+	return ca, client, stranger
 }

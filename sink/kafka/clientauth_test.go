@@ -39,22 +39,7 @@ import (
 // config package from cert_file and key_file as outboxd does, delivers; without a certificate,
 // or with one from another CA, it is refused.
 func TestClientCertificateRequired(t *testing.T) {
-	certs, err := testcert.New(t.TempDir(), "kafka CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	good, err := certs.Client("outboxd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := testcert.New(t.TempDir(), "other CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	stranger, err := other.Client("stranger")
-	if err != nil {
-		t.Fatal(err)
-	}
+	certs, good, stranger := testcert.MutualT(t, "kafka CA", "outboxd")
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.TLS(certs.RequireClientTLS()), kfake.SeedTopics(1, "mtls"))
 	if err != nil {
 		t.Fatal(err)
