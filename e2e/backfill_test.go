@@ -319,7 +319,11 @@ func TestBackfillFailuresSetNoCheckpoint(t *testing.T) {
 	if code != 0 || readCheckpoint(t, o.Dir) != w.position() {
 		t.Fatalf("backfill with --dead-letter-event e12 exited %d, checkpoint %q (want %s):\n%s", code, readCheckpoint(t, o.Dir), w.position(), out)
 	}
-	rs := cons.waitForEvent("e19", 20*time.Second)
+	cons.waitForEvent("e19", 20*time.Second)
+	// The dead letter is on its own topic, which the consumer may fetch after orders: wait for
+	// it too, then a little more for a second copy.
+	cons.waitForEvent("e12", 20*time.Second)
+	rs := cons.settle(time.Second)
 	dead := 0
 	for _, r := range rs {
 		if r.Topic == "dlq" && header(r, "event_id") == "e12" {
