@@ -40,12 +40,7 @@ func OpenOnce(ctx context.Context, cfg *config.Config) (checkpoint.Storage, erro
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint.writer_addr: %w", err)
 	}
-	st, err := checkpoint.OpenMySQL(checkpoint.MySQLConfig{DB: db, Table: cfg.Checkpoint.Table, Name: cfg.Checkpoint.Name, Addr: conn.Addr, Scope: Scope(cfg)})
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	return st, nil
+	return openMySQL(cfg, conn, db)
 }
 
 // ReplaceOptions are the operator's overrides of OpenToReplace's checks.

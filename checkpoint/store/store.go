@@ -5,6 +5,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 
@@ -29,6 +30,12 @@ func Open(ctx context.Context, cfg *config.Config, log zerolog.Logger, retrying 
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint.writer_addr %s: %w", conn.Addr, err)
 	}
+	return openMySQL(cfg, conn, db)
+}
+
+// openMySQL opens the mysql store of cfg on db, a connection to conn (the writer), and closes
+// db when that fails.
+func openMySQL(cfg *config.Config, conn server.Conn, db *sql.DB) (checkpoint.Storage, error) {
 	st, err := checkpoint.OpenMySQL(checkpoint.MySQLConfig{DB: db, Table: cfg.Checkpoint.Table, Name: cfg.Checkpoint.Name, Addr: conn.Addr, Scope: Scope(cfg)})
 	if err != nil {
 		db.Close()
