@@ -48,7 +48,7 @@ func openCleaner(ctx context.Context, cfg *config.Config, r *relay, log zerolog.
 		Outbox: cfg, DB: db, Addr: conn.Addr, QueueKeys: r.o.CleanupQueueKeys, Metrics: r.m, Logger: log,
 		Checkpoint: func() (time.Time, bool) {
 			st := r.saver.state()
-			return st.last.CommitTime, st.ok && !st.last.CommitTime.IsZero()
+			return st.Last.CommitTime, st.OK && !st.Last.CommitTime.IsZero()
 		},
 	})
 	if err != nil {

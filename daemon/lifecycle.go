@@ -12,6 +12,7 @@ import (
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/gtid"
 	"github.com/outboxd/outboxd/metrics"
+	"github.com/outboxd/outboxd/ops"
 	"github.com/outboxd/outboxd/pipeline"
 	"github.com/outboxd/outboxd/startpos"
 	"github.com/outboxd/outboxd/tablelayout"
@@ -95,18 +96,11 @@ func (s *savedStore) loaded(c *checkpoint.Checkpoint) {
 	s.mu.Unlock()
 }
 
-// savedState is what /status says about the checkpoint file.
-type savedState struct {
-	last         checkpoint.Checkpoint
-	ok           bool // last holds a checkpoint
-	failingSince time.Time
-	lastErr      error
-}
-
-func (s *savedStore) state() savedState {
+// state is what /status says about the checkpoint (ops.Saved).
+func (s *savedStore) state() ops.Saved {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return savedState{last: s.last, ok: s.last.Flavor != "", failingSince: s.failingSince, lastErr: s.lastErr}
+	return ops.Saved{Last: s.last, OK: s.last.Flavor != "", FailingSince: s.failingSince, Err: s.lastErr}
 }
 
 // LoadMark reads the reconcile mark from the checkpoint store (checkpoint.ReconcileMark). It
@@ -203,8 +197,8 @@ func (s *savedStore) prepare(ctx context.Context, start gtid.Set, origin string,
 // acknowledged set beside it when a failed save left the two apart.
 func (s *savedStore) logStopped(log zerolog.Logger, acked gtid.Set) {
 	st := s.state()
-	ev := log.Info().Str("gtid_set", st.last.GTIDSet)
-	if a := acked.String(); a != st.last.GTIDSet {
+	ev := log.Info().Str("gtid_set", st.Last.GTIDSet)
+	if a := acked.String(); a != st.Last.GTIDSet {
 		ev = ev.Str("acked_gtid_set", a)
 	}
 	ev.Msg("stopped")

@@ -48,7 +48,7 @@ func TestPrepareCheckpointPersistsTheStart(t *testing.T) {
 			if err != nil || cp == nil || cp.GTIDSet != start.String() || cp.Flavor != gtid.MariaDB {
 				t.Fatalf("checkpoint file %+v (%v), want %s", cp, err, start)
 			}
-			if st := saved.state(); !st.ok || st.last.GTIDSet != start.String() || st.lastErr != nil {
+			if st := saved.state(); !st.OK || st.Last.GTIDSet != start.String() || st.Err != nil {
 				t.Fatalf("saved state %+v", st)
 			}
 		})
@@ -72,7 +72,7 @@ func TestPrepareCheckpointKeepsALoadedCheckpoint(t *testing.T) {
 	if !after.ModTime().Equal(before.ModTime()) {
 		t.Fatal("the checkpoint was rewritten at a start from the checkpoint")
 	}
-	if st := saved.state(); !st.ok || st.last.GTIDSet != "0-1-5" {
+	if st := saved.state(); !st.OK || st.Last.GTIDSet != "0-1-5" {
 		t.Fatalf("saved state %+v, want the loaded 0-1-5", st)
 	}
 }
@@ -120,7 +120,7 @@ func TestSavedStoreReportsOnlyWhatReachedTheDisk(t *testing.T) {
 		t.Fatal("an invalid checkpoint was saved")
 	}
 	st := s.state()
-	if st.last.GTIDSet != "0-1-1" || st.lastErr == nil || st.failingSince.IsZero() {
+	if st.Last.GTIDSet != "0-1-1" || st.Err == nil || st.FailingSince.IsZero() {
 		t.Fatalf("after a failed save: %+v", st)
 	}
 	if cp, _ := checkpoint.Read(path); cp.GTIDSet != "0-1-1" {
@@ -129,7 +129,7 @@ func TestSavedStoreReportsOnlyWhatReachedTheDisk(t *testing.T) {
 	if err := s.Save(t.Context(), checkpoint.Checkpoint{Flavor: gtid.MariaDB, GTIDSet: "0-1-2"}); err != nil {
 		t.Fatal(err)
 	}
-	if st := s.state(); st.last.GTIDSet != "0-1-2" || st.lastErr != nil || !st.failingSince.IsZero() {
+	if st := s.state(); st.Last.GTIDSet != "0-1-2" || st.Err != nil || !st.FailingSince.IsZero() {
 		t.Fatalf("after a good save: %+v", st)
 	}
 }

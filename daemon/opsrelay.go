@@ -18,10 +18,7 @@ func (v opsRelay) Leading() bool                { return v.r.role.leading() }
 func (v opsRelay) Source() (string, *sql.DB)    { return v.r.src.Current() }
 func (v opsRelay) Pipeline() *pipeline.Pipeline { return v.r.pl.Load() }
 func (v opsRelay) HA() admin.HA                 { return v.r.role.status() }
-func (v opsRelay) Saved() ops.Saved {
-	st := v.r.saver.state()
-	return ops.Saved{Last: st.last, OK: st.ok, FailingSince: st.failingSince, Err: st.lastErr}
-}
+func (v opsRelay) Saved() ops.Saved             { return v.r.saver.state() }
 
 // setPipeline switches the status and gauges to a new session's pipeline.
 func (r *relay) setPipeline(pl *pipeline.Pipeline) {

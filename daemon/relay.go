@@ -146,7 +146,7 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 			if errors.Is(err, checkpoint.ErrSuperseded) && !errors.Is(context.Cause(ctx), pipeline.ErrHalt) {
 				msg = "halted: another process claimed the checkpoint row (superseded); nothing more is sent or saved"
 			}
-			log.Warn().Str("acked_gtid_set", start.String()).Str("gtid_set", r.saver.state().last.GTIDSet).Msg(msg)
+			log.Warn().Str("acked_gtid_set", start.String()).Str("gtid_set", r.saver.state().Last.GTIDSet).Msg(msg)
 			return err
 		}
 		if err == nil || ctx.Err() != nil {
@@ -234,12 +234,12 @@ func (r *relay) resolve(ctx context.Context, fromGTID string) (gtid.Set, string,
 		if err != nil {
 			return gtid.Set{}, "", err
 		}
-		if c == nil && earlier.ok {
+		if c == nil && earlier.OK {
 			// This process loaded or saved a position, and the checkpoint is gone now (a row
 			// deleted while it stood by, or since its last term): source.start is only for a
 			// first start that never had one.
-			return gtid.Set{}, "", markLost(ctx, r.saver.store, r.cfg, earlier.last, r.holder(),
-				"the checkpoint was missing when this process took over, after it had read "+earlier.last.GTIDSet)
+			return gtid.Set{}, "", markLost(ctx, r.saver.store, r.cfg, earlier.Last, r.holder(),
+				"the checkpoint was missing when this process took over, after it had read "+earlier.Last.GTIDSet)
 		}
 		if c != nil && c.Scope == nil {
 			r.log.Warn().Strs("tables", r.cfg.ScopeTables()).Str("gtid_set", c.GTIDSet).
@@ -257,8 +257,8 @@ func (r *relay) resolve(ctx context.Context, fromGTID string) (gtid.Set, string,
 	for {
 		ch, err := r.src.Pick(ctx, cp, hasCP, verified)
 		verified = ""
-		if err == nil && earlier.ok {
-			r.src.LostBehind(ctx, earlier.last, cp, ch)
+		if err == nil && earlier.OK {
+			r.src.LostBehind(ctx, earlier.Last, cp, ch)
 		}
 		switch {
 		case err == nil && ch.Resume != nil:

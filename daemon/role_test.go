@@ -75,8 +75,8 @@ func TestSavedStoreRefusesOnceTheGuardFails(t *testing.T) {
 	if n := fs.count(); n != 1 {
 		t.Errorf("%d saves reached the store, want only the one before the fence", n)
 	}
-	if st := s.state(); st.last.GTIDSet != "0-1-1" {
-		t.Errorf("reports %q as saved, want 0-1-1", st.last.GTIDSet)
+	if st := s.state(); st.Last.GTIDSet != "0-1-1" {
+		t.Errorf("reports %q as saved, want 0-1-1", st.Last.GTIDSet)
 	}
 	if sctx.Err() != nil {
 		t.Error("a refused save ended the session as a store failure")

@@ -128,7 +128,7 @@ func pingWriter(ctx context.Context, store checkpoint.Storage, log zerolog.Logge
 // next transaction. It waits for the writer with the reconnect backoff while it is away and
 // returns nil when ctx ends; any other failure is returned (the daemon stops with it).
 func resumeSaved(ctx context.Context, saver *savedStore, start gtid.Set, log zerolog.Logger) error {
-	if _, away := saver.store.(checkpoint.Pinger); !away || saver.state().last.GTIDSet == start.String() {
+	if _, away := saver.store.(checkpoint.Pinger); !away || saver.state().Last.GTIDSet == start.String() {
 		return nil // a store that is never away (the file) ends the run on failed saves (pipeline's SaveFailureLimit)
 	}
 	if ctx.Err() != nil {

@@ -187,7 +187,7 @@ func (in inspector) History(ctx context.Context, addr string, pos gtid.Set) (Fac
 		f.Replicating, err = srv.Replicating(ctx, cfg.Source.Flavor)
 		return f, err
 	}
-	err = startpos.CheckPurged(ctx, srv, cfg.Source.Flavor, pos, "checkpoint", cfg.Checkpoint.Where())
+	err = startpos.CheckPurged(ctx, srv, cfg.Source.Flavor, pos, startpos.OriginCheckpoint, cfg.Checkpoint.Where())
 	if errors.Is(err, startpos.ErrPurged) {
 		if len(cfg.Source.Addrs) > 1 {
 			in.s.log.Warn().Str("source", addr).Err(err).Msg("source candidate skipped: its binlogs no longer reach back to the checkpoint")

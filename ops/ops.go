@@ -9,6 +9,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -316,7 +317,7 @@ func (o *Ops) notReady() (all []string, bySink map[string][]string) {
 		bySink[name] = append(bySink[name], msg)
 	}
 	states := o.m.Sinks()
-	for _, name := range sortedNames(run.Sinks) {
+	for _, name := range slices.Sorted(maps.Keys(run.Sinks)) {
 		st, ok := states[name]
 		switch {
 		case !ok:
@@ -411,8 +412,8 @@ func (o *Ops) relayStatus(st *admin.Status, relay Relay, now time.Time) {
 // relay.
 func (o *Ops) heartbeatLoop(ctx context.Context, relay Relay, hb *config.Heartbeat) {
 	schema, table, _ := strings.Cut(hb.Table, ".")
-	stmt := fmt.Sprintf("INSERT INTO %s.%s (id, ts) VALUES (?, NOW(6)) ON DUPLICATE KEY UPDATE ts = NOW(6)",
-		sqlident.Quote(schema), sqlident.Quote(table))
+	stmt := fmt.Sprintf("INSERT INTO %s (id, ts) VALUES (?, NOW(6)) ON DUPLICATE KEY UPDATE ts = NOW(6)",
+		sqlident.Table(schema, table))
 	log := o.log.With().Str("component", "heartbeat").Str("table", hb.Table).Logger()
 	var db *sql.DB
 	defer func() {
@@ -470,13 +471,4 @@ func (o *Ops) heartbeatLoop(ctx context.Context, relay Relay, hb *config.Heartbe
 		case <-tick.C:
 		}
 	}
-}
-
-func sortedNames(m map[string]sink.Sink) []string {
-	names := make([]string, 0, len(m))
-	for n := range m {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
 }
