@@ -151,6 +151,13 @@ func (w *world) commit(rows ...row) string {
 
 func (w *world) commitTo(table string, rows ...row) string {
 	w.t.Helper()
+	return w.commitIn(w.schema, table, rows...)
+}
+
+// commitIn inserts rows into schema.table (and an order row into schema.orders) in one
+// transaction and returns its GTID.
+func (w *world) commitIn(schema, table string, rows ...row) string {
+	w.t.Helper()
 	ctx := context.Background()
 	conn, err := w.db.Conn(ctx)
 	if err != nil {
@@ -161,7 +168,7 @@ func (w *world) commitTo(table string, rows ...row) string {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	if err := insertRows(tx, w.schema, table, rows); err != nil {
+	if err := insertRows(tx, schema, table, rows); err != nil {
 		w.t.Fatal(err)
 	}
 	if err := tx.Commit(); err != nil {

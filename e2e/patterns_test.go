@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -14,21 +13,6 @@ import (
 func (w *world) createShard(schema, table string) {
 	w.t.Helper()
 	w.exec(strings.Replace(fmt.Sprintf(outboxDDL, schema), ".outbox_event", "."+table, 1))
-}
-
-// commitShard inserts rows into schema.table (and an order row of schema) in one transaction.
-func (w *world) commitShard(schema, table string, rows ...row) {
-	w.t.Helper()
-	tx, err := w.db.BeginTx(context.Background(), nil)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	if err := insertRows(tx, schema, table, rows); err != nil {
-		w.t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		w.t.Fatal(err)
-	}
 }
 
 // Two schemas × three tables match one pattern; one table is created while outboxd runs. Rows
@@ -68,11 +52,11 @@ func TestShardedTablesByPattern(t *testing.T) {
 		for _, st := range tables {
 			s, tb, _ := strings.Cut(st, ".")
 			id := fmt.Sprintf("e%03d", n)
-			w.commitShard(s, tb, row{EventID: id, Key: fmt.Sprintf("k%d", n%3), Topic: "t", Payload: []byte(id)})
+			w.commitIn(s, tb, row{EventID: id, Key: fmt.Sprintf("k%d", n%3), Topic: "t", Payload: []byte(id)})
 			committed = append(committed, id)
 			n++
 		}
-		w.commitShard(schemas[0], "outbox_event_audit", row{EventID: fmt.Sprintf("audit%03d", n), Key: "k0", Topic: "t", Payload: []byte("x")})
+		w.commitIn(schemas[0], "outbox_event_audit", row{EventID: fmt.Sprintf("audit%03d", n), Key: "k0", Topic: "t", Payload: []byte("x")})
 	}
 	existing := topics[:5] // all but <b>.outbox_event_2
 	for range 4 {
@@ -197,7 +181,7 @@ func TestPatternTableBackfill(t *testing.T) {
 	w.exec("CREATE DATABASE " + shard)
 	w.exec("CREATE TABLE " + shard + ".orders (id BIGINT PRIMARY KEY AUTO_INCREMENT, customer VARCHAR(64), note TEXT)")
 	w.createShard(shard, "outbox_event")
-	w.commitShard(shard, "outbox_event", row{EventID: "b1", Key: "k", Topic: "t", Payload: []byte("1")},
+	w.commitIn(shard, "outbox_event", row{EventID: "b1", Key: "k", Topic: "t", Payload: []byte("1")},
 		row{EventID: "b2", Key: "k", Topic: "t", Payload: []byte("2")})
 	topic := shard + ".outbox_event"
 	kc := kafkaCluster(t, topic)

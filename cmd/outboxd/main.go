@@ -261,11 +261,11 @@ func dispatchCommand(ctx context.Context, sig *signals, args []string, stdout, s
 		if err := fs.parse(args[1:]); err != nil {
 			return err
 		}
+		built := ""
 		if c := buildCommit(); c != "" {
-			fmt.Fprintf(stdout, "outboxd %s (commit %s, %s %s/%s)\n", version, c, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-		} else {
-			fmt.Fprintf(stdout, "outboxd %s (%s %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			built = "commit " + c + ", "
 		}
+		fmt.Fprintf(stdout, "outboxd %s (%s%s %s/%s)\n", version, built, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return nil
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
