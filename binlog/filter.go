@@ -82,11 +82,11 @@ func NewTableFilter(tables []TableSpec, patterns ...TablePattern) TableFilter {
 // IsOutbox reports whether schema.table is a configured outbox table, listed or matched by a
 // pattern. It does not block.
 func (f TableFilter) IsOutbox(schema, table string) bool {
-	if _, ok := f.set[tableKey{schema, table}]; ok {
+	k := tableKey{schema, table}
+	if _, ok := f.set[k]; ok {
 		return true
 	}
-	_, ok := f.Pattern(schema, table)
-	return ok
+	return f.patternIndex(k) >= 0
 }
 
 // Pattern returns the pattern that makes schema.table an outbox table, with the table's spec,
@@ -100,18 +100,7 @@ func (f TableFilter) Pattern(schema, table string) (TablePattern, bool) {
 	if _, listed := f.set[k]; listed {
 		return TablePattern{}, false
 	}
-	i := -1
-	if v, ok := f.pats.decided.Load(k); ok {
-		i = v.(int)
-	} else {
-		for j, p := range f.pats.pats {
-			if p.match(schema, table) {
-				i = j
-				break
-			}
-		}
-		f.pats.decided.Store(k, i)
-	}
+	i := f.patternIndex(k)
 	if i < 0 {
 		return TablePattern{}, false
 	}
@@ -120,13 +109,41 @@ func (f TableFilter) Pattern(schema, table string) (TablePattern, bool) {
 	return p, true
 }
 
+// patternIndex is the index of the first pattern k matches, -1 when none does or there are no
+// patterns, whether or not k is listed (the callers look at f.set first). The first call for a
+// name matches the globs, later ones read the cached decision.
+func (f TableFilter) patternIndex(k tableKey) int {
+	if f.pats == nil {
+		return -1
+	}
+	if v, ok := f.pats.decided.Load(k); ok {
+		return v.(int)
+	}
+	i := -1
+	for j, p := range f.pats.pats {
+		if p.match(k.schema, k.table) {
+			i = j
+			break
+		}
+	}
+	f.pats.decided.Store(k, i)
+	return i
+}
+
 // watchesUpdates reports whether the UPDATEs of outbox table schema.table are decoded.
 func (f TableFilter) watchesUpdates(schema, table string) bool {
-	if _, ok := f.updates[tableKey{schema, table}]; ok {
+	k := tableKey{schema, table}
+	if _, ok := f.updates[k]; ok {
 		return true
 	}
-	p, ok := f.Pattern(schema, table)
-	return ok && p.Spec.WatchUpdates()
+	if f.pats == nil {
+		return false
+	}
+	if _, listed := f.set[k]; listed {
+		return false
+	}
+	i := f.patternIndex(k)
+	return i >= 0 && f.pats.pats[i].Spec.WatchUpdates()
 }
 
 // DecodeRows is a replication.BinlogParser RowsEventDecodeFunc (BinlogSyncerConfig.

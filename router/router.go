@@ -208,7 +208,7 @@ func (r *Router) RouteIndexed(txn *binlog.Txn, ev *binlog.Event) (sinkName strin
 	}
 	// The message and its base headers in one allocation (routed is per event).
 	out := &routed{}
-	headers, err := appendRowHeaders(appendBase(out.headers[:0], ev, r.baseValuesOf(txn, ev)), ev.Headers)
+	headers, err := appendRowHeaders(r.appendBaseOf(out.headers[:0], txn, ev), ev.Headers)
 	if err != nil {
 		return "", -1, nil, poison(txn, ev, err.Error())
 	}
@@ -368,27 +368,37 @@ func baseHeaders(txn *binlog.Txn, ev *binlog.Event) []sink.Header {
 
 // appendBaseHeaders appends baseHeaders to hs; the table and GTID values share one allocation.
 func appendBaseHeaders(hs []sink.Header, txn *binlog.Txn, ev *binlog.Event) []sink.Header {
-	return appendBase(hs, ev, newBaseValues(txn, ev))
+	b := newBaseValues(txn, ev) // stays on the stack: only its values' bytes are allocated
+	return appendBase(hs, ev, &b)
 }
 
-// baseValuesOf is the table and GTID header values for ev of txn: the last event's when it was
-// of the same transaction and table, else new ones, kept for the next event.
-func (r *Router) baseValuesOf(txn *binlog.Txn, ev *binlog.Event) *baseValues {
-	if b := r.lastBase.Load(); b != nil && b.txn == txn && b.gtid == txn.GTID && b.schema == ev.Schema && b.table == ev.Table {
-		return b
+// appendBaseOf is appendBaseHeaders with the table and GTID header values of the last event
+// when it was of the same transaction and table, else new ones, kept for the next event. The
+// last event of txn keeps none (no later event shares them), so a 1-row transaction's event
+// allocates only the values, as appendBaseHeaders does.
+func (r *Router) appendBaseOf(hs []sink.Header, txn *binlog.Txn, ev *binlog.Event) []sink.Header {
+	last := r.lastBase.Load()
+	if last != nil && last.txn == txn && last.gtid == txn.GTID && last.schema == ev.Schema && last.table == ev.Table {
+		return appendBase(hs, ev, last)
+	}
+	if n := len(txn.Events); n > 0 && ev == &txn.Events[n-1] {
+		if last != nil {
+			r.lastBase.Store(nil) // pin no earlier transaction
+		}
+		return appendBaseHeaders(hs, txn, ev)
 	}
 	b := newBaseValues(txn, ev)
-	r.lastBase.Store(b)
-	return b
+	r.lastBase.Store(&b)
+	return appendBase(hs, ev, &b)
 }
 
 // newBaseValues builds the table and GTID header values in one allocation.
-func newBaseValues(txn *binlog.Txn, ev *binlog.Event) *baseValues {
+func newBaseValues(txn *binlog.Txn, ev *binlog.Event) baseValues {
 	vals := make([]byte, 0, len(ev.Schema)+1+len(ev.Table)+len(txn.GTID))
 	vals = append(append(append(vals, ev.Schema...), '.'), ev.Table...)
 	table := vals[:len(vals):len(vals)]
 	vals = append(vals, txn.GTID...)
-	return &baseValues{txn: txn, gtid: txn.GTID, schema: ev.Schema, table: ev.Table, tableV: table, gtidV: vals[len(table):]}
+	return baseValues{txn: txn, gtid: txn.GTID, schema: ev.Schema, table: ev.Table, tableV: table, gtidV: vals[len(table):]}
 }
 
 // appendBase appends the base headers of ev to hs, with the table and GTID values of b.
