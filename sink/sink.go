@@ -173,3 +173,15 @@ func AllFailed(n int, err error) *SendError {
 	}
 	return &SendError{Failures: fs}
 }
+
+// ErrFenced marks a refusal by the broker because a newer producer took this one's
+// transactional id (Kafka PRODUCER_FENCED, INVALID_PRODUCER_EPOCH on a transactional producer):
+// another outboxd leads now. Nothing more may be sent or saved; the caller halts at once.
+// Never retried.
+var ErrFenced = errors.New("fenced by a newer producer with the same transactional id")
+
+// ErrTxnAborted marks a broker transaction that was aborted instead of committed (a record of
+// it failed, or the broker aborted it): nothing sent in it is visible to read_committed
+// consumers, and the checkpoint it was to carry was not saved. The caller starts again from the
+// last committed checkpoint.
+var ErrTxnAborted = errors.New("transaction aborted")
