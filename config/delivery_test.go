@@ -34,6 +34,7 @@ func TestExactlyOnceDefaults(t *testing.T) {
 	if got, want := c.Checkpoint.Where(), "kafka topic outboxd_checkpoints key orders on sink main"; got != want {
 		t.Errorf("Where() = %q, want %q", got, want)
 	}
+	wantContains(t, c.String(), "delivery: exactly_once", "topic: outboxd_checkpoints", "max_events: 100000")
 
 	c, err = parse([]byte(minimal), noEnv)
 	if err != nil {
