@@ -212,7 +212,8 @@ func (c *Config) validateCleanup(p *problems) {
 	if !anyOn {
 		return
 	}
-	if len(c.Source.Addrs) > 1 && !c.Checkpoint.MySQL() {
+	// The kafka store names its writer too (validateKafkaCheckpoint asks for it).
+	if len(c.Source.Addrs) > 1 && !c.Checkpoint.MySQL() && !c.Checkpoint.Kafka() {
 		p.add("cleanup", "deletes on the writable primary, which with several source.addrs only checkpoint.writer_addr names: set checkpoint.store: mysql with checkpoint.writer_addr")
 	}
 }

@@ -121,9 +121,21 @@ type Config struct {
 	DeadLetter *DeadLetter `yaml:"dead_letter"`
 	// Retry is the backoff between resends of a failed send.
 	Retry Retry `yaml:"retry"`
+	// Delivery is the guarantee: DeliveryAtLeastOnce (the default: after a crash or restart
+	// the events sent after the last checkpoint are sent again) or DeliveryExactlyOnce (Kafka
+	// only: the events and the checkpoint covering them are written in one Kafka transaction,
+	// so a read_committed consumer sees each event once). exactly_once needs checkpoint.store:
+	// kafka, and every route and the dead-letter sink on Kafka sinks of checkpoint.sink's
+	// cluster; see docs/concepts/exactly-once.md.
+	Delivery string `yaml:"delivery"`
 	// Checkpoint is where the position of the last transaction every broker acknowledged is
 	// saved, and how often.
 	Checkpoint Checkpoint `yaml:"checkpoint"`
+	// Transactions sizes the Kafka transactions of delivery: exactly_once (only for it). A
+	// transaction commits at the first source-transaction boundary once the reader has nothing
+	// waiting, or max_events, max_bytes or checkpoint.interval is reached; a source transaction
+	// is never split, however large.
+	Transactions Transactions `yaml:"transactions"`
 	// Pipeline bounds what is read but not yet acknowledged.
 	Pipeline Pipeline `yaml:"pipeline"`
 	// Log is the log level and line format (written to standard error).
@@ -339,6 +351,7 @@ type Sink struct {
 	// producer id and sequence numbers, so a batch resent after its answer was lost is stored
 	// once, in order. Set false only where the cluster refuses it: ACLs without the
 	// IDEMPOTENT_WRITE permission on brokers before Kafka 2.8, which check reports (kafka only).
+	// delivery: exactly_once needs it true.
 	Idempotent *bool `yaml:"idempotent" only:"kafka"`
 
 	// RocketMQ.
@@ -426,27 +439,42 @@ type Retry struct {
 
 // Checkpoint says where and how often the acknowledged GTID position is saved.
 type Checkpoint struct {
-	// Store is CheckpointStoreFile (the default: the file at Path) or CheckpointStoreMySQL (one
-	// row of Table, keyed by Name, on the writable primary at WriterAddr).
+	// Store is CheckpointStoreFile (the default: the file at Path), CheckpointStoreMySQL (one
+	// row of Table, keyed by Name, on the writable primary at WriterAddr) or
+	// CheckpointStoreKafka (records keyed by Name in Topic, written in the Kafka transaction
+	// that carries the events they cover; only with delivery: exactly_once).
 	Store string `yaml:"store"`
 	// Path is the checkpoint file (file store only). Its directory must be writable: the
 	// file is replaced atomically and locked while outboxd runs.
 	Path string `yaml:"path"`
-	// Interval is how often the checkpoint is saved while the position moves.
+	// Interval is how often the checkpoint is saved while the position moves. With delivery:
+	// exactly_once it is the longest a Kafka transaction stays open (it commits at the first
+	// source-transaction boundary after), and must be shorter than transactions.timeout.
 	Interval time.Duration `yaml:"interval"`
 	// Table is the MySQL store's "schema.table" (mysql store only).
 	Table string `yaml:"table"`
-	// Name keys this pipeline's row in Table (mysql store only; required).
+	// Name names this pipeline's checkpoint (mysql and kafka stores; required there): the
+	// key of its row in Table, or of its records in Topic. With the kafka store the Kafka
+	// transactional.id is "outboxd-" + Name, so two outboxd with one name fence each other.
 	Name string `yaml:"name"`
 	// WriterAddr is host:port of the writable primary the row is written on, with source's
-	// user, password and TLS (mysql store only; default source.addr). It exists for a binlog
-	// source that is a replica: the checkpoint must live where the data is written.
+	// user, password and TLS (mysql store; default source.addr). It exists for a binlog source
+	// that is a replica: the checkpoint must live where the data is written. With the kafka
+	// store it is where the ha leader lock lives and cleanup deletes (default source.addr).
 	WriterAddr string `yaml:"writer_addr"`
+	// Sink names the Kafka sink whose brokers, tls, sasl, compression, timeout and
+	// max_message_bytes the transactional producer uses (kafka store only; required). Every
+	// route's sink and the dead-letter sink must be of its cluster.
+	Sink string `yaml:"sink"`
+	// Topic is the checkpoint topic (kafka store only; required): compacted, one partition;
+	// outboxd check creates it so, or verifies an existing one. Use a topic of its own.
+	Topic string `yaml:"topic"`
 }
 
 // HA is leader election: with Enabled, every outboxd with this config competes for one named
 // lock on the writable primary (checkpoint.writer_addr); only the holder reads the binlog and
-// sends, the others wait as hot standbys. It needs checkpoint.store: mysql.
+// sends, the others wait as hot standbys. It needs checkpoint.store: mysql or kafka (with
+// kafka, the broker also fences a superseded leader's sends).
 type HA struct {
 	// Enabled turns leader election on.
 	Enabled bool `yaml:"enabled"`
@@ -536,6 +564,7 @@ func (c *Config) LongestSend() time.Duration {
 const (
 	CheckpointStoreFile  = "file"
 	CheckpointStoreMySQL = "mysql"
+	CheckpointStoreKafka = "kafka"
 	// DefaultCheckpointTable is the MySQL store's default table.
 	DefaultCheckpointTable = "outboxd.checkpoint"
 )
@@ -543,10 +572,17 @@ const (
 // MySQL reports whether the checkpoint lives in a MySQL table. Pure.
 func (c Checkpoint) MySQL() bool { return c.Store == CheckpointStoreMySQL }
 
-// Where names the checkpoint for messages: the file's path, or table[name] at the writer. Pure.
+// Kafka reports whether the checkpoint lives in a Kafka topic (delivery: exactly_once). Pure.
+func (c Checkpoint) Kafka() bool { return c.Store == CheckpointStoreKafka }
+
+// Where names the checkpoint for messages: the file's path, table[name] at the writer, or the
+// topic and key on the sink. Pure.
 func (c Checkpoint) Where() string {
-	if c.MySQL() {
+	switch {
+	case c.MySQL():
 		return fmt.Sprintf("%s row name=%q on %s", c.Table, c.Name, c.WriterAddr)
+	case c.Kafka():
+		return fmt.Sprintf("kafka topic %s key %s on sink %s", c.Topic, c.Name, c.Sink)
 	}
 	return c.Path
 }
@@ -763,17 +799,23 @@ func (c *Config) ApplyDefaults() {
 	setDefaultDur(&c.Retry.Initial, DefaultRetryInitial)
 	setDefaultDur(&c.Retry.Max, DefaultRetryMax)
 	setDefaultDur(&c.Retry.MissingTopicTimeout, DefaultMissingTopicTimeout)
-	if c.Checkpoint.MySQL() {
+	setDefault(&c.Delivery, DeliveryAtLeastOnce)
+	switch {
+	case c.Checkpoint.MySQL():
 		setDefault(&c.Checkpoint.Table, DefaultCheckpointTable)
-		if len(c.Source.Addrs) <= 1 {
-			// With several candidates the writer must be named: it is the primary, wherever
-			// that is after a failover (validateCheckpoint says so).
-			setDefault(&c.Checkpoint.WriterAddr, c.Source.Addr)
-		}
-	} else {
+	case c.Checkpoint.Kafka():
+	default:
 		setDefault(&c.Checkpoint.Path, DefaultCheckpointPath)
 	}
+	if (c.Checkpoint.MySQL() || c.Checkpoint.Kafka()) && len(c.Source.Addrs) <= 1 {
+		// With several candidates the writer must be named: it is the primary, wherever that
+		// is after a failover (validateCheckpoint says so).
+		setDefault(&c.Checkpoint.WriterAddr, c.Source.Addr)
+	}
 	setDefaultDur(&c.Checkpoint.Interval, DefaultCheckpointInterval)
+	if c.ExactlyOnce() {
+		c.Transactions.applyDefaults()
+	}
 	if c.HA.Enabled {
 		setDefaultDur(&c.HA.Lease, DefaultHALease)
 		if c.Checkpoint.Name != "" {

@@ -51,6 +51,7 @@ func (c *Config) Validate() error {
 			DefaultMissingTopicTimeout, c.Retry.MissingTopicTimeout)
 	}
 	c.validateCheckpoint(p)
+	c.validateDelivery(p)
 	c.validateHA(p)
 	c.validateReconcile(p)
 	c.validateCleanup(p)
@@ -243,7 +244,7 @@ func (c *Config) validateSinks(p *problems) {
 				"brokers": len(s.Brokers) > 0, "client_id": s.ClientID != "", "timeout": s.Timeout != 0,
 				"max_message_bytes": s.MaxMessageBytes != 0, "tls": s.TLS != nil, "sasl": s.SASL != nil,
 				"compression": s.Compression != "",
-				"idempotent": s.Idempotent != nil,
+				"idempotent":  s.Idempotent != nil,
 			})
 		case "":
 			p.add(field+".type", "is required; use kafka or rocketmq")

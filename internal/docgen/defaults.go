@@ -19,7 +19,7 @@ import (
 // (admin.listen's Addr, the cleanup block's CleanupFor) are read from those.
 func configDefaults() (defaults map[string]string, derived map[string]bool, err error) {
 	defaults = map[string]string{}
-	for _, store := range []string{config.CheckpointStoreFile, config.CheckpointStoreMySQL} {
+	for _, store := range []string{config.CheckpointStoreFile, config.CheckpointStoreMySQL, config.CheckpointStoreKafka} {
 		c := scenario(store, nil)
 		before := leafValues(c)
 		c.ApplyDefaults()
@@ -56,6 +56,9 @@ func configDefaults() (defaults map[string]string, derived map[string]bool, err 
 
 // store is the checkpoint store under which the key at path p has its default.
 func store(p string) string {
+	if strings.HasPrefix(p, "transactions.") {
+		return config.CheckpointStoreKafka
+	}
 	if strings.HasPrefix(p, "checkpoint.") && p != "checkpoint.path" && p != "checkpoint.interval" {
 		return config.CheckpointStoreMySQL
 	}
@@ -63,8 +66,9 @@ func store(p string) string {
 }
 
 // scenario is a configuration with every optional section present and empty: pointers to
-// structs allocated, one item in each list, a Kafka and a RocketMQ sink, ha enabled. set, when
-// not nil, is called on every leaf first.
+// structs allocated, one item in each list, a Kafka and a RocketMQ sink, ha enabled, and with
+// the kafka store delivery: exactly_once (whose transactions section has defaults only then).
+// set, when not nil, is called on every leaf first.
 func scenario(checkpointStore string, set func(path string, v reflect.Value)) *config.Config {
 	c := &config.Config{
 		Sinks: map[string]config.Sink{
@@ -73,6 +77,9 @@ func scenario(checkpointStore string, set func(path string, v reflect.Value)) *c
 		},
 		HA:         config.HA{Enabled: true},
 		Checkpoint: config.Checkpoint{Store: checkpointStore},
+	}
+	if checkpointStore == config.CheckpointStoreKafka {
+		c.Delivery = config.DeliveryExactlyOnce
 	}
 	eachLeaf(reflect.ValueOf(c).Elem(), "", true, func(path string, v reflect.Value) {
 		if set != nil {
