@@ -31,7 +31,7 @@ func Check(cfg *config.Config, ids []string) error {
 
 // Override checks --dead-letter-event ids against the config and returns the event set and the
 // audit writer: one line per diversion, appended and synced to audit.log beside the
-// checkpoint file, so the decision outlives the logs. The mysql store has no directory of its
+// checkpoint file, so the decision outlives the logs. The mysql and kafka stores have no directory of their
 // own (a pod with a read-only root file system): there each diversion is a log line at error
 // level with audit: true, which the platform's log collection keeps. Only a leader diverts
 // rows, so only the leader writes either. Nil, nil, nil without ids; an error when the config
@@ -48,7 +48,7 @@ func Override(cfg *config.Config, ids []string, log zerolog.Logger) (map[string]
 	for _, id := range ids {
 		set[id] = true
 	}
-	if cfg.Checkpoint.MySQL() {
+	if cfg.Checkpoint.MySQL() || cfg.Checkpoint.Kafka() {
 		audit := func(line string) error {
 			log.Error().Bool("audit", true).Str("override", "--dead-letter-event").Msg(line)
 			return nil
