@@ -60,8 +60,9 @@ type Options struct {
 // Session is one transactional producer and the Kafka checkpoint store of one outboxd. Send,
 // Save, Abort and Load are safe for concurrent use; Save and Abort wait for the Sends in flight.
 type Session struct {
-	o  Options
-	cl *kgo.Client // transactional; InitProducerID only through fence (Open) or a produce
+	o    Options
+	cl   *kgo.Client     // transactional; InitProducerID only through fence (Open) or a produce
+	auth *adaptMechanism // nil without SASL
 
 	// txnMu is held shared by each Send for its whole duration and exclusively by Save and
 	// Abort: a transaction ends only when no Send is adding records to it.
@@ -100,7 +101,7 @@ func New(o Options) (*Session, error) {
 	if o.TransactionTimeout <= 0 {
 		o.TransactionTimeout = DefaultTransactionTimeout
 	}
-	opts, err := clientOpts(o)
+	opts, auth, err := clientOpts(o)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +127,7 @@ func New(o Options) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka sink %q: %w", o.Name, err)
 	}
-	return &Session{o: o, cl: cl}, nil
+	return &Session{o: o, cl: cl, auth: auth}, nil
 }
 
 // Open connects and fences: the coordinator issues InitProducerID for TransactionalID before
@@ -149,7 +150,12 @@ func Open(ctx context.Context, o Options) (*Session, error) {
 // would: a takeover must fence the old holder before the new one reads the checkpoint.
 func (s *Session) fence(ctx context.Context) error {
 	for {
-		_, _, err := s.cl.ProducerID(ctx)
+		// kgo retries a failed InitProducerID until ctx ends, whatever the cause; a request
+		// of its own first makes refused credentials an error at once.
+		err := s.cl.Ping(ctx)
+		if err == nil {
+			_, _, err = s.cl.ProducerID(ctx)
+		}
 		if err == nil {
 			s.mu.Lock()
 			s.opened = true
@@ -159,13 +165,14 @@ func (s *Session) fence(ctx context.Context) error {
 		if f := s.fencedError(err); f != nil {
 			return f
 		}
-		if ctx.Err() != nil || !kerr.IsRetriable(err) {
-			return fmt.Errorf("kafka sink %q: transactional id %s: InitProducerID: %w", s.o.Name, s.o.TransactionalID, err)
+		var ke *kerr.Error
+		if ce := connError(err, s.o.SASL, s.auth); ce != err || ctx.Err() != nil || (errors.As(err, &ke) && !ke.Retriable) {
+			return fmt.Errorf("kafka sink %q: brokers %s: transactional id %s: %w", s.o.Name, strings.Join(s.o.Brokers, ","), s.o.TransactionalID, ce)
 		}
 		s.o.Logger.Debug().Err(err).Str("sink", s.o.Name).Msg("InitProducerID refused for now; retrying")
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("kafka sink %q: transactional id %s: InitProducerID: %w", s.o.Name, s.o.TransactionalID, err)
+			return fmt.Errorf("kafka sink %q: brokers %s: transactional id %s: %w", s.o.Name, strings.Join(s.o.Brokers, ","), s.o.TransactionalID, err)
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
@@ -249,7 +256,7 @@ func codec(name string) (kgo.CompressionCodec, error) {
 
 // clientOpts are the connection options every client of the session shares: brokers, TLS,
 // SASL, dial timeout. It does no I/O but AWS_MSK_IAM's reading of the AWS configuration files.
-func clientOpts(o Options) ([]kgo.Opt, error) {
+func clientOpts(o Options) ([]kgo.Opt, *adaptMechanism, error) {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(o.Brokers...),
 		kgo.ClientID("outboxd"),
@@ -259,14 +266,15 @@ func clientOpts(o Options) ([]kgo.Opt, error) {
 	if o.TLS != nil {
 		opts = append(opts, kgo.DialTLSConfig(o.TLS.Clone()))
 	}
-	if o.SASL != nil {
-		m, err := kafka.Mechanism(*o.SASL)
-		if err != nil {
-			return nil, fmt.Errorf("kafka sink %q: %w", o.Name, err)
-		}
-		opts = append(opts, kgo.SASL(adaptMechanism{m}))
+	if o.SASL == nil {
+		return opts, nil, nil
 	}
-	return opts, nil
+	m, err := kafka.Mechanism(*o.SASL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kafka sink %q: %w", o.Name, err)
+	}
+	a := newAdapter(m)
+	return append(opts, kgo.SASL(a)), &a, nil
 }
 
 // kgoLogger passes kgo's warnings and errors to zerolog at debug level: kgo logs retries it

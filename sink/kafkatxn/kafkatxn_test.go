@@ -98,7 +98,7 @@ func msgs(key string, from, n int) []*sink.Message {
 func readCommitted(t *testing.T, addrs []string, topic string, extra ...kgo.Opt) []*kgo.Record {
 	t.Helper()
 	ctx := testCtx(t)
-	admCl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	admCl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addrs...)}, extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -215,7 +215,7 @@ func (s *Session) loadRaw(ctx context.Context) ([]byte, error) {
 	if err != nil || !found || lso == 0 {
 		return nil, err
 	}
-	opts, err := clientOpts(s.o)
+	opts, _, err := clientOpts(s.o)
 	if err != nil {
 		return nil, err
 	}
