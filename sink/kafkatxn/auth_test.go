@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,9 +12,11 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/outboxd/outboxd/internal/testcert"
+	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/sink/kafka"
 )
 
@@ -136,5 +139,30 @@ func TestMSKIAMSignsTheBrokerHost(t *testing.T) {
 	}
 	if bytes.Contains(first, []byte("wJalrXUtnFEMI")) {
 		t.Fatal("the secret key is in the payload")
+	}
+}
+
+// TestTransactionalIDNotAuthorized: a principal without WRITE on its TransactionalId is refused
+// at Open with what to grant, wrapping sink.ErrFenced (nothing can ever be sent).
+func TestTransactionalIDNotAuthorized(t *testing.T) {
+	topicACL := func(name string, op kmsg.ACLOperation) kfake.ACL {
+		return kfake.ACL{Resource: kmsg.ACLResourceTypeTopic, Name: name, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: op, Allow: true}
+	}
+	c := cluster(t, kfake.EnableSASL(), kfake.EnableACLs(), kfake.Superuser("PLAIN", "admin", "admin-pw"),
+		kfake.User("PLAIN", "outboxd", "pw", topicACL("*", kmsg.ACLOperationAll)))
+	o := options(c.ListenAddrs(), nil)
+	o.SASL = &kafka.SASL{Mechanism: "PLAIN", Username: "outboxd", Password: "pw"}
+	var fenced int
+	o.OnFenced = func() { fenced++ }
+	s, err := Open(testCtx(t), o)
+	if err == nil {
+		s.Close()
+		t.Fatal("Open without an ACL on the transactional id succeeded")
+	}
+	if !errors.Is(err, sink.ErrFenced) || !strings.Contains(err.Error(), "grant this principal WRITE and DESCRIBE on TransactionalId outboxd-orders") {
+		t.Fatalf("Open without an ACL on the transactional id: %v", err)
+	}
+	if fenced != 1 {
+		t.Fatalf("OnFenced called %d times, want 1", fenced)
 	}
 }
