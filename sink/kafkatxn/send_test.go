@@ -2,6 +2,7 @@ package kafkatxn
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -185,5 +186,60 @@ func TestFailedRecordAbortsTheTransaction(t *testing.T) {
 	}
 	if n.committed.Load() != 1 || n.aborted.Load() != 1 {
 		t.Fatalf("OnTxn: %d commits, %d aborts; want 1, 1", n.committed.Load(), n.aborted.Load())
+	}
+}
+
+// TestConcurrentSendsThenSave: Sends from several goroutines join one transaction, and the Save
+// after them commits them all.
+func TestConcurrentSendsThenSave(t *testing.T) {
+	c := cluster(t)
+	s := open(t, options(c.ListenAddrs(), nil))
+	ctx := testCtx(t)
+	errs := make(chan error, 4)
+	for g := range 4 {
+		go func() {
+			var err error
+			for i := 0; i < 10 && err == nil; i++ {
+				err = s.Send(ctx, msgs(fmt.Sprintf("g%d", g), i*5, 5))
+			}
+			errs <- err
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Save(ctx, cp(t, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if rs := readCommitted(t, c.ListenAddrs(), eventsTopic); len(rs) != 200 {
+		t.Fatalf("read back %d records, want 200", len(rs))
+	}
+}
+
+// TestCancelledSendDoomsTheTransaction: a Send cut short by its context reports every message
+// failed and retryable; what it may have sent cannot be committed, so Save aborts.
+func TestCancelledSendDoomsTheTransaction(t *testing.T) {
+	c := cluster(t)
+	s := open(t, options(c.ListenAddrs(), nil))
+	ctx := testCtx(t)
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	var se *sink.SendError
+	if err := s.Send(cancelled, msgs("a", 0, 3)); !errors.As(err, &se) || len(se.Failures) != 3 || sink.IsPermanent(se.Failures[0].Err) {
+		t.Fatalf("Send with a cancelled context: %v", err)
+	}
+	if err := s.Save(ctx, cp(t, 1)); !errors.Is(err, sink.ErrTxnAborted) {
+		t.Fatalf("Save after a cancelled Send: %v, want ErrTxnAborted", err)
+	}
+	if err := s.Send(ctx, msgs("b", 0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Save(ctx, cp(t, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if vs := values(readCommitted(t, c.ListenAddrs(), eventsTopic)); len(vs) != 1 || !vs["b-0"] {
+		t.Fatalf("read_committed sees %v, want b-0", vs)
 	}
 }
