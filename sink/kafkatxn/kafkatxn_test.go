@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/gtid"
@@ -427,3 +428,46 @@ func TestLoadOnMissingTopic(t *testing.T) {
 }
 
 func contains(err error, s string) bool { return err != nil && strings.Contains(err.Error(), s) }
+
+// TestFencedSessionAsksNothingMore: after a refusal for fencing, Abort returns it without a
+// request, so the deposed holder cannot bump the epoch back (an abort may reload the producer id).
+func TestFencedSessionAsksNothingMore(t *testing.T) {
+	c := cluster(t)
+	var n1 counters
+	s1 := open(t, options(c.ListenAddrs(), &n1))
+	ctx := testCtx(t)
+	if err := s1.Send(ctx, msgs("a", 0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Open(ctx, options(c.ListenAddrs(), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if err := s1.Send(ctx, msgs("a", 1, 1)); !errors.Is(err, sink.ErrFenced) {
+		t.Fatalf("Send: %v", err)
+	}
+	var initPID atomic.Int64
+	c.ControlKey(int16(kmsg.InitProducerID), func(kmsg.Request) (kmsg.Response, error, bool) {
+		initPID.Add(1)
+		return nil, nil, false
+	})
+	if err := s1.Abort(ctx); !errors.Is(err, sink.ErrFenced) {
+		t.Fatalf("Abort of a fenced session: %v", err)
+	}
+	if err := s1.Save(ctx, cp(t, 1)); !errors.Is(err, sink.ErrFenced) {
+		t.Fatalf("Save of a fenced session: %v", err)
+	}
+	if initPID.Load() != 0 {
+		t.Fatalf("the fenced session sent %d InitProducerID", initPID.Load())
+	}
+	if n1.fenced.Load() != 1 {
+		t.Fatalf("OnFenced called %d times for one refusal", n1.fenced.Load())
+	}
+	if err := s2.Send(ctx, msgs("b", 0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Save(ctx, cp(t, 2)); err != nil {
+		t.Fatalf("the new holder's Save: %v", err)
+	}
+}

@@ -147,8 +147,16 @@ func (s *Session) abortedLocked(ctx context.Context, cause error) error {
 	return cause
 }
 
-// endAbort drops what is buffered and aborts the transaction. The caller holds txnMu.
+// endAbort drops what is buffered and aborts the transaction. The caller holds txnMu. A fenced
+// session sends nothing more: kgo's abort may reload the producer id, and a deposed holder must
+// not ask the coordinator for anything.
 func (s *Session) endAbort(ctx context.Context) error {
+	s.mu.Lock()
+	fenced := s.fenced
+	s.mu.Unlock()
+	if fenced != nil {
+		return fenced
+	}
 	if err := s.cl.AbortBufferedRecords(ctx); err != nil {
 		return fmt.Errorf("kafka sink %q: abort buffered records: %w", s.o.Name, err)
 	}
@@ -222,6 +230,9 @@ func (s *Session) loadRaw(ctx context.Context) ([]byte, error) {
 	// Control records are kept so that the read knows when it reached lso: the offset just
 	// below it is a commit or abort marker or a committed record, never an aborted record
 	// (its marker would be below lso). Aborted records are dropped by kgo (read_committed).
+	// Should compaction ever remove the record just below lso (the cleaner leaves the active
+	// segment alone, where the newest marker normally is), this waits until ctx ends: an error,
+	// never an older checkpoint taken for the newest.
 	cl, err := kgo.NewClient(append(opts,
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{s.o.Topic: {0: kgo.NewOffset().AtStart()}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
