@@ -210,7 +210,7 @@ func (s *Session) fencedError(err error) error {
 	return f
 }
 
-// ready reports why the session cannot produce, or nil. The caller holds s.mu.
+// readyLocked reports why the session cannot produce, or nil. The caller holds s.mu.
 func (s *Session) readyLocked() error {
 	switch {
 	case s.closed:
