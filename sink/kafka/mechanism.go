@@ -11,6 +11,10 @@ import (
 // (reconcile's reader). It errs on an unknown mechanism. Pure.
 func Mechanism(a SASL) (sasl.Mechanism, error) { return a.mechanism() }
 
+// Rejected describes a rejection of a's credentials by the broker and what to check, never
+// with a secret, for other clients of the same cluster (sink/kafkatxn). Pure.
+func (a *SASL) Rejected() string { return a.rejected() }
+
 // Codec returns the record batch compression named as in sinks.<name>.compression: "none"
 // (or empty), "gzip", "snappy", "lz4" or "zstd". Pure.
 func Codec(name string) (kafkago.Compression, error) {

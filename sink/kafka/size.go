@@ -110,3 +110,8 @@ func varintLen(x int64) int {
 	}
 	return n
 }
+
+// SingleBatchSize is the encoded, uncompressed size of a v2 record batch holding only m, as the
+// broker compares it with message.max.bytes: a message above the limit can never be produced,
+// by this sink or by another producer of the same cluster (sink/kafkatxn). Pure.
+func SingleBatchSize(m *sink.Message) int { return singleBatchSize(m) }
