@@ -29,6 +29,7 @@ import (
 	"github.com/outboxd/outboxd/preflight"
 	"github.com/outboxd/outboxd/router"
 	"github.com/outboxd/outboxd/server"
+	"github.com/outboxd/outboxd/sink/kafkatxn"
 	"github.com/outboxd/outboxd/sink/sinks"
 )
 
@@ -125,6 +126,11 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 			return err
 		}
 		defer cp.Close()
+	}
+	if ks, ok := cp.(*kafkatxn.Store); ok {
+		name := cfg.Checkpoint.Sink
+		r.m.DeclareKafkaTxn(name)
+		ks.Observe(func() { r.m.KafkaFenced(name) }, func(committed bool) { r.m.KafkaTxnEnded(name, committed) })
 	}
 	if err := checkMarkColumn(ctx, cp); err != nil {
 		return err

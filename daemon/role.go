@@ -19,6 +19,7 @@ import (
 	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/preflight"
 	"github.com/outboxd/outboxd/server"
+	"github.com/outboxd/outboxd/sink/kafkatxn"
 )
 
 // roleState is this process's role as /status, /readyz and the metrics report it.
@@ -168,8 +169,9 @@ func newRoles(ctx context.Context, cfg *config.Config, r *relay, log zerolog.Log
 
 // claimAlone makes this process the mysql store row's writer without ha: the newest process
 // to start on a row wins, and an older one still running on it stops at its next save
-// (superseded) rather than both relaying. A no-op for the file store, whose lock already
-// keeps a second process out.
+// (superseded) rather than both relaying. The kafka store's claim fences the transactional id
+// at the broker: an older process's next send or commit is refused there. A no-op for the
+// file store, whose lock already keeps a second process out.
 // It returns the row's new epoch (0 for the file store, or when ctx ended first).
 func (r *relay) claimAlone(ctx context.Context) (uint64, error) {
 	ms, ok := r.saver.store.(checkpoint.Claimer)
@@ -178,6 +180,15 @@ func (r *relay) claimAlone(ctx context.Context) (uint64, error) {
 	}
 	holder := election.NewHolderID()
 	var epoch uint64
+	if _, kafka := ms.(*kafkatxn.Store); kafka {
+		// Its claim (InitProducerID) waits out transient errors itself; what it returns is
+		// final: refused credentials, a missing grant, or a shutdown.
+		epoch, err := ms.Claim(ctx, holder)
+		if ctx.Err() != nil {
+			return 0, nil
+		}
+		return epoch, err
+	}
 	// A claim that a shutdown cut short is no failure to retry, nor to log.
 	retry := server.ReconnectRetry(func(err error) bool { return !errors.Is(err, checkpoint.ErrStoreMisconfigured) && ctx.Err() == nil })
 	retry.OnRetry = func(err error, in time.Duration) {

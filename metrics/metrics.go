@@ -118,6 +118,7 @@ type Metrics struct {
 	binlogRetention prometheus.Gauge
 	rec             reconcileMetrics
 	cleanup         *cleanupMetrics
+	ktxn            *kafkaTxnMetrics
 
 	mu   sync.Mutex
 	src  sourceState
@@ -328,6 +329,7 @@ func New(o Options) *Metrics {
 	m.rec = newReconcileMetrics()
 	m.reg.MustRegister(m.rec.collectors()...)
 	m.cleanup = newCleanupMetrics(m.reg)
+	m.ktxn = newKafkaTxnMetrics(m.reg)
 	// Counters start at 0 rather than appear at their first increment, so rate() and
 	// increase() see that first increment (a series born at 1 shows no increase).
 	for _, r := range []string{ReasonNoRoute, ReasonMalformed, ReasonRejected, ReasonTopicMissing} {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/rs/zerolog"
+
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/election"
@@ -32,6 +34,9 @@ func (runningError) Is(target error) bool { return target == ErrRunning }
 // away: a command reports that at once. It blocks for one connection attempt; the caller closes
 // the store.
 func OpenOnce(ctx context.Context, cfg *config.Config) (checkpoint.Storage, error) {
+	if cfg.Checkpoint.Kafka() {
+		return openKafka(cfg, zerolog.Nop())
+	}
 	if !cfg.Checkpoint.MySQL() {
 		return checkpoint.Open(cfg.Checkpoint.Path)
 	}

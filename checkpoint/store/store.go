@@ -14,6 +14,8 @@ import (
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/server"
+	"github.com/outboxd/outboxd/sink/kafkatxn"
+	"github.com/outboxd/outboxd/sink/sinks"
 )
 
 // Open opens the configured checkpoint store: the file (locked until Close) or the row of
@@ -22,6 +24,9 @@ import (
 // at start; a refused login ends it at once, and retrying (when not nil) hears each failed
 // attempt it waits after (server.OpenReporting). It blocks until then or ctx ends.
 func Open(ctx context.Context, cfg *config.Config, log zerolog.Logger, retrying func(error)) (checkpoint.Storage, error) {
+	if cfg.Checkpoint.Kafka() {
+		return openKafka(cfg, log)
+	}
 	if !cfg.Checkpoint.MySQL() {
 		return checkpoint.Open(cfg.Checkpoint.Path)
 	}
@@ -31,6 +36,18 @@ func Open(ctx context.Context, cfg *config.Config, log zerolog.Logger, retrying 
 		return nil, fmt.Errorf("checkpoint.writer_addr %s: %w", conn.Addr, err)
 	}
 	return openMySQL(cfg, conn, db)
+}
+
+// openKafka builds the kafka store of cfg (checkpoint.store: kafka) without contacting the
+// brokers: it reads the committed checkpoint back without fencing anyone, and fences only when
+// claimed (a term's start) or written to (a command's save).
+func openKafka(cfg *config.Config, log zerolog.Logger) (checkpoint.Storage, error) {
+	o, err := sinks.KafkaTxnOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
+	o.Logger = log
+	return kafkatxn.NewStore(o)
 }
 
 // openMySQL opens the mysql store of cfg on db, a connection to conn (the writer), and closes

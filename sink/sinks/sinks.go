@@ -14,6 +14,7 @@ import (
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/sink/kafka"
+	"github.com/outboxd/outboxd/sink/kafkatxn"
 	"github.com/outboxd/outboxd/sink/rocketmq"
 )
 
@@ -116,4 +117,48 @@ func StaticTopics(cfg *config.Config, name string) []string {
 		topics = append(topics, dl.Topic)
 	}
 	return topics
+}
+
+// KafkaTxnOptions are the exactly-once session's options of cfg (delivery: exactly_once,
+// checkpoint.store: kafka): checkpoint.sink's connection settings, the transactional id and the
+// checkpoint topic. Config validation has made every Kafka sink of the routes share those
+// settings. The caller sets Logger, OnFenced and OnTxn. It builds the TLS settings (reading the
+// certificate files) and does no other I/O.
+func KafkaTxnOptions(cfg *config.Config) (kafkatxn.Options, error) {
+	name := cfg.Checkpoint.Sink
+	sc, ok := cfg.Sinks[name]
+	if !ok || sc.Type != "kafka" {
+		return kafkatxn.Options{}, fmt.Errorf("checkpoint.sink %q is not a kafka sink", name)
+	}
+	tlsCfg, err := sc.TLS.ClientConfig()
+	if err != nil {
+		return kafkatxn.Options{}, fmt.Errorf("sinks.%s: %w", name, err)
+	}
+	return kafkatxn.Options{
+		Name:               name,
+		Brokers:            sc.Brokers,
+		TLS:                tlsCfg,
+		SASL:               KafkaSASL(sc.SASL),
+		Compression:        sc.Compression,
+		Timeout:            sc.Timeout,
+		MaxMessageBytes:    sc.MaxMessageBytes,
+		TransactionalID:    cfg.TransactionalID(),
+		TransactionTimeout: cfg.Transactions.Timeout,
+		Topic:              cfg.Checkpoint.Topic,
+		Key:                cfg.Checkpoint.Name,
+	}, nil
+}
+
+// KafkaTxnSinks are the sink names whose messages go through the exactly-once session: every
+// Kafka sink a route or the dead letter names (config validation has made them one cluster
+// with checkpoint.sink's settings), and checkpoint.sink. Pure.
+func KafkaTxnSinks(cfg *config.Config) []string {
+	names := map[string]bool{cfg.Checkpoint.Sink: true}
+	for _, r := range cfg.Routes {
+		names[r.Sink] = true
+	}
+	if dl := cfg.DeadLetter; dl != nil {
+		names[dl.Sink] = true
+	}
+	return slices.Sorted(maps.Keys(names))
 }
