@@ -46,8 +46,26 @@ type Options struct {
 	// Replicated runs MariaDB as a primary and a GTID replica (testenv/replication): outboxd
 	// reads source.addrs [both] and primary_failover and replica_kill9 join the schedule.
 	Replicated bool
-	Logf       func(string, ...any)
+	// Delivery is outboxd's delivery mode: DeliveryAtLeastOnce ("" too) or DeliveryExactlyOnce.
+	// Exactly-once routes every row to Kafka (the mode refuses RocketMQ routes, so the RocketMQ
+	// faults leave the schedule), keeps the checkpoint in a Kafka transaction (checkpoint.store:
+	// kafka) and reads the topic back as a read_committed consumer, whose duplicates fail the run.
+	Delivery string
+	Logf     func(string, ...any)
 }
+
+// The delivery modes of Options.Delivery, spelled as outboxd's `delivery` setting.
+const (
+	DeliveryAtLeastOnce = "at_least_once"
+	DeliveryExactlyOnce = "exactly_once"
+)
+
+// eoCheckpointTopic is checkpoint.topic in the exactly-once world.
+const eoCheckpointTopic = "outboxd_checkpoints"
+
+// rocketmqKinds are the faults of the RocketMQ broker, which the exactly-once world does not
+// route to.
+var rocketmqKinds = map[string]bool{"rocketmq_outage": true, "rocketmq_send_errors": true}
 
 // faultKinds is every fault the scheduler picks from; each round uses all of them once, in a
 // seeded random order, so a short run still sees each kind.
@@ -94,9 +112,17 @@ type world struct {
 // ha reports whether this is the HA world.
 func (w *world) ha() bool { return w.o.Instances > 1 }
 
+// exactlyOnce reports whether outboxd runs with delivery: exactly_once.
+func (w *world) exactlyOnce() bool { return w.o.Delivery == DeliveryExactlyOnce }
+
 // kinds is the schedule's fault kinds for this world, for its round-th round (from 0).
 func (w *world) kinds(round int) []string {
-	ks := append([]string(nil), faultKinds...)
+	var ks []string
+	for _, k := range faultKinds {
+		if !w.exactlyOnce() || !rocketmqKinds[k] {
+			ks = append(ks, k)
+		}
+	}
 	if w.ha() {
 		ks = append(ks, haKinds...)
 	}
@@ -147,6 +173,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
+	switch o.Delivery {
+	case "":
+		o.Delivery = DeliveryAtLeastOnce
+	case DeliveryAtLeastOnce, DeliveryExactlyOnce:
+	default:
+		return nil, fmt.Errorf("delivery %q: use %s or %s", o.Delivery, DeliveryAtLeastOnce, DeliveryExactlyOnce)
+	}
 	dir, err := os.MkdirTemp("", "outboxd-chaos-")
 	if err != nil {
 		return nil, err
@@ -161,7 +194,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	o.Logf("world up: mariadb %s, kafka %s (proxy %s), rocketmq %s", w.srv.Addr, w.kafka.realAddr(), w.kafka.proxy.Addr(), w.rmq.NameServer())
 
-	cons, err := newKafkaConsumer(w.kafka.realAddr())
+	cons, err := newKafkaConsumer(w.kafka.realAddr(), w.exactlyOnce())
 	if err != nil {
 		return nil, err
 	}
@@ -269,6 +302,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 
 	rep := verify(gen, truth, w.discarded, got, w.runs.snapshot())
+	rep.Delivery = o.Delivery
 	rep.LeftDelivered = leftDelivered
 	w.lifecycleVerdict(ctx, rep, deleted, got, began.Add(-time.Minute))
 	rep.PeriodicReconciles = w.periodicReconciles()
@@ -352,6 +386,12 @@ func (w *world) setup(ctx context.Context) error {
 	if w.kafka, err = newKafka(filepath.Join(w.dir, "kafka")); err != nil {
 		return err
 	}
+	if w.exactlyOnce() {
+		// As `outboxd check` creates it; kfake keeps it across restarts (DataDir).
+		if err := w.kafka.createTopic(eoCheckpointTopic, 1, map[string]string{"cleanup.policy": "compact"}); err != nil {
+			return fmt.Errorf("create %s: %w", eoCheckpointTopic, err)
+		}
+	}
 	if w.rmq, err = rocketmq.Start(rocketmq.Options{Topics: []string{rmqTopic}}); err != nil {
 		return err
 	}
@@ -376,13 +416,23 @@ func (w *world) setup(ctx context.Context) error {
 			}
 		}
 		// One config for all but the admin address, the client id and the path to MariaDB.
-		ck := fmt.Sprintf("checkpoint: {path: %s, interval: 200ms}\nadmin: {listen: \"\"}\n", filepath.Join(w.dir, "checkpoint.json"))
+		store := fmt.Sprintf("path: %s", filepath.Join(w.dir, "checkpoint.json"))
+		if w.ha() {
+			store = fmt.Sprintf("store: mysql, table: %s, name: chaos%s", ckTable, w.writerYAML(ob))
+		}
+		if w.exactlyOnce() {
+			store = fmt.Sprintf("store: kafka, name: chaos, sink: kafka, topic: %s", eoCheckpointTopic)
+			if w.ha() {
+				store += w.writerYAML(ob) // the leader lock's server
+			}
+		}
+		ck := fmt.Sprintf("checkpoint: {%s, interval: 200ms}\nadmin: {listen: \"\"}\n", store)
 		if w.ha() {
 			if ob.admin, err = freeAddr(); err != nil {
 				return err
 			}
-			ck = fmt.Sprintf("checkpoint: {store: mysql, table: %s, name: chaos, interval: 200ms%s}\nha: {enabled: true, lease: %s}\nadmin: {listen: %q}\n",
-				ckTable, w.writerYAML(ob), w.o.Lease, ob.admin)
+			ck = fmt.Sprintf("checkpoint: {%s, interval: 200ms}\nha: {enabled: true, lease: %s}\nadmin: {listen: %q}\n",
+				store, w.o.Lease, ob.admin)
 		} else {
 			ob.runs = w.runs
 		}
@@ -396,18 +446,9 @@ tables:
   - table: %s.outbox_event
 %ssinks:
   kafka: {type: kafka, brokers: [%q], timeout: 2s, client_id: %s}
-  rmq: {type: rocketmq, nameservers: [%q], send_timeout: 1s}
-routes:
-  - match: {topic: "kafka.*"}
-    sink: kafka
-    topic: %s
-  - match: {topic: "rmq.*"}
-    sink: rmq
-    topic: %s
-    tag: "{event_type}"
-retry: {initial: 50ms, max: 1s}
+%sretry: {initial: 50ms, max: 1s}
 %slog: {level: info, format: json}
-`, w.sourceYAML(ob), pos, schema, w.lifecycleYAML(), w.kafka.proxy.Addr(), ob.clientID, w.rmq.NameServer(), kafkaTopic, rmqTopic, ck)
+`, w.sourceYAML(ob), pos, schema, w.lifecycleYAML(), w.kafka.proxy.Addr(), ob.clientID, w.routesYAML(), ck)
 		ob.cfg = filepath.Join(w.dir, "outboxd-"+name+".yaml")
 		if err := os.WriteFile(ob.cfg, []byte(cfg), 0o600); err != nil {
 			return err
@@ -436,6 +477,21 @@ retry: {initial: 50ms, max: 1s}
 		}
 	}
 	return nil
+}
+
+// routesYAML is the rmq sink (at least once) and the routes: topic kafka.* to Kafka, rmq.* to
+// RocketMQ; exactly-once sends both to Kafka (the odd keys too), since the mode refuses
+// RocketMQ routes. The top-level delivery setting comes with them.
+func (w *world) routesYAML() string {
+	rmqSink := fmt.Sprintf("  rmq: {type: rocketmq, nameservers: [%q], send_timeout: 1s}\n", w.rmq.NameServer())
+	rmqRoute := fmt.Sprintf("    sink: rmq\n    topic: %s\n    tag: \"{event_type}\"\n", rmqTopic)
+	delivery := ""
+	if w.exactlyOnce() {
+		rmqSink, delivery = "", "delivery: exactly_once\n"
+		rmqRoute = fmt.Sprintf("    sink: kafka\n    topic: %s\n", kafkaTopic)
+	}
+	return rmqSink + fmt.Sprintf("routes:\n  - match: {topic: \"kafka.*\"}\n    sink: kafka\n    topic: %s\n", kafkaTopic) +
+		"  - match: {topic: \"rmq.*\"}\n" + rmqRoute + delivery
 }
 
 func (w *world) close() {
@@ -661,13 +717,19 @@ type kafkaConsumer struct {
 	rs []delivery
 }
 
-func newKafkaConsumer(real string) (*kafkaConsumer, error) {
+func newKafkaConsumer(real string, readCommitted bool) (*kafkaConsumer, error) {
 	var d net.Dialer
-	cl, err := kgo.NewClient(kgo.SeedBrokers(real), kgo.ConsumeTopics(kafkaTopic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond),
+	opts := []kgo.Opt{kgo.SeedBrokers(real), kgo.ConsumeTopics(kafkaTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100 * time.Millisecond),
 		kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
 			return d.DialContext(ctx, network, real)
-		}))
+		})}
+	if readCommitted {
+		// What a consumer of an exactly-once relay reads: records of aborted transactions
+		// (a killed or fenced run's) are skipped, open ones held back.
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka consumer: %w", err)
 	}

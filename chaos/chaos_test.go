@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,6 +67,34 @@ func TestVerifyDetects(t *testing.T) {
 	}
 	if r3 := (Report{MissingReports: 1, CrashFailovers: 1}); !r3.OK() {
 		t.Fatal("a missing-GTID report after a crash failover failed the run")
+	}
+}
+
+// Exactly once, a duplicate fails the run and the verdict says how many the read_committed
+// consumer saw; a deposed leader's produce is the broker's to refuse, not a failure. At least
+// once, neither holds.
+func TestExactlyOnceVerdict(t *testing.T) {
+	eo := Report{Delivery: DeliveryExactlyOnce, Instances: 2}
+	if !eo.OK() || !strings.Contains(eo.Markdown(), "duplicates seen by a read_committed consumer: 0\n") {
+		t.Fatalf("clean exactly-once run: ok %v\n%s", eo.OK(), eo.Markdown())
+	}
+	eo.StaleProduces = 3
+	if !eo.OK() {
+		t.Fatal("a deposed leader's produces failed an exactly-once run: the broker fences them")
+	}
+	eo.Duplicates = 2
+	if eo.OK() || !strings.Contains(eo.Markdown(), "duplicates seen by a read_committed consumer: 2\n") {
+		t.Fatalf("exactly-once run with 2 duplicates: ok %v\n%s", eo.OK(), eo.Markdown())
+	}
+	alo := Report{Delivery: DeliveryAtLeastOnce, Duplicates: 2}
+	if !alo.OK() || strings.Contains(alo.Markdown(), "read_committed") {
+		t.Fatalf("at-least-once run with duplicates: ok %v\n%s", alo.OK(), alo.Markdown())
+	}
+	if alo.StaleProduces = 1; alo.OK() {
+		t.Fatal("a deposed leader's produce passed an at-least-once run")
+	}
+	if _, err := Run(context.Background(), Options{Delivery: "twice"}); err == nil || !strings.Contains(err.Error(), "exactly_once") {
+		t.Fatalf("an unknown delivery mode: %v", err)
 	}
 }
 

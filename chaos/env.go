@@ -109,6 +109,16 @@ func (k *kafka) start(seed bool) error {
 	}
 }
 
+// createTopic creates a topic on the running broker.
+func (k *kafka) createTopic(topic string, partitions int32, configs map[string]string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.c == nil {
+		return fmt.Errorf("create topic %s: the broker is down", topic)
+	}
+	return k.c.CreateTopic(topic, partitions, configs)
+}
+
 func (k *kafka) stop() {
 	k.mu.Lock()
 	defer k.mu.Unlock()

@@ -18,6 +18,14 @@ import (
 	"time"
 )
 
+// envOr is the environment variable k, or def when it is unset or empty.
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
 func main() {
 	var o Options
 	flag.DurationVar(&o.Duration, "duration", 10*time.Minute, "how long to inject faults")
@@ -31,6 +39,8 @@ func main() {
 	flag.IntVar(&o.Instances, "instances", 2, "outboxd instances: 1 runs one with a checkpoint file; 2 or more run with ha on and the mysql store, and add the leader faults")
 	flag.DurationVar(&o.Lease, "lease", 2*time.Second, "ha.lease of the instances")
 	flag.BoolVar(&o.Replicated, "replicated", true, "MariaDB is a primary and a GTID replica; outboxd reads source.addrs [both], and primary_failover and replica_kill9 join the faults")
+	flag.StringVar(&o.Delivery, "delivery", envOr("CHAOS_DELIVERY", DeliveryAtLeastOnce),
+		"outboxd's delivery mode: at_least_once, or exactly_once (every row to Kafka, the checkpoint in a Kafka transaction, a read_committed verifier that fails on any duplicate); default $CHAOS_DELIVERY")
 	flag.BoolVar(&o.Verbose, "v", false, "log every fault")
 	flag.Parse()
 

@@ -35,6 +35,10 @@ type haOpts struct {
 	Lease        time.Duration // ha.lease (default 2s)
 	KafkaTimeout time.Duration // the sink's timeout, S in the contract (default 2s)
 	Interval     string        // checkpoint.interval (default 200ms)
+	// ExactlyOnce runs delivery: exactly_once with the Kafka checkpoint store (useKafkaStore)
+	// instead of the mysql store; the leader lock stays on the source. haWorld.row then has
+	// no table to read.
+	ExactlyOnce bool
 }
 
 // haInstance is one outboxd of the world.
@@ -85,7 +89,11 @@ func newHAWorldOn(t *testing.T, w *world, o haOpts) *haWorld {
 	h := &haWorld{t: t, w: w, kc: kc, tap: tap, opts: o, ckName: "ha-" + w.schema}
 	base := simpleCfg(t, w, kc, w.position())
 	h.lock = lockNameOf(base, h.ckName)
-	h.table = useMySQLStore(w, &base, h.ckName)
+	if o.ExactlyOnce {
+		useKafkaStore(t, kc, &base, h.ckName)
+	} else {
+		h.table = useMySQLStore(w, &base, h.ckName)
+	}
 	base.Interval = o.Interval
 	base.ServerID = 1000 + int(serverIDs.Add(1)) // one server_id for all: the same config
 	for i := 0; i < o.Instances; i++ {
@@ -96,7 +104,7 @@ func newHAWorldOn(t *testing.T, w *world, o haOpts) *haWorld {
 		c.Addr = in.myPx.Addr()
 		c.Sinks = map[string]string{"main": fmt.Sprintf("{type: kafka, brokers: [%q], timeout: %s, client_id: %s}",
 			tap.Addr(), o.KafkaTimeout, in.clientID)}
-		c.Extra = fmt.Sprintf("ha: {enabled: true, lease: %s}\nadmin: {listen: %q}\n", o.Lease, in.admin)
+		c.Extra = base.Extra + fmt.Sprintf("ha: {enabled: true, lease: %s}\nadmin: {listen: %q}\n", o.Lease, in.admin)
 		in.cfgPath = writeCfg(t, c)
 		h.inst = append(h.inst, in)
 	}

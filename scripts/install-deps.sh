@@ -9,6 +9,8 @@
 #                    `make release` read /etc/ssl/certs/ca-certificates.crt).
 #   systemd        - systemd-analyze verifies deploy/systemd/outboxd.service (deploy/systemd_test.go).
 #   passwd         - useradd, for the unprivileged user that test starts outboxd as.
+#   kcat           - the second read_committed reader (librdkafka) of the exactly-once tests
+#                    (testenv/kafkaread, e2e/exactly_once_test.go).
 # Nothing is started here: the tests run their own servers, in temp dirs on free ports.
 # --demo installs only what `make demo` needs: mariadb-server.
 set -euo pipefail
@@ -29,6 +31,7 @@ $demo || [ -s /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 if ! $demo; then
 	command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 	command -v useradd >/dev/null 2>&1 || [ -x /usr/sbin/useradd ] || need+=(passwd)
+	command -v kcat >/dev/null 2>&1 || need+=(kcat)
 fi
 [ ${#need[@]} -eq 0 ] && exit 0
 
