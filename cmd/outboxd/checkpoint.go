@@ -19,7 +19,8 @@ import (
 	"github.com/outboxd/outboxd/tablelayout"
 )
 
-// readStore loads the mysql store's row for checkpoint show.
+// readStore loads the mysql store's row or the kafka store's committed record for checkpoint
+// show (the kafka store reads it back without fencing a running outboxd).
 func readStore(ctx context.Context, cfg *config.Config) (*checkpoint.Checkpoint, error) {
 	st, err := store.OpenOnce(ctx, cfg)
 	if err != nil {
@@ -29,39 +30,57 @@ func readStore(ctx context.Context, cfg *config.Config) (*checkpoint.Checkpoint,
 	return st.Load(ctx)
 }
 
-// cmdCheckpointMigrate copies a checkpoint file into the mysql store: the one step of moving a
-// deployment from checkpoint.path to checkpoint.store: mysql.
+// cmdCheckpointMigrate copies a checkpoint from one store into the config's: the one step of
+// moving a deployment between the file, the mysql and the kafka store (delivery: exactly_once
+// and back).
 func cmdCheckpointMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newConfigFlags("checkpoint migrate", stdout, stderr)
-	from := fs.String("from-file", "", "the checkpoint file to copy (the old checkpoint.path; required)")
-	overwrite := fs.Bool("overwrite", false, "replace a row that already exists for checkpoint.name")
+	from := fs.String("from-file", "", "the checkpoint file to copy (the old checkpoint.path)")
+	fromConfig := fs.String("from-config", "", "the old config: the checkpoint of its store (file, mysql or kafka) is copied")
+	overwrite := fs.Bool("overwrite", false, "replace a checkpoint the config's store already holds")
 	force := fs.Bool("force", false, "accept a set that lacks a source the server has")
-	ignoreLeader := fs.Bool("ignore-leader", false, "write the row although a leader holds the lock (it is superseded and exits)")
+	ignoreLeader := fs.Bool("ignore-leader", false, "write although a leader holds the lock (it is superseded and exits)")
 	cfg, err := fs.load(args)
 	if err != nil {
 		return err
 	}
-	if *from == "" {
-		return &exitError{code: 2, err: errors.New("--from-file is required: the checkpoint file to copy")}
+	if (*from == "") == (*fromConfig == "") {
+		return &exitError{code: 2, err: errors.New("give one of --from-file (the old checkpoint file) or --from-config (the old config, whatever its store)")}
 	}
-	if !cfg.Checkpoint.MySQL() {
-		return &exitError{code: 2, err: errors.New("checkpoint.store is not mysql in this config: migrate copies a file into the mysql store; set checkpoint.store: mysql, checkpoint.table and checkpoint.name")}
+	var src checkpoint.Storage
+	where := *from
+	if *from != "" {
+		if !cfg.Checkpoint.MySQL() && !cfg.Checkpoint.Kafka() {
+			return &exitError{code: 2, err: errors.New("checkpoint.store is file in this config: --from-file copies a file into the mysql or kafka store; " +
+				"set checkpoint.store: mysql (table, name) or kafka (name, sink, topic, with delivery: exactly_once), or copy the file itself")}
+		}
+		// Holding the file's lock keeps an outboxd that still runs on it from moving it meanwhile.
+		if src, err = checkpoint.Open(*from); err != nil {
+			return err
+		}
+	} else {
+		old, err := readConfig(*fromConfig, config.Load)
+		if err != nil {
+			return err
+		}
+		where = old.Checkpoint.Where()
+		if where == cfg.Checkpoint.Where() {
+			return &exitError{code: 2, err: fmt.Errorf("--from-config names the same checkpoint as --config (%s): nothing to migrate", where)}
+		}
+		if src, err = store.OpenOnce(ctx, old); err != nil {
+			return err
+		}
 	}
-	// Holding the file's lock keeps an outboxd that still runs on it from moving it meanwhile.
-	file, err := checkpoint.Open(*from)
-	if err != nil {
-		return err
-	}
-	defer file.Close()
-	cp, err := file.Load(ctx)
+	defer src.Close()
+	cp, err := src.Load(ctx)
 	if err != nil {
 		return err
 	}
 	if cp == nil {
-		return &exitError{code: 1, err: fmt.Errorf("no checkpoint at %s: nothing to migrate", *from)}
+		return &exitError{code: 1, err: fmt.Errorf("no checkpoint at %s: nothing to migrate", where)}
 	}
 	if cp.Flavor != cfg.Source.Flavor {
-		return fmt.Errorf("checkpoint %s is for flavor %s but source.flavor is %s", *from, cp.Flavor, cfg.Source.Flavor)
+		return fmt.Errorf("checkpoint %s is for flavor %s but source.flavor is %s", where, cp.Flavor, cfg.Source.Flavor)
 	}
 	set, err := cp.Set()
 	if err != nil {
@@ -74,12 +93,12 @@ func cmdCheckpointMigrate(ctx context.Context, args []string, stdout, stderr io.
 	defer st.Close()
 	if old != nil && !*overwrite {
 		return fmt.Errorf("checkpoint %s already holds %s: pass --overwrite to replace it with %s from %s",
-			cfg.Checkpoint.Where(), old.GTIDSet, cp.GTIDSet, *from)
+			cfg.Checkpoint.Where(), old.GTIDSet, cp.GTIDSet, where)
 	}
 	if err := store.Replace(ctx, cfg, st, *cp, "checkpoint migrate"); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "checkpoint %s -> %s: %s\n", *from, cfg.Checkpoint.Where(), cp.GTIDSet)
+	fmt.Fprintf(stdout, "checkpoint %s -> %s: %s\n", where, cfg.Checkpoint.Where(), cp.GTIDSet)
 	return nil
 }
 

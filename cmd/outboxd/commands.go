@@ -172,8 +172,9 @@ func cmdCheckpointShow(ctx context.Context, args []string, stdout, stderr io.Wri
 		return err
 	}
 	var cp *checkpoint.Checkpoint
-	if cfg.Checkpoint.MySQL() {
-		// The row is on the writer: this needs source.password, so load the secrets after all.
+	if cfg.Checkpoint.MySQL() || cfg.Checkpoint.Kafka() {
+		// The row is on the writer, the record on the brokers: this needs source.password or
+		// the sink's credentials, so load the secrets after all.
 		if cfg, err = readConfig(fs.configPath(), config.Load); err != nil {
 			return err
 		}
@@ -269,7 +270,7 @@ func cmdCheckpointSet(ctx context.Context, args []string, stdout, stderr io.Writ
 func currentPosition(ctx context.Context, cfg *config.Config) (string, error) {
 	var cp *checkpoint.Checkpoint
 	var err error
-	if cfg.Checkpoint.MySQL() {
+	if cfg.Checkpoint.MySQL() || cfg.Checkpoint.Kafka() {
 		cp, err = readStore(ctx, cfg)
 	} else {
 		cp, err = checkpoint.Read(cfg.Checkpoint.Path)

@@ -39,7 +39,7 @@ Usage:
   outboxd checkpoint show [--config F]    print the saved checkpoint as JSON
   outboxd checkpoint set [--config F] (--gtid SET [--force] | --from-checkpoint) [--accept-layout] [--ignore-leader]
                                           replace the saved checkpoint
-  outboxd checkpoint migrate [--config F] --from-file PATH [--overwrite] [--force] [--ignore-leader]
+  outboxd checkpoint migrate [--config F] (--from-file PATH | --from-config OLD) [--overwrite] [--force] [--ignore-leader]
                                           copy a checkpoint file into the mysql store
   outboxd checkpoint import [--config F] --from debezium|maxwell|canal [--file PATH | --offsets-topic T
                   [--kafka-sink S]] [--connector NAME] [--client-id ID] [--maxwell-schema S]
@@ -80,9 +80,9 @@ something did, 2 on a bad config or flag.`},
 		`Prints a running outboxd's state from its admin server: --addr, else admin.listen from the
 config, else 127.0.0.1:9120 (outboxd's default admin.listen). --addr wins over $OUTBOXD_CONFIG,
 not over an explicit --config (give one of them).`},
-	"checkpoint": {"outboxd checkpoint show [--config F]\n       outboxd checkpoint set [--config F] (--gtid SET [--force] | --from-checkpoint) [--accept-layout] [--ignore-leader]\n       outboxd checkpoint migrate [--config F] --from-file PATH [--overwrite] [--force] [--ignore-leader]\n       outboxd checkpoint import [--config F] --from debezium|maxwell|canal [--file PATH | --offsets-topic T [--kafka-sink S]] [--connector NAME] [--client-id ID] [--maxwell-schema S] [--server-id N] [--binlog-gtid-pos] [--overwrite] [--force] [--ignore-leader]",
+	"checkpoint": {"outboxd checkpoint show [--config F]\n       outboxd checkpoint set [--config F] (--gtid SET [--force] | --from-checkpoint) [--accept-layout] [--ignore-leader]\n       outboxd checkpoint migrate [--config F] (--from-file PATH | --from-config OLD) [--overwrite] [--force] [--ignore-leader]\n       outboxd checkpoint import [--config F] --from debezium|maxwell|canal [--file PATH | --offsets-topic T [--kafka-sink S]] [--connector NAME] [--client-id ID] [--maxwell-schema S] [--server-id N] [--binlog-gtid-pos] [--overwrite] [--force] [--ignore-leader]",
 		`show prints the saved checkpoint as JSON; set replaces it (while no outboxd runs on it);
-migrate copies a checkpoint file into the mysql store (checkpoint.store: mysql); import turns
+migrate copies a checkpoint between the file, mysql and kafka stores; import turns
 the position Debezium, Maxwell or Canal saved into the checkpoint.
 "outboxd checkpoint show --help" (and set, migrate, import) list their flags;
 --config defaults to $OUTBOXD_CONFIG.`},
@@ -103,11 +103,14 @@ altered since the checkpoint and the binlog has no column names (binlog_row_meta
 Use it only when no rows were written to the table between the checkpoint and the ALTER, or
 after relaying them with the old layout: rows of the old layout would be read onto the wrong
 columns.`},
-	"checkpoint migrate": {"outboxd checkpoint migrate [--config F] --from-file PATH [--overwrite] [--force] [--ignore-leader]",
-		`Copies the checkpoint file PATH (the old checkpoint.path) into the mysql store of the config
-(checkpoint.store: mysql), after checking it against the source as set does (--force skips
-that). It refuses when the row already exists unless --overwrite. Stop the outboxd that used
-the file first (its lock is taken while copying), then start it with the new config.`},
+	"checkpoint migrate": {"outboxd checkpoint migrate [--config F] (--from-file PATH | --from-config OLD) [--overwrite] [--force] [--ignore-leader]",
+		`Copies a checkpoint into the store of the config: the file PATH (the old checkpoint.path) into
+the mysql or kafka store, or the checkpoint of the old config OLD's store (file, mysql or
+kafka) into any other, e.g. to turn delivery: exactly_once on (into checkpoint.store: kafka)
+or off again. It checks the position against the source as set does (--force skips that) and
+refuses when the store already holds a checkpoint unless --overwrite. Stop the outboxd that
+used the old store first (a file's lock is taken while copying; writing the kafka store fences
+its transactional id), then start it with the new config.`},
 	"checkpoint import": {"outboxd checkpoint import [--config F] --from debezium|maxwell|canal [--file PATH | --offsets-topic T [--kafka-sink S]] [--connector NAME] [--client-id ID] [--maxwell-schema S] [--server-id N] [--binlog-gtid-pos] [--overwrite] [--force] [--ignore-leader]",
 		`Turns the position another relay saved into the checkpoint, for moving over from it: stop
 the tool, import its position, start outboxd. --from debezium reads --file holding the
