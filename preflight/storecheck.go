@@ -2,12 +2,16 @@ package preflight
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/server"
+	"github.com/outboxd/outboxd/sink"
+	"github.com/outboxd/outboxd/sink/kafkatxn"
+	"github.com/outboxd/outboxd/sink/sinks"
 )
 
 // checkpointTableRequest is what check verifies of the mysql store's table.
@@ -25,6 +29,10 @@ func checkpointTableRequest(cfg *config.Config) CheckpointTable {
 // checkStore verifies the mysql checkpoint store on checkpoint.writer_addr: the table, its
 // columns and the account's SELECT, INSERT and UPDATE on it. A no-op for the file store.
 func checkStore(ctx context.Context, cfg *config.Config, r *Report) {
+	if cfg.Checkpoint.Kafka() {
+		checkKafkaStore(ctx, cfg, r)
+		return
+	}
 	if !cfg.Checkpoint.MySQL() {
 		if cp, err := checkpoint.Read(cfg.Checkpoint.Path); err == nil {
 			checkScope(cfg, cp, r)
@@ -75,6 +83,45 @@ func checkStore(ctx context.Context, cfg *config.Config, r *Report) {
 	} else {
 		fail("cannot read the checkpoint row", err)
 	}
+}
+
+// checkKafkaStore verifies the kafka checkpoint store (delivery: exactly_once): the checkpoint
+// topic exists compacted with one partition (created so when missing), and the committed
+// checkpoint covers this config's tables. It never fences a running outboxd: nothing is sent
+// with the transactional id. It blocks until the brokers answered or checkTimeout.
+func checkKafkaStore(ctx context.Context, cfg *config.Config, r *Report) {
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	subject := "checkpoint topic " + cfg.Checkpoint.Topic + " on sinks." + cfg.Checkpoint.Sink
+	fix := "let check create the topic (its principal needs CREATE on it), or create it with cleanup.policy=compact and 1 partition"
+	o, err := sinks.KafkaTxnOptions(cfg)
+	var st *kafkatxn.Session
+	if err == nil {
+		st, err = kafkatxn.New(o)
+	}
+	if err == nil {
+		defer st.Close()
+		err = st.Check(ctx, nil)
+	}
+	if err != nil {
+		if fe := (*sink.FixError)(nil); errors.As(err, &fe) {
+			fix = fe.Fix
+		}
+		r.Problems = append(r.Problems, Item{Check: CheckCheckpointTable, Subject: subject, Message: err.Error(), Fix: fix,
+			line: fmt.Sprintf("%s: %v [check %s]", subject, err, CheckCheckpointTable)})
+		return
+	}
+	msg := "is compacted with one partition"
+	r.Verified = append(r.Verified, Item{Check: CheckCheckpointTable, Subject: subject, Message: msg,
+		line: fmt.Sprintf("%s: %s [check %s]", subject, msg, CheckCheckpointTable)})
+	cp, err := st.Load(ctx)
+	if err != nil {
+		r.Problems = append(r.Problems, Item{Check: checkCheckpointScope, Subject: subject, Message: "cannot read the checkpoint back: " + err.Error(),
+			Fix:  "check sinks." + cfg.Checkpoint.Sink + " and that its principal may READ the checkpoint topic",
+			line: fmt.Sprintf("%s: cannot read the checkpoint back: %v [check %s]", subject, err, checkCheckpointScope)})
+		return
+	}
+	checkScope(cfg, cp, r)
 }
 
 // checkCheckpointScope names the check that the checkpoint covers this config's tables and

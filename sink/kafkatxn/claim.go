@@ -51,8 +51,9 @@ func (st *Store) Observe(onFenced func(), onTxn func(committed bool)) {
 	st.o.OnFenced, st.o.OnTxn = onFenced, onTxn
 }
 
-// Claim makes this process the transactional id's producer: it closes the session of an
-// earlier claim and opens a new one, whose InitProducerID aborts the previous holder's open
+// Claim makes this process the transactional id's producer: it verifies the checkpoint topic
+// (creating it when missing, as check does), closes the session of an earlier claim and opens
+// a new one, whose InitProducerID aborts the previous holder's open
 // transaction and makes the broker refuse that holder's later sends. It blocks until the
 // coordinator answered or ctx ends, and returns this Store's claim count as the epoch.
 func (st *Store) Claim(ctx context.Context, holder string) (uint64, error) {
@@ -62,6 +63,11 @@ func (st *Store) Claim(ctx context.Context, holder string) (uint64, error) {
 	st.mu.Unlock()
 	if old != nil {
 		old.Close()
+	}
+	// run verifies (or creates) the checkpoint topic as check does: a save to a missing or
+	// deleting one would stall, or lose the checkpoint to retention.
+	if err := st.reader.Check(ctx, nil); err != nil {
+		return 0, err
 	}
 	st.mu.Lock()
 	o := st.o
