@@ -594,3 +594,36 @@ func TestTxnIdleCommitYieldsToInput(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Cleanup hears of a commit only once it succeeded, and a poison row under stop still commits
+// what came before it.
+func TestTxnCleanupAndPoisonStop(t *testing.T) {
+	b := &txnBroker{saveErr: func(n int) error {
+		if n == 1 {
+			return errors.New("coordinator not available")
+		}
+		return nil
+	}}
+	cl := newRecCleanup(t)
+	cl.wantBySeq[0] = map[string]bool{"1": false}
+	p := newTxnPipeline(t, b, Transactions{MaxAge: time.Hour}, func(c *Config) { c.Cleanup = cl })
+	r := startStepwise(t, p)
+	r.send(txn(1, "a:1")) // idle: its commit fails once, then succeeds
+	b.waitCommits(t, 1)
+	r.send(txn(2, "a:2@nowhere"))
+	err := <-r.done
+	var pe *PoisonError
+	if !errors.As(err, &pe) {
+		t.Fatalf("Run = %v, want a PoisonError", err)
+	}
+	commits, saves, aborts := b.snapshot()
+	// The final commit at the stop covers 0-1-1 again, with nothing new.
+	if len(commits) != 2 || commits[1].c.GTIDSet != "0-1-1" || len(commits[1].msgs) != 0 || saves != 3 || aborts != 0 {
+		t.Fatalf("%d saves, %d aborts, commits %+v; want 0-1-1 committed after a failed save, then again at the stop", saves, aborts, commits)
+	}
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if fmt.Sprint(cl.saved) != "[1 1]" {
+		t.Fatalf("Cleanup.Saved %v; want [1 1], one per successful commit", cl.saved)
+	}
+}
