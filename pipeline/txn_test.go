@@ -187,6 +187,18 @@ func runTxnProperty(t *testing.T, seed uint64) {
 	lim := Transactions{MaxEvents: 1 + r.IntN(300), MaxBytes: []int{1 << 30, 100 + r.IntN(2000)}[r.IntN(2)],
 		MaxAge: []time.Duration{time.Hour, time.Millisecond}[r.IntN(2)]}
 	b := &txnBroker{rng: &lockedRand{r: rand.New(rand.NewPCG(seed, 8))}, maxDelay: time.Duration(r.IntN(2)) * time.Millisecond}
+	// A third of the runs have one send fail: the run must abort there, the commits before it
+	// still exact.
+	failID := ""
+	if n > 0 && r.IntN(3) == 0 {
+		failID = committed[r.IntN(len(committed))]
+		b.fail = func(m *sink.Message, _ int) error {
+			if m.EventID == failID {
+				return errors.New("injected failure")
+			}
+			return nil
+		}
+	}
 	p := newTxnPipeline(t, b, lim, func(c *Config) {
 		c.MaxInflightEvents = 1 + r.IntN(200)
 		c.Lanes = 1 + r.IntN(8)
@@ -197,20 +209,33 @@ func runTxnProperty(t *testing.T, seed uint64) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx, in) }()
+	var err error
+	stopped := false
+feed:
 	for _, x := range txns {
 		select {
 		case in <- x:
-		case err := <-done:
-			t.Fatalf("pipeline stopped taking transactions: %v", err)
+		case err = <-done:
+			stopped = true
+			break feed
 		}
 	}
-	close(in)
-	if err := <-done; err != nil {
+	if !stopped {
+		close(in)
+		err = <-done
+	}
+	var ae *TxnAbortedError
+	switch {
+	case failID == "" && err != nil:
 		t.Fatal(err)
+	case failID != "" && !errors.As(err, &ae):
+		t.Fatalf("Run = %v, want a TxnAbortedError for %s", err, failID)
+	case failID == "" && stopped:
+		t.Fatal("pipeline stopped taking transactions")
 	}
 
 	commits, _, aborts := b.snapshot()
-	if aborts != 0 {
+	if failID == "" && aborts != 0 || failID != "" && aborts != 1 {
 		t.Fatalf("%d aborts", aborts)
 	}
 	for _, m := range b.stored[b.from:] {
@@ -257,11 +282,23 @@ func runTxnProperty(t *testing.T, seed uint64) {
 		all = append(all, c.msgs...)
 		last = seq
 	}
+	if got, want := p.Committed().String(), fmt.Sprintf("0-1-%d", last); got != want && last > 0 {
+		t.Fatalf("Committed = %s, want the last commit's %s", got, want)
+	}
+	if failID != "" {
+		if last >= seqOfID[failID] {
+			t.Fatalf("commits reach transaction %d, past the failed event %s of transaction %d", last, failID, seqOfID[failID])
+		}
+		t.Logf("aborted at %s (transaction %d) after %d commits up to %d", failID, seqOfID[failID], len(commits), last)
+		pos := map[string]int{}
+		for i, id := range committed {
+			pos[id] = i
+		}
+		checkFirstDeliveryOrder(t, all, pos)
+		return
+	}
 	if last != nTxns {
 		t.Fatalf("last commit covers %d, want %d", last, nTxns)
-	}
-	if got := p.Committed().String(); got != fmt.Sprintf("0-1-%d", nTxns) {
-		t.Fatalf("Committed = %s", got)
 	}
 	if len(all) != len(committed) {
 		t.Fatalf("%d events committed, want %d (exactly once each)", len(all), len(committed))
