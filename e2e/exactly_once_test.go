@@ -54,11 +54,17 @@ type eoPayload struct {
 	Seq int    `json:"s"`
 }
 
+// keyedWriters numbers the keyedWriters started.
+var keyedWriters atomic.Int64
+
 func startKeyedWriter(t *testing.T, w *world, every time.Duration) *keyedWriter {
 	ctx, cancel := context.WithCancel(context.Background())
 	kw := &keyedWriter{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(kw.done)
+		// Writers one after the other (a test's phases) never reuse an id, and a key's
+		// sequence goes on growing from one to the next.
+		wn := keyedWriters.Add(1)
 		seq := map[string]int{}
 		n := 0
 		for tx := 0; ctx.Err() == nil; tx++ {
@@ -66,8 +72,8 @@ func startKeyedWriter(t *testing.T, w *world, every time.Duration) *keyedWriter 
 			var ids []string
 			for range 1 + tx%3 {
 				k := fmt.Sprintf("k%d", n%6)
-				id := fmt.Sprintf("eo%06d", n)
-				p, _ := json.Marshal(eoPayload{ID: id, Key: k, Seq: seq[k]})
+				id := fmt.Sprintf("eo%d-%06d", wn, n)
+				p, _ := json.Marshal(eoPayload{ID: id, Key: k, Seq: int(wn)*1_000_000 + seq[k]})
 				rows = append(rows, row{EventID: id, Key: k, Topic: "t", Payload: p})
 				ids = append(ids, id)
 				seq[k]++
