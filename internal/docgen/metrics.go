@@ -98,6 +98,7 @@ func materialize(m *metrics.Metrics) {
 	m.TopicMissing("main", "orders", true)
 	m.SinkResult("main", nil)
 	m.ReconcileFailedRun()
+	m.DeclareKafkaTxn("main")
 }
 
 func renderMetrics(docs []metricDoc) []byte {
