@@ -18,21 +18,36 @@ import (
 // ackSink acknowledges every Send at once: the benchmark measures the pipeline, not a broker.
 type ackSink struct{}
 
+// fileCommitter is the file store as the Committer of exactly-once mode (Abort has nothing to
+// drop): the exactly_once rows measure the pipeline's commits, a drain and an fsync each.
+type fileCommitter struct{ Saver }
+
+func (fileCommitter) Abort(context.Context) error { return nil }
+
 func (ackSink) Send(context.Context, []*sink.Message) error { return nil }
 func (ackSink) Close() error                                { return nil }
 
 // BenchmarkCatchUp is a catch-up through the pipeline: 100-row (or 1-row) transactions of 10,000 keys
 // routed, laned, sent to a sink that acknowledges at once, the checkpoint saved to a file store
 // (fsync and rename, as in production) every interval. It reports ns and allocations per event;
-// a save must not slow the stream, so interval=100ms should match interval=1s.
+// a save must not slow the stream, so interval=100ms should match interval=1s. The
+// exactly_once rows commit (Config.Transactions, defaults) instead of saving on a timer.
 // go test ./pipeline -run '^$' -bench CatchUp -benchtime 5x -benchmem
 func BenchmarkCatchUp(b *testing.B) {
 	for _, c := range []struct {
 		txns, rows int
 		iv         time.Duration
-	}{{3000, 100, time.Second}, {3000, 100, 100 * time.Millisecond}, {3000, 100, 10 * time.Millisecond}, {100_000, 1, time.Second}} {
+		eos        bool
+	}{
+		{3000, 100, time.Second, false}, {3000, 100, 100 * time.Millisecond, false}, {3000, 100, 10 * time.Millisecond, false}, {100_000, 1, time.Second, false},
+		{3000, 100, time.Second, true}, {100_000, 1, time.Second, true},
+	} {
 		txns, rows, iv := c.txns, c.rows, c.iv
-		b.Run(fmt.Sprintf("rows=%d/interval=%s", rows, iv), func(b *testing.B) {
+		name := fmt.Sprintf("rows=%d/interval=%s", rows, iv)
+		if c.eos {
+			name = fmt.Sprintf("rows=%d/exactly_once", rows)
+		}
+		b.Run(name, func(b *testing.B) {
 			in := make([]*binlog.Txn, txns)
 			for i := range in {
 				t := &binlog.Txn{GTID: fmt.Sprintf("0-1-%d", i+1), File: "mysql-bin.000001", Pos: uint32(i * 100), Events: make([]binlog.Event, rows)}
@@ -52,10 +67,14 @@ func BenchmarkCatchUp(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				p, err := New(Config{
+				cfg := Config{
 					Router: fakeRouter{}, Sinks: map[string]sink.Sink{"main": ackSink{}}, Saver: store,
 					Start: gtid.Empty(gtid.MariaDB), CheckpointInterval: iv, Logger: zerolog.Nop(),
-				})
+				}
+				if c.eos {
+					cfg.Saver, cfg.Transactions = fileCommitter{store}, &Transactions{MaxAge: iv}
+				}
+				p, err := New(cfg)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -273,6 +273,10 @@ func (p *Pipeline) sendUntilAcked(ctx context.Context, name string, s sink.Sink,
 				return nil, fmt.Errorf("sink %s reported failure of message %d of %d (failures must be sorted, each once)", name, f.Index, len(items))
 			}
 		}
+		if p.txn != nil {
+			// Exactly-once: no resend, the broker transaction is doomed (txn.go).
+			return nil, p.txnSendFailed(ctx, name, items, err, se)
+		}
 		if ctx.Err() == nil {
 			// The sink is down when it acknowledged nothing and every failure was transient; a
 			// permanent rejection or a missing topic is an answer from a reachable broker.

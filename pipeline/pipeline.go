@@ -120,6 +120,11 @@ type Config struct {
 	// Cleanup, when set, is told which rows were delivered and which dead-lettered, and how far
 	// each checkpoint save reaches (cleanup.go); nil costs the hot path nothing.
 	Cleanup Cleanup
+	// Transactions, when set, is exactly-once mode (txn.go): Saver must be a Committer, every
+	// checkpoint is saved at a source-transaction boundary in the broker transaction of the
+	// events it covers, CheckpointInterval is unused, and a failed send aborts the run instead of
+	// being resent.
+	Transactions *Transactions
 }
 
 // Pipeline delivers transactions. Create with New, then call Run once.
@@ -143,6 +148,8 @@ type Pipeline struct {
 	halted atomic.Bool
 	// halt ends the running Run with a cause wrapping ErrHalt; set by Run before the lanes start.
 	halt func(error)
+	// txn is exactly-once mode's state (txn.go); nil in at-least-once mode.
+	txn *txnState
 }
 
 // ErrHalt, as the cause of Run's ctx (context.WithCancelCause) or wrapped by a Guard's failure,
@@ -186,6 +193,13 @@ func New(cfg Config) (*Pipeline, error) {
 		lanes:   make(map[string][]*lane, len(cfg.Sinks)),
 		m:       cfg.Metrics,
 		gate:    newSaveGate(),
+	}
+	if cfg.Transactions != nil {
+		x, err := newTxnState(cfg)
+		if err != nil {
+			return nil, err
+		}
+		p.txn = x
 	}
 	p.routeLabels = append([]string(nil), cfg.RouteLabels...)
 	if p.m != nil {
@@ -242,6 +256,11 @@ func (p *Pipeline) AckedTransactions() uint64 { return p.tracker.ackedCount() }
 // ErrCheckpointSave; reading pauses while saves fail). Every return saves the checkpoint once
 // more, even when nothing moved since the last save, unless saving is what failed. In every
 // case the checkpoint written covers only acknowledged transactions.
+//
+// With Config.Transactions (exactly-once, txn.go) it commits on the way instead of saving on a
+// timer; a failed send or an aborted commit ends it with a *TxnAbortedError after aborting the
+// broker transaction, a fence with an error wrapping ErrHalt and sink.ErrFenced; at a shutdown
+// it commits what was sent if all of it was acknowledged, else aborts, and returns nil.
 func (p *Pipeline) Run(ctx context.Context, in <-chan *binlog.Txn) error {
 	// runCtx also ends when the saver gives up: the pipeline then stops as on a shutdown.
 	runCtx, stopRun := context.WithCancelCause(ctx)
@@ -285,7 +304,9 @@ func (p *Pipeline) Run(ctx context.Context, in <-chan *binlog.Txn) error {
 	saverErr := make(chan error, 1)
 	// Not runCtx: the final save runs after a shutdown ended it, and must still be written.
 	saveCtx := context.WithoutCancel(ctx)
-	go func() { saverErr <- p.saveLoop(saveCtx, saverDone, stopRun) }()
+	if p.txn == nil {
+		go func() { saverErr <- p.saveLoop(saveCtx, saverDone, stopRun) }()
+	}
 
 	// The dispatcher stops when runCtx ends (shutdown, saver gave up) or a lane failed.
 	dispatchCtx, cancelDispatch := context.WithCancel(runCtx)
@@ -303,6 +324,12 @@ func (p *Pipeline) Run(ctx context.Context, in <-chan *binlog.Txn) error {
 	laneErr := lanes.Wait()
 	p.tracker.close()
 	haltedNow()
+	if p.txn != nil {
+		if halt := context.Cause(runCtx); errors.Is(halt, ErrHalt) {
+			return halt // nothing committed or aborted: the broker fenced this producer, or a new leader will
+		}
+		return p.endTxn(saveCtx, dispatchErr, laneErr, runCtx.Err() != nil && sendCtx.Err() != nil)
+	}
 	close(saverDone)
 	saveErr := <-saverErr
 
@@ -331,14 +358,22 @@ func (p *Pipeline) dispatch(ctx context.Context, in <-chan *binlog.Txn) error {
 	var open *entry // the transaction whose pieces are arriving
 	for {
 		var t *binlog.Txn
-		select {
-		case <-ctx.Done():
-			return nil
-		case x, ok := <-in:
-			if !ok {
-				return nil
+		if p.txn != nil {
+			x, ok, err := p.txnReceive(ctx, in)
+			if err != nil || !ok {
+				return err
 			}
 			t = x
+		} else {
+			select {
+			case <-ctx.Done():
+				return nil
+			case x, ok := <-in:
+				if !ok {
+					return nil
+				}
+				t = x
+			}
 		}
 		// Checked with t in hand, so nothing received after a failed save goes out.
 		if !p.gate.wait(ctx) {
@@ -353,29 +388,43 @@ func (p *Pipeline) dispatch(ctx context.Context, in <-chan *binlog.Txn) error {
 			if err != nil || stop {
 				return err
 			}
-			continue
-		}
-		if err := p.tracker.admit(ctx, len(items), size); err != nil {
+		} else if !p.takeIn(ctx, t, items, size, &open) {
 			return nil // shutting down; this piece was never sent, so nothing moves past it
 		}
-		if open == nil && !t.Partial {
-			e := p.tracker.beginWhole(t.GTID, t.CommitTime, t.CommitTimePrecise, p.cfg.Now(), items, t.OnlyCheckpoint, t.File, t.Pos)
-			p.hand(items, e)
-			continue
-		}
-		if open == nil {
-			open = p.tracker.beginAt(t.GTID, t.CommitTime, t.CommitTimePrecise, p.cfg.Now())
-		}
-		p.tracker.extend(open, items)
-		p.hand(items, open)
-		if !t.Partial {
-			if t.OnlyCheckpoint {
-				p.tracker.markOwn(open)
+		if p.txn != nil {
+			if err := p.txnHanded(ctx, in, len(items), size, open == nil); err != nil {
+				return err
 			}
-			p.tracker.finish(open, t.File, t.Pos)
-			open = nil
 		}
 	}
+}
+
+// takeIn admits t, a transaction or a piece of one off the XA path, to the tracker and hands its
+// items to the lanes; open is dispatch's entry of the transaction whose pieces are arriving. It
+// returns false, with nothing of t taken in, when ctx ends while waiting for room.
+func (p *Pipeline) takeIn(ctx context.Context, t *binlog.Txn, items []item, size int, open **entry) bool {
+	if err := p.tracker.admit(ctx, len(items), size); err != nil {
+		return false
+	}
+	if *open == nil && !t.Partial {
+		e := p.tracker.beginWhole(t.GTID, t.CommitTime, t.CommitTimePrecise, p.cfg.Now(), items, t.OnlyCheckpoint, t.File, t.Pos)
+		p.hand(items, e)
+		return true
+	}
+	if *open == nil {
+		*open = p.tracker.beginAt(t.GTID, t.CommitTime, t.CommitTimePrecise, p.cfg.Now())
+	}
+	e := *open
+	p.tracker.extend(e, items)
+	p.hand(items, e)
+	if !t.Partial {
+		if t.OnlyCheckpoint {
+			p.tracker.markOwn(e)
+		}
+		p.tracker.finish(e, t.File, t.Pos)
+		*open = nil
+	}
+	return true
 }
 
 // route maps every event of t to an item, applying on_poison to rows that cannot be routed.
@@ -383,6 +432,8 @@ func (p *Pipeline) route(t *binlog.Txn) ([]item, int, error) {
 	items := make([]item, 0, len(t.Events))
 	size := 0
 	ir, indexed := p.cfg.Router.(IndexedRouter)
+	// Exactly-once: listed rows are diverted here, a refused send cannot be (txn.go).
+	listed := p.txn != nil && len(p.cfg.DeadLetterEvents) > 0
 	run, runStart := 0, 0 // rows of one table in a row, counted as one metrics call
 	for i := range t.Events {
 		ev := &t.Events[i]
@@ -411,6 +462,11 @@ func (p *Pipeline) route(t *binlog.Txn) ([]item, int, error) {
 				return nil, 0, err
 			}
 			p.m.TableDeadLettered(p.tableLabel(ev), metrics.RouteNone)
+			dead = true
+		} else if listed && p.cfg.DeadLetterEvents[string(ev.EventID.Bytes)] {
+			if name, msg, err = p.preDivert(t, ev, p.routeLabel(idx, false)); err != nil {
+				return nil, 0, err
+			}
 			dead = true
 		}
 		it := item{txn: t, ev: ev, sink: name, msg: msg, dead: dead, size: msg.Size(), route: p.routeLabel(idx, dead), table: p.tableLabel(ev)}

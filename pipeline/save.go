@@ -78,8 +78,7 @@ func (p *Pipeline) saveLoop(ctx context.Context, done <-chan struct{}, stop cont
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
 	var saved uint64
-	var failingSince, lastLog time.Time
-	failures := 0
+	var fails saveFailures
 	save := func(force bool) error {
 		if p.halted.Load() {
 			return nil // a halted run never saves: its position is no longer its to write
@@ -94,37 +93,25 @@ func (p *Pipeline) saveLoop(ctx context.Context, done <-chan struct{}, stop cont
 		// The tracker's set only ever holds transactions whose events, and all earlier
 		// transactions' events, were acknowledged: saving anything newer could lose
 		// messages on a crash.
-		c.SavedAt = p.cfg.Now().UTC()
-		if err := p.cfg.Saver.Save(ctx, c); err != nil {
-			p.m.CheckpointSaveFailed()
-			return &saveError{set: c.GTIDSet, err: err}
+		if err := p.writeCheckpoint(ctx, &c); err != nil {
+			return err
 		}
 		saved = version
-		if cl := p.cfg.Cleanup; cl != nil {
-			cl.Saved(txns) // only now: a row is deleted only once a saved checkpoint covers it
-		}
-		p.m.CheckpointSaved(c.SavedAt, c.CommitTime)
-		p.cfg.Logger.Debug().Str("gtid_set", c.GTIDSet).Msg("checkpoint saved")
+		p.saved(c, txns)
 		return nil
 	}
 	for {
 		select {
 		case <-done:
-			err := save(true)
-			if se := (*saveError)(nil); errors.As(err, &se) && failures > 0 {
-				err = fmt.Errorf("%w (failing since %s, %d attempts)", err, failingSince.Format(time.RFC3339), failures+1)
-			}
-			return err
+			return fails.final(save(true))
 		case <-timer.C:
 		}
 		err := save(false)
 		var se *saveError
 		switch {
 		case err == nil:
-			if failures > 0 {
-				p.cfg.Logger.Info().Str("failing_since", logging.Time(failingSince)).Int("failed_attempts", failures).
-					Msg("checkpoint saved again; reading resumes")
-				failingSince, failures = time.Time{}, 0
+			if fails.n > 0 {
+				p.saveRecovered(&fails)
 				p.gate.set(true)
 			}
 			timer.Reset(interval)
@@ -132,35 +119,89 @@ func (p *Pipeline) saveLoop(ctx context.Context, done <-chan struct{}, stop cont
 			stop(err) // the tracker's set could not take a GTID
 			return err
 		default:
-			now := p.cfg.Now()
-			if failures == 0 {
-				failingSince = now
+			if fails.n == 0 {
 				p.gate.set(false)
 			}
-			failures++
-			if now.Sub(failingSince) >= p.cfg.SaveFailureLimit {
-				// The store words the fix: the file store's is its directory, the mysql
-				// store's is not.
-				fix := checkpoint.Fix(err)
-				if fix == "" {
-					fix = "fix what the error says"
-				}
-				err = fmt.Errorf("%w; saves have failed since %s (%d attempts), so outboxd stops rather than relay what it cannot checkpoint: "+
-					"%s and start it again; what was sent since the last saved checkpoint will be resent",
-					err, failingSince.Format(time.RFC3339), failures, fix)
+			retry := min(interval, maxSaveRetry)
+			if err := p.saveFailed(&fails, err, retry); err != nil {
 				stop(err)
 				return err
-			}
-			retry := min(interval, maxSaveRetry)
-			if failures == 1 || now.Sub(lastLog) >= maxSaveRetry {
-				lastLog = now
-				p.cfg.Logger.Error().Err(err).Str("failing_since", logging.Time(failingSince)).Int("failed_attempts", failures).
-					Stringer("retry_in", retry).Stringer("give_up_after", p.cfg.SaveFailureLimit).
-					Msg("checkpoint not saved; reading paused, retrying")
 			}
 			timer.Reset(retry)
 		}
 	}
+}
+
+// writeCheckpoint stamps c with the time and saves it, counting a failure in the metrics. Its
+// error is a *saveError.
+func (p *Pipeline) writeCheckpoint(ctx context.Context, c *checkpoint.Checkpoint) error {
+	c.SavedAt = p.cfg.Now().UTC()
+	if err := p.cfg.Saver.Save(ctx, *c); err != nil {
+		p.m.CheckpointSaveFailed()
+		return &saveError{set: c.GTIDSet, err: err}
+	}
+	return nil
+}
+
+// saved is what follows a successful save of c, which covers the first txns transactions of
+// this pipeline.
+func (p *Pipeline) saved(c checkpoint.Checkpoint, txns uint64) {
+	if cl := p.cfg.Cleanup; cl != nil {
+		cl.Saved(txns) // only now: a row is deleted only once a saved checkpoint covers it
+	}
+	p.m.CheckpointSaved(c.SavedAt, c.CommitTime)
+	p.cfg.Logger.Debug().Str("gtid_set", c.GTIDSet).Msg("checkpoint saved")
+}
+
+// saveFailures accounts for consecutive failed saves: since when, how many, and when the last
+// was logged. The zero value is no failure. Owned by the one goroutine that saves.
+type saveFailures struct {
+	since, lastLog time.Time
+	n              int
+}
+
+// saveFailed counts err, a failed save, and logs it (at most every maxSaveRetry) with retry,
+// the wait before the next attempt. Once saves have failed for SaveFailureLimit it returns the
+// error that ends the run, with what to change; nil before.
+func (p *Pipeline) saveFailed(f *saveFailures, err error, retry time.Duration) error {
+	now := p.cfg.Now()
+	if f.n == 0 {
+		f.since = now
+	}
+	f.n++
+	if now.Sub(f.since) >= p.cfg.SaveFailureLimit {
+		// The store words the fix: the file store's is its directory, the mysql
+		// store's is not.
+		fix := checkpoint.Fix(err)
+		if fix == "" {
+			fix = "fix what the error says"
+		}
+		return fmt.Errorf("%w; saves have failed since %s (%d attempts), so outboxd stops rather than relay what it cannot checkpoint: "+
+			"%s and start it again; what was sent since the last saved checkpoint will be resent",
+			err, f.since.Format(time.RFC3339), f.n, fix)
+	}
+	if f.n == 1 || now.Sub(f.lastLog) >= maxSaveRetry {
+		f.lastLog = now
+		p.cfg.Logger.Error().Err(err).Str("failing_since", logging.Time(f.since)).Int("failed_attempts", f.n).
+			Stringer("retry_in", retry).Stringer("give_up_after", p.cfg.SaveFailureLimit).
+			Msg("checkpoint not saved; reading paused, retrying")
+	}
+	return nil
+}
+
+// saveRecovered logs that a save succeeded after f.n failures and resets f.
+func (p *Pipeline) saveRecovered(f *saveFailures) {
+	p.cfg.Logger.Info().Str("failing_since", logging.Time(f.since)).Int("failed_attempts", f.n).
+		Msg("checkpoint saved again; reading resumes")
+	f.since, f.n = time.Time{}, 0
+}
+
+// final adds to err, the last save's failure, how long saves had been failing before it.
+func (f *saveFailures) final(err error) error {
+	if se := (*saveError)(nil); errors.As(err, &se) && f.n > 0 {
+		return fmt.Errorf("%w (failing since %s, %d attempts)", err, f.since.Format(time.RFC3339), f.n+1)
+	}
+	return err
 }
 
 // saveError is a checkpoint write that failed.

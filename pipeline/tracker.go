@@ -148,18 +148,25 @@ func (t *tracker) reserve(ctx context.Context, n, size int, held bool) error {
 			}
 			return nil
 		}
-		if stop == nil {
-			t.mu.Unlock()
-			stop = context.AfterFunc(ctx, func() {
-				t.mu.Lock()
-				t.space.Broadcast()
-				t.mu.Unlock()
-			})
-			t.mu.Lock()
-			continue // the state may have changed while mu was released
-		}
-		t.space.Wait()
+		t.sleep(ctx, &stop)
 	}
+}
+
+// sleep waits, holding mu, for space to be signalled; the caller then checks its condition
+// again. The first call only registers ctx's end as a signal (in *stop, which the caller calls
+// when done) and returns at once: the state may have changed while mu was released.
+func (t *tracker) sleep(ctx context.Context, stop *func() bool) {
+	if *stop == nil {
+		t.mu.Unlock()
+		*stop = context.AfterFunc(ctx, func() {
+			t.mu.Lock()
+			t.space.Broadcast()
+			t.mu.Unlock()
+		})
+		t.mu.Lock()
+		return
+	}
+	t.space.Wait()
 }
 
 var errClosed = fmt.Errorf("pipeline stopped")
@@ -368,13 +375,18 @@ func (t *tracker) snapshot() (checkpoint.Checkpoint, uint64, error) {
 func (t *tracker) snapshotTxns() (checkpoint.Checkpoint, uint64, uint64, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.checkpointLocked(), t.version, t.ackedTxns, t.err
+}
+
+// checkpointLocked is the checkpoint of acked. Holding mu.
+func (t *tracker) checkpointLocked() checkpoint.Checkpoint {
 	return checkpoint.Checkpoint{
 		Flavor:     t.acked.Flavor(),
 		GTIDSet:    t.acked.String(),
 		File:       t.ackedFile,
 		Pos:        t.ackedPos,
 		CommitTime: t.ackedTime,
-	}, t.version, t.ackedTxns, t.err
+	}
 }
 
 // ackedSet returns a copy of the acknowledged set.
