@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxd/outboxd/sink/kafkatxn"
 	"github.com/outboxd/outboxd/testenv/kafkaread"
 )
 
@@ -56,8 +58,8 @@ func TestBackfillKafkaStore(t *testing.T) {
 // restarted twice, so the topic holds aborted records; a transaction aborted on purpose adds
 // copies of five delivered events. outboxd reconcile, reading read_committed, then finds every
 // row once: nothing missing, no duplicate (a read_uncommitted reader counts the aborted copies).
-// Restarted with a short retention, cleanup deletes every delivered row, after the commits
-// that cover them.
+// The periodic reconcile commits its mark with a checkpoint. Restarted with a short retention,
+// cleanup deletes every delivered row, after the commits that cover them.
 func TestExactlyOnceCleanupReconcile(t *testing.T) {
 	w := newWorld(t, sharedServer(t))
 	kc := kafkaCluster(t, "t")
@@ -70,6 +72,7 @@ func TestExactlyOnceCleanupReconcile(t *testing.T) {
 	w.exec("CREATE TABLE " + w.schema + ".heartbeat (id INT UNSIGNED PRIMARY KEY, ts DATETIME(6) NOT NULL)")
 	o.Source = "  heartbeat: {table: " + w.schema + ".heartbeat, interval: 1s}\n"
 	base := o.Extra
+	base += "reconcile: {interval: 1s, window: 2s, delay: 3s, slack: 1m}\n"
 	o.Extra = base + "cleanup: {retention: 1h, interval: 1s, commit_margin: 1s, time_zone: SYSTEM}\n"
 	cfgPath := writeCfg(t, o)
 	rd, err := kafkaread.NewReader(kc.ListenAddrs(), "t")
@@ -136,6 +139,22 @@ func TestExactlyOnceCleanupReconcile(t *testing.T) {
 	if code != 0 || rep.Checked != len(committed) || rep.Found != len(committed) || rep.Missing != 0 || rep.Duplicated != 0 {
 		t.Fatalf("reconcile: exit %d, checked %d found %d missing %d duplicated %d of %d rows (%v)\n%s",
 			code, rep.Checked, rep.Found, rep.Missing, rep.Duplicated, len(committed), eventIDsOf(rep.DuplicatedEvents), out)
+	}
+
+	// The periodic reconcile's mark is committed to the checkpoint topic with a checkpoint.
+	mk, err := kafkaread.NewReader(kc.ListenAddrs(), eoCheckpointTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mk.Close()
+	mctx, mcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer mcancel()
+	if _, err := mk.PollUntil(mctx, func(rs []kafkaread.Record) bool {
+		return slices.ContainsFunc(rs, func(r kafkaread.Record) bool {
+			return string(r.Key) == "eoc"+kafkatxn.MarkSuffix && strings.Contains(string(r.Value), "reconciled_through")
+		})
+	}); err != nil {
+		t.Fatalf("no committed reconcile mark record in %s within 30 s: %v\n%s", eoCheckpointTopic, err, tail(p.output(), 40))
 	}
 
 	// Cleanup: with a short retention every delivered row goes.
