@@ -79,6 +79,15 @@ func (s *savedStore) Save(ctx context.Context, c checkpoint.Checkpoint) error {
 	return nil
 }
 
+// Abort aborts the store's open broker transaction (pipeline.Committer; the kafka store of
+// delivery: exactly_once); a no-op for a store without transactions.
+func (s *savedStore) Abort(ctx context.Context) error {
+	if a, ok := s.store.(interface{ Abort(context.Context) error }); ok {
+		return a.Abort(ctx)
+	}
+	return nil
+}
+
 // setGuard sets the check every later save must pass (nil: none).
 func (s *savedStore) setGuard(g func() error) {
 	s.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +24,8 @@ import (
 	"github.com/outboxd/outboxd/router"
 	"github.com/outboxd/outboxd/server"
 	"github.com/outboxd/outboxd/sink"
+	"github.com/outboxd/outboxd/sink/kafkatxn"
+	"github.com/outboxd/outboxd/sink/sinks"
 	"github.com/outboxd/outboxd/startpos"
 )
 
@@ -103,10 +106,12 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 	r.streamed.Store(true)
 	backoff := server.ReconnectBackoff()
 	var sameIDDrops serverIDDrops
+	plSinks, txns := r.pipelineSinks()
 	for {
 		pl, err := pipeline.New(pipeline.Config{
 			Router:             r.router,
-			Sinks:              r.sinks,
+			Sinks:              plSinks,
+			Transactions:       txns,
 			Saver:              r.saver,
 			Start:              start,
 			OnPoison:           cfg.OnPoison,
@@ -141,9 +146,17 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 			err = serr // the store ended the session (mysql store: writer away, or misconfigured)
 		}
 		start = pl.Acked()
+		if txns != nil {
+			// Acknowledged is not committed: what the last Kafka transaction did not commit
+			// is invisible to read_committed consumers and is sent again.
+			start = pl.Committed()
+		}
 		if errors.Is(err, pipeline.ErrHalt) || errors.Is(context.Cause(ctx), pipeline.ErrHalt) {
 			msg := "halted: lost the leader lock; nothing more is sent or saved in this term"
-			if errors.Is(err, checkpoint.ErrSuperseded) && !errors.Is(context.Cause(ctx), pipeline.ErrHalt) {
+			switch {
+			case errors.Is(err, sink.ErrFenced) && !errors.Is(context.Cause(ctx), pipeline.ErrHalt):
+				msg = "halted: the broker fenced this producer (another outboxd took the transactional id " + cfg.TransactionalID() + "); nothing more is sent or committed"
+			case errors.Is(err, checkpoint.ErrSuperseded) && !errors.Is(context.Cause(ctx), pipeline.ErrHalt):
 				msg = "halted: another process claimed the checkpoint row (superseded); nothing more is sent or saved"
 			}
 			log.Warn().Str("acked_gtid_set", start.String()).Str("gtid_set", r.saver.state().Last.GTIDSet).Msg(msg)
@@ -152,6 +165,22 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 		if err == nil || ctx.Err() != nil {
 			r.saver.logStopped(log, start)
 			return err
+		}
+		if retry, aerr := r.aborted(err, log); aerr != nil {
+			r.saver.logStopped(log, start)
+			return aerr
+		} else if retry {
+			if !backoff.Wait(ctx) {
+				r.saver.logStopped(log, start)
+				return nil
+			}
+			// Back to the committed position: the layouts in force there, as after a
+			// reconnect.
+			if err := r.resumeLayouts(ctx, start); err != nil {
+				r.saver.logStopped(log, start)
+				return err
+			}
+			continue // from the committed checkpoint, on the same source
 		}
 		if errors.Is(err, binlog.ErrGTIDNotOnServer) {
 			// Purged while we were away (or streaming): name what is gone, as at start.
@@ -199,6 +228,53 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 		}
 		r.m.SourceReconnect() // counted once the next session is about to start, not for a stop
 	}
+}
+
+// pipelineSinks are the sinks the pipeline sends through, and its transactional mode: with
+// delivery: exactly_once every route's sink is the kafka store's claimed session (one Kafka
+// transaction carries the events and the checkpoint that covers them); otherwise the sinks Run
+// opened, and nil.
+func (r *relay) pipelineSinks() (map[string]sink.Sink, *pipeline.Transactions) {
+	ks, ok := r.saver.store.(*kafkatxn.Store)
+	if !r.cfg.ExactlyOnce() || !ok {
+		return r.sinks, nil
+	}
+	out := make(map[string]sink.Sink, len(r.sinks))
+	maps.Copy(out, r.sinks)
+	for _, name := range sinks.KafkaTxnSinks(r.cfg) {
+		out[name] = ks
+	}
+	return out, &pipeline.Transactions{
+		MaxEvents: r.cfg.Transactions.MaxEvents,
+		MaxBytes:  r.cfg.Transactions.MaxBytes,
+		MaxAge:    r.cfg.Checkpoint.Interval,
+	}
+}
+
+// aborted decides what follows a session that ended with its Kafka transaction aborted
+// (sink.ErrTxnAborted): stream again from the committed checkpoint (retry), after adding the
+// rows the broker refused for good to the rows diverted to the dead letter when on_poison is
+// dead_letter. Under on_poison: stop such a row ends the run (the error says how to divert
+// it). retry is false and the error nil for any other session end.
+func (r *relay) aborted(err error, log zerolog.Logger) (retry bool, _ error) {
+	if !errors.Is(err, sink.ErrTxnAborted) {
+		return false, nil
+	}
+	var ta *pipeline.TxnAbortedError
+	if errors.As(err, &ta) && len(ta.Rejected) > 0 {
+		if r.cfg.OnPoison != config.OnPoisonDeadLetter {
+			return false, err
+		}
+		if r.dlEvents == nil {
+			r.dlEvents = map[string]bool{}
+		}
+		for _, id := range ta.Rejected {
+			r.dlEvents[id] = true
+		}
+		log.Warn().Strs("event_ids", ta.Rejected).Msg("rows refused by the broker for good go to the dead letter when streamed again (on_poison: dead_letter)")
+	}
+	log.Warn().Err(err).Msg("kafka transaction aborted: nothing of it is visible to read_committed consumers; streaming again from the committed checkpoint")
+	return true, nil
 }
 
 // haltOnFence returns a ctx that ends with ctx, and whose cause, when ctx ended because the

@@ -7,11 +7,13 @@ import (
 	"math/rand"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/testenv/kafkaread"
 )
@@ -298,7 +300,15 @@ func TestHAExactlyOnceFencedLeader(t *testing.T) {
 	f := h.startFlow("ev", 5*time.Millisecond)
 	grow(50, 30*time.Second, "the leader's delivery")
 
-	// a freezes with rows flowing: a transaction open, sends in flight.
+	// a freezes with a send in flight: the broker holds a's next produce request until
+	// b has taken over (b's InitProducerID bumped the producer epoch), then answers it, as a
+	// request delayed in the network would land after the new leader's first one.
+	inFlight, release := holdNextProduce(t, h.kc)
+	select {
+	case <-inFlight:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the leader sent nothing within 30 s")
+	}
 	a.signal(t, syscall.SIGSTOP)
 	frozen := time.Now()
 	W, _ := h.haBound()
@@ -311,6 +321,7 @@ func TestHAExactlyOnceFencedLeader(t *testing.T) {
 		time.Sleep(h.opts.Lease + W - d)
 	}
 	t.Logf("b leads (epoch %d) and delivers %s after a froze", stB.Epoch, time.Since(frozen))
+	release() // a's held request is answered now, under b's epoch: refused
 
 	woke := time.Now()
 	a.signal(t, syscall.SIGCONT)
@@ -348,4 +359,28 @@ func TestHAExactlyOnceFencedLeader(t *testing.T) {
 		t.Fatalf("duplicates seen by a read_committed consumer across the takeover: franz-go %d, kcat %d, want 0",
 			rb.franz.Duplicates, rb.kcat.Duplicates)
 	}
+}
+
+// holdNextProduce makes c hold the next produce request, unanswered and unprocessed, until
+// release is called; inFlight closes once it is held. Other requests go on
+// meanwhile (kfake's SleepControl). Later produce requests pass untouched.
+func holdNextProduce(t *testing.T, c *kfake.Cluster) (inFlight <-chan struct{}, release func()) {
+	t.Helper()
+	held, free := make(chan struct{}), make(chan struct{})
+	var taken atomic.Bool
+	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		// Produce v13 names topics by id only: any topic is a's while a leads, so the next
+		// request of any topic is held.
+		if !taken.CompareAndSwap(false, true) {
+			return nil, nil, false
+		}
+		close(held)
+		c.SleepControl(func() { <-free })
+		return nil, nil, false // processed now, after the takeover
+	})
+	var once sync.Once
+	release = func() { once.Do(func() { close(free) }) }
+	t.Cleanup(release)
+	return held, release
 }

@@ -23,7 +23,7 @@ type Store struct {
 	mu     sync.Mutex
 	reader *Session // built by NewStore: Load and Check before (and besides) a claim
 	sess   *Session // the claimed session; nil before Claim
-	epoch  uint64   // claims made by this Store
+	epoch  uint64   // the last claim's epoch (see Claim)
 	holder string
 }
 
@@ -55,7 +55,8 @@ func (st *Store) Observe(onFenced func(), onTxn func(committed bool)) {
 // (creating it when missing, as check does), closes the session of an earlier claim and opens
 // a new one, whose InitProducerID aborts the previous holder's open
 // transaction and makes the broker refuse that holder's later sends. It blocks until the
-// coordinator answered or ctx ends, and returns this Store's claim count as the epoch.
+// coordinator answered or ctx ends, and returns the producer epoch the coordinator gave (at
+// least one more than this Store's previous claim) as the epoch.
 func (st *Store) Claim(ctx context.Context, holder string) (uint64, error) {
 	st.mu.Lock()
 	old := st.sess
@@ -79,7 +80,10 @@ func (st *Store) Claim(ctx context.Context, holder string) (uint64, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.sess, st.holder = s, holder
-	st.epoch++
+	// The producer epoch orders every holder of the transactional id, in every process, as
+	// the mysql row's epoch does; this Store's own count keeps it moving should the
+	// coordinator ever hand out a new producer id (its epoch restarting at 0).
+	st.epoch = max(st.epoch+1, uint64(s.ProducerEpoch()))
 	return st.epoch, nil
 }
 

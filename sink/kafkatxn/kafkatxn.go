@@ -71,6 +71,9 @@ type Session struct {
 	mu sync.Mutex // guards the fields below
 	// opened is set by Open: only a fenced session may produce (Check's must never fence).
 	opened bool
+	// epoch is the producer epoch the coordinator gave Open: every InitProducerID for the
+	// transactional id bumps it, so it orders the holders as the mysql row's epoch does.
+	epoch int16
 	// inTxn: a transaction was begun and not ended.
 	inTxn bool
 	// doomed is the first record failure of the open transaction: it can only abort now.
@@ -156,12 +159,13 @@ func (s *Session) fence(ctx context.Context) error {
 		// kgo retries a failed InitProducerID until ctx ends, whatever the cause; a request
 		// of its own first makes refused credentials an error at once.
 		err := s.cl.Ping(ctx)
+		var epoch int16
 		if err == nil {
-			_, _, err = s.cl.ProducerID(ctx)
+			_, epoch, err = s.cl.ProducerID(ctx)
 		}
 		if err == nil {
 			s.mu.Lock()
-			s.opened = true
+			s.opened, s.epoch = true, epoch
 			s.mu.Unlock()
 			return nil
 		}
@@ -179,6 +183,14 @@ func (s *Session) fence(ctx context.Context) error {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// ProducerEpoch is the producer epoch Open was given (0 for a session from New). It does not
+// block.
+func (s *Session) ProducerEpoch() int16 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.epoch
 }
 
 // isFenced reports whether err is the broker's refusal of this producer for fencing.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -45,6 +46,10 @@ func (s *Session) Send(ctx context.Context, msgs []*sink.Message) error {
 	}
 	done := make(chan result, len(msgs))
 	pending := 0
+	// A refusal for fencing is recorded (and counted, once per Send) when kgo reports it, not
+	// when this Send reads it: a Send that returned already (its ctx ended: a halt, a
+	// shutdown) still leaves the broker's refusal of its records on record.
+	var refusal sync.Once
 	for i, m := range msgs {
 		if n := kafka.SingleBatchSize(m); n > s.o.MaxMessageBytes {
 			errs[i] = sink.Permanent(fmt.Errorf("topic %s: message of %d bytes (as a record batch) is larger than the limit of %d bytes (broker message.max.bytes)", m.Topic, n, s.o.MaxMessageBytes))
@@ -52,7 +57,12 @@ func (s *Session) Send(ctx context.Context, msgs []*sink.Message) error {
 			continue
 		}
 		pending++
-		s.cl.Produce(ctx, record(m), func(_ *kgo.Record, err error) { done <- result{i, err} })
+		s.cl.Produce(ctx, record(m), func(_ *kgo.Record, err error) {
+			if err != nil && isFenced(err) {
+				refusal.Do(func() { s.fencedError(err) })
+			}
+			done <- result{i, err}
+		})
 	}
 	for ; pending > 0; pending-- {
 		select {
@@ -76,8 +86,10 @@ func (s *Session) Send(ctx context.Context, msgs []*sink.Message) error {
 			continue
 		}
 		if isFenced(err) {
-			if fenced == nil { // one refusal per Send, however many records it failed
-				fenced = s.fencedError(err)
+			if fenced == nil { // recorded and counted by the promise above
+				s.mu.Lock()
+				fenced = s.fenced
+				s.mu.Unlock()
 			}
 			continue
 		}
