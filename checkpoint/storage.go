@@ -30,7 +30,10 @@ var (
 // before the mark was checked against the brokers by a completed run. LoadMark reports false
 // before the first SaveMark. SaveMark replaces the mark durably (it blocks until the write is
 // durable; on error the previous mark is what LoadMark returns) and, on the mysql store, only
-// while this process holds the row's fencing token, like Save. Safe for concurrent use.
+// while this process holds the row's fencing token, like Save. The kafka store
+// (sink/kafkatxn) is the exception: its SaveMark keeps the mark for the claimed session's next
+// commit, so it becomes durable with that commit (a lost or late mark only makes a later run
+// check rows again). Safe for concurrent use.
 type ReconcileMark interface {
 	LoadMark(ctx context.Context) (time.Time, bool, error)
 	SaveMark(ctx context.Context, t time.Time) error

@@ -20,8 +20,10 @@ import (
 // checkMarkColumn refuses, as check does, a mysql store table made before the reconcile mark's
 // column, with the ALTER that adds it: the leader's first reconcile run would fail on it. A
 // writer that does not answer is left to the session's reconnects. It blocks on one query.
+// Only the mysql store can lack it: the kafka store's mark is a record (and reading it back
+// would wait for the brokers before run has said what it waits for).
 func checkMarkColumn(ctx context.Context, store checkpoint.Storage) error {
-	ms, ok := store.(checkpoint.ReconcileMark)
+	ms, ok := store.(*checkpoint.MySQLStore)
 	if !ok {
 		return nil
 	}

@@ -371,30 +371,9 @@ func TestBackfillMySQLStore(t *testing.T) {
 	o := simpleCfg(t, w, c, "")
 	table := useMySQLStore(w, &o, "bf")
 	cfgPath := writeCfg(t, o)
-	var committed []string
-	for i := range 30 {
-		id := fmt.Sprintf("e%d", i)
-		w.commit(row{EventID: id, Key: fmt.Sprintf("k%d", i%3), Topic: "orders", Payload: []byte(id)})
-		committed = append(committed, id)
-	}
-	lock, err := w.db.Conn(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got int
-	if err := lock.QueryRowContext(context.Background(), "SELECT GET_LOCK(?, 0)", lockNameOf(o, "bf")).Scan(&got); err != nil || got != 1 {
-		t.Fatalf("GET_LOCK: %d, %v", got, err)
-	}
-	code, out := runBinary(t, "backfill", "--config", cfgPath, "--table", w.schema+".outbox_event")
-	if code != 1 || !strings.Contains(out, "leader lock") {
-		t.Fatalf("backfill while the leader lock is held exited %d, want 1:\n%s", code, out)
-	}
-	if _, err := lock.ExecContext(context.Background(), "DO RELEASE_LOCK(?)", lockNameOf(o, "bf")); err != nil {
-		t.Fatal(err)
-	}
-	lock.Close()
+	committed := backfillRefusedWhileLeading(t, w, o, cfgPath, "bf", 30)
 	want := w.position()
-	code, out = runBinary(t, "backfill", "--config", cfgPath, "--table", w.schema+".outbox_event")
+	code, out := runBinary(t, "backfill", "--config", cfgPath, "--table", w.schema+".outbox_event")
 	if set, _ := storeRow(t, w.db, table, "bf"); code != 0 || set != want {
 		t.Fatalf("backfill exited %d, row %q, want %q:\n%s", code, set, want, out)
 	}
@@ -424,4 +403,34 @@ func TestBackfillMySQLStore(t *testing.T) {
 		t.Fatalf("%d records, want %d (each once)", len(rs), len(committed))
 	}
 	checkPerKeyOrder(t, rs, committed)
+}
+
+// backfillRefusedWhileLeading commits n rows on keys k0..k2 to topic orders, then holds the
+// leader lock of o (checkpoint.name name) and checks that backfill refuses, naming the lock;
+// the lock is released on return. It returns the committed event ids.
+func backfillRefusedWhileLeading(t *testing.T, w *world, o cfgOpts, cfgPath, name string, n int) []string {
+	t.Helper()
+	var committed []string
+	for i := range n {
+		id := fmt.Sprintf("e%d", i)
+		w.commit(row{EventID: id, Key: fmt.Sprintf("k%d", i%3), Topic: "orders", Payload: []byte(id)})
+		committed = append(committed, id)
+	}
+	lock, err := w.db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	var got int
+	if err := lock.QueryRowContext(context.Background(), "SELECT GET_LOCK(?, 0)", lockNameOf(o, name)).Scan(&got); err != nil || got != 1 {
+		t.Fatalf("GET_LOCK: %d, %v", got, err)
+	}
+	code, out := runBinary(t, "backfill", "--config", cfgPath, "--table", w.schema+".outbox_event")
+	if code != 1 || !strings.Contains(out, "leader lock") {
+		t.Fatalf("backfill while the leader lock is held exited %d, want 1 naming the lock:\n%s", code, out)
+	}
+	if _, err := lock.ExecContext(context.Background(), "DO RELEASE_LOCK(?)", lockNameOf(o, name)); err != nil {
+		t.Fatal(err)
+	}
+	return committed
 }

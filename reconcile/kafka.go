@@ -5,13 +5,16 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
+	"slices"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/router"
+	"github.com/outboxd/outboxd/sink/kafkatxn"
 )
 
 // KafkaConfig is how a KafkaReader reaches the brokers: the sink's settings.
@@ -27,9 +30,22 @@ type KafkaConfig struct {
 // KafkaReader is a Reader for one Kafka cluster. It fetches partitions directly, with no
 // consumer group: nothing is committed, and the account needs only Describe and Read on the
 // topics.
+//
+// It reads read_committed, whatever the delivery mode: under exactly-once every crash, abort
+// or fencing leaves aborted records in the topics, and counting one would report an event
+// present whose only copy no consumer ever sees (an unsound "nothing missing"). The ends of
+// the ranges are the last stable offset, not the high watermark, and aborted records are
+// dropped by the broker's aborted-transaction list (kgo's batch processing). It costs an
+// at-least-once outboxd nothing: its records are not transactional, so read_committed sees
+// every one of them and the last stable offset is the high watermark; and topics written
+// under exactly-once before a switch back to at-least-once still hold aborted records. A
+// transaction some other producer keeps open holds the last stable offset back: records past
+// it are not read (no read_committed consumer has them yet either). kafka-go's fetch cannot do
+// this: it sends the isolation level but drops the aborted-transaction list and the batches'
+// producer ids, so aborted records are indistinguishable from committed ones.
 type KafkaReader struct {
-	client *kafkago.Client
-	tr     *kafkago.Transport
+	cl  *kgo.Client
+	err error // from building cl, returned by every read
 }
 
 // NewKafkaReader returns a reader; it does not contact the brokers.
@@ -40,13 +56,25 @@ func NewKafkaReader(c KafkaConfig) *KafkaReader {
 	if c.ClientID == "" {
 		c.ClientID = "outboxd-reconcile"
 	}
-	tr := &kafkago.Transport{ClientID: c.ClientID, DialTimeout: c.Timeout, TLS: c.TLS, SASL: c.SASL}
-	return &KafkaReader{tr: tr, client: &kafkago.Client{Addr: kafkago.TCP(c.Brokers...), Timeout: c.Timeout, Transport: tr}}
+	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...), kgo.ClientID(c.ClientID), kgo.DialTimeout(c.Timeout), kgo.RequestTimeoutOverhead(c.Timeout)}
+	if c.TLS != nil {
+		opts = append(opts, kgo.DialTLSConfig(c.TLS.Clone()))
+	}
+	if c.SASL != nil {
+		opts = append(opts, kgo.SASL(kafkatxn.Mechanism(c.SASL)))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return &KafkaReader{err: fmt.Errorf("kafka reader: %w", err)}
+	}
+	return &KafkaReader{cl: cl}
 }
 
 // Close releases the connections.
 func (k *KafkaReader) Close() error {
-	k.tr.CloseIdleConnections()
+	if k.cl != nil {
+		k.cl.Close()
+	}
 	return nil
 }
 
@@ -56,12 +84,24 @@ type partRange struct {
 	start, end int64
 }
 
+// part is one partition of a topic as the metadata has it: where to fetch it.
+type part struct {
+	id     int32
+	leader int32
+}
+
+// Special ListOffsets timestamps.
+const (
+	latestOffset   = -1
+	earliestOffset = -2
+)
+
 // Count implements Reader: for each partition it asks for the first offset at or after from
-// and the first at or after to (ListOffsets by timestamp; the end of the log where there is
-// none) and reads the records between. Record times are outboxd's commit times, which are
-// nearly but not strictly ordered within a partition: a record stamped before to that follows
-// the first one stamped at or after to is not read, which the slack after the window makes
-// unlikely.
+// and the first at or after to (ListOffsets by timestamp; the last stable offset where there
+// is none) and reads the committed records between. Record times are outboxd's commit times,
+// which are nearly but not strictly ordered within a partition: a record stamped before to that
+// follows the first one stamped at or after to is not read, which the slack after the window
+// makes unlikely.
 func (k *KafkaReader) Count(ctx context.Context, topic string, from, to time.Time, counts map[string]int) error {
 	return k.CountTable(ctx, topic, "", from, to, counts)
 }
@@ -69,64 +109,58 @@ func (k *KafkaReader) Count(ctx context.Context, topic string, from, to time.Tim
 // CountTable implements TableReader: Count of the records whose outbox_table header is table.
 func (k *KafkaReader) CountTable(ctx context.Context, topic, table string, from, to time.Time, counts map[string]int) error {
 	tl := tally{table: table, counts: counts}
-	parts, err := k.partitions(ctx, topic)
+	parts, topicID, err := k.partitions(ctx, topic)
 	if err != nil || len(parts) == 0 {
 		return err // no topic: nothing was delivered there
 	}
-	starts, err := k.offsets(ctx, topic, parts, func(p int) kafkago.OffsetRequest { return kafkago.TimeOffsetOf(p, from) })
+	starts, err := k.offsets(ctx, topic, parts, from.UnixMilli())
 	if err != nil {
 		return err
 	}
 	// Record times are whole milliseconds: one of to's millisecond may be before to.
 	ceilTo := to.Add(time.Millisecond - 1).Truncate(time.Millisecond)
-	ends, err := k.offsets(ctx, topic, parts, func(p int) kafkago.OffsetRequest { return kafkago.TimeOffsetOf(p, ceilTo) })
+	ends, err := k.offsets(ctx, topic, parts, ceilTo.UnixMilli())
 	if err != nil {
 		return err
 	}
-	lasts, err := k.offsets(ctx, topic, parts, kafkago.LastOffsetOf)
+	lasts, err := k.offsets(ctx, topic, parts, latestOffset)
 	if err != nil {
 		return err
 	}
 	for _, p := range parts {
-		r, ok := readRange(p, starts[p], ends[p], lasts[p])
+		r, ok := readRange(int(p.id), starts[p.id], ends[p.id], lasts[p.id])
 		if !ok {
 			continue
 		}
-		if err := k.read(ctx, topic, r, tl.record); err != nil {
+		if err := k.read(ctx, topic, topicID, p, r, tl.record); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// ReadTopic calls each with the key and value of every record of topic (nil for a null one),
-// partition by partition in offset order, from the first offset to the log end at the time of
-// the call. A topic that does not exist has no records. It blocks on the fetches; an error from
-// each stops it and is returned.
+// ReadTopic calls each with the key and value of every committed record of topic (nil for a
+// null one), partition by partition in offset order, from the first offset to the last stable
+// offset at the time of the call. A topic that does not exist has no records. It blocks on the
+// fetches; an error from each stops it and is returned.
 func (k *KafkaReader) ReadTopic(ctx context.Context, topic string, each func(key, value []byte) error) error {
-	parts, err := k.partitions(ctx, topic)
+	parts, topicID, err := k.partitions(ctx, topic)
 	if err != nil || len(parts) == 0 {
 		return err
 	}
-	firsts, err := k.offsets(ctx, topic, parts, kafkago.FirstOffsetOf)
+	firsts, err := k.offsets(ctx, topic, parts, earliestOffset)
 	if err != nil {
 		return err
 	}
-	lasts, err := k.offsets(ctx, topic, parts, kafkago.LastOffsetOf)
+	lasts, err := k.offsets(ctx, topic, parts, latestOffset)
 	if err != nil {
 		return err
 	}
 	for _, p := range parts {
 		var failed error
-		err := k.read(ctx, topic, partRange{partition: p, start: firsts[p], end: lasts[p]}, func(rec kafkago.Record) {
-			if failed != nil {
-				return
-			}
-			var key, value []byte
-			if key, failed = readBytes(rec.Key); failed == nil {
-				if value, failed = readBytes(rec.Value); failed == nil {
-					failed = each(key, value)
-				}
+		err := k.read(ctx, topic, topicID, p, partRange{partition: int(p.id), start: firsts[p.id], end: lasts[p.id]}, func(rec *kgo.Record) {
+			if failed == nil {
+				failed = each(rec.Key, rec.Value)
 			}
 		})
 		if err == nil {
@@ -139,36 +173,39 @@ func (k *KafkaReader) ReadTopic(ctx context.Context, topic string, each func(key
 	return nil
 }
 
-// readBytes reads a record's key or value; nil for a null one.
-func readBytes(b kafkago.Bytes) ([]byte, error) {
-	if b == nil {
-		return nil, nil
+// partitions lists topic's partitions and their leaders, and the topic's id (zero before
+// Kafka 2.8); none when the topic does not exist.
+func (k *KafkaReader) partitions(ctx context.Context, topic string) ([]part, [16]byte, error) {
+	if k.err != nil {
+		return nil, [16]byte{}, k.err
 	}
-	return io.ReadAll(b)
-}
-
-// partitions lists topic's partitions; none when the topic does not exist.
-func (k *KafkaReader) partitions(ctx context.Context, topic string) ([]int, error) {
-	md, err := k.client.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{topic}})
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, k.cl)
 	if err != nil {
-		return nil, fmt.Errorf("metadata: %w", err)
+		return nil, [16]byte{}, fmt.Errorf("metadata: %w", err)
 	}
-	var parts []int
-	for _, t := range md.Topics {
-		if t.Name != topic {
+	var parts []part
+	var id [16]byte
+	for _, t := range resp.Topics {
+		if t.Topic == nil || *t.Topic != topic {
 			continue
 		}
-		if t.Error != nil {
-			if errors.Is(t.Error, kafkago.UnknownTopicOrPartition) {
-				return nil, nil
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+			if errors.Is(err, kerr.UnknownTopicOrPartition) {
+				return nil, id, nil
 			}
-			return nil, fmt.Errorf("metadata: %w", t.Error)
+			return nil, id, fmt.Errorf("metadata: %w", err)
 		}
+		id = t.TopicID
 		for _, p := range t.Partitions {
-			parts = append(parts, p.ID)
+			parts = append(parts, part{id: p.Partition, leader: p.Leader})
 		}
 	}
-	return parts, nil
+	slices.SortFunc(parts, func(a, b part) int { return int(a.id - b.id) })
+	return parts, id, nil
 }
 
 // readRange is the offsets to read of partition p from ListOffsets' answers: start for the
@@ -187,75 +224,104 @@ func readRange(p int, start, end, last int64) (partRange, bool) {
 	return partRange{partition: p, start: start, end: end}, true
 }
 
-// offsets asks one ListOffsets per kind (a request may name each partition once).
-func (k *KafkaReader) offsets(ctx context.Context, topic string, parts []int, req func(int) kafkago.OffsetRequest) (map[int]int64, error) {
-	reqs := make([]kafkago.OffsetRequest, len(parts))
-	for i, p := range parts {
-		reqs[i] = req(p)
+// offsets asks ListOffsets, read_committed, for timestamp ts (or latestOffset, which is then
+// the last stable offset, or earliestOffset) in each of parts: the first offset at or after
+// it, -1 where there is none. kgo sends each partition's question to its leader.
+func (k *KafkaReader) offsets(ctx context.Context, topic string, parts []part, ts int64) (map[int32]int64, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	req.IsolationLevel = 1 // read_committed: "latest" is the last stable offset
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	for _, p := range parts {
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition = p.id
+		rp.Timestamp = ts
+		rp.CurrentLeaderEpoch = -1
+		rt.Partitions = append(rt.Partitions, rp)
 	}
-	kind := reqs[0].Timestamp
-	res, err := k.client.ListOffsets(ctx, &kafkago.ListOffsetsRequest{Topics: map[string][]kafkago.OffsetRequest{topic: reqs}})
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, k.cl)
 	if err != nil {
 		return nil, fmt.Errorf("list offsets: %w", err)
 	}
-	out := make(map[int]int64, len(parts))
-	for _, po := range res.Topics[topic] {
-		if po.Error != nil {
-			return nil, fmt.Errorf("list offsets of partition %d: %w", po.Partition, po.Error)
-		}
-		switch kind {
-		case kafkago.LastOffset:
-			out[po.Partition] = po.LastOffset
-		case kafkago.FirstOffset:
-			out[po.Partition] = po.FirstOffset
-		default:
-			out[po.Partition] = -1
-			for off := range po.Offsets {
-				out[po.Partition] = off
+	out := make(map[int32]int64, len(parts))
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				return nil, fmt.Errorf("list offsets of partition %d: %w", p.Partition, err)
 			}
+			out[p.Partition] = p.Offset
+		}
+	}
+	for _, p := range parts {
+		if _, ok := out[p.id]; !ok {
+			return nil, fmt.Errorf("list offsets of partition %d: no answer", p.id)
 		}
 	}
 	return out, nil
 }
 
-// read calls each with r's records in offset order.
-func (k *KafkaReader) read(ctx context.Context, topic string, r partRange, each func(kafkago.Record)) error {
+// read calls each with the committed records of r in offset order: it fetches from p's leader,
+// read_committed, and kgo's batch processing drops control records and the records of aborted
+// transactions (the fetch response's aborted-transaction list and each batch's producer id).
+// The offset to fetch next comes from that processing, so a stretch of aborted records or
+// markers is passed over, not waited on.
+func (k *KafkaReader) read(ctx context.Context, topic string, topicID [16]byte, p part, r partRange, each func(*kgo.Record)) error {
+	dec := kgo.DefaultDecompressor()
 	for off := r.start; off < r.end; {
-		res, err := k.client.Fetch(ctx, &kafkago.FetchRequest{
-			Topic: topic, Partition: r.partition, Offset: off,
-			MinBytes: 1, MaxBytes: 4 << 20, MaxWait: 500 * time.Millisecond,
-		})
+		req := kmsg.NewPtrFetchRequest()
+		req.ReplicaID = -1
+		req.MaxWaitMillis = 500
+		req.MinBytes = 1
+		req.MaxBytes = 4 << 20
+		req.IsolationLevel = 1
+		req.SessionEpoch = -1 // no fetch session
+		rt := kmsg.NewFetchRequestTopic()
+		rt.Topic, rt.TopicID = topic, topicID
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.Partition = p.id
+		rp.FetchOffset = off
+		rp.CurrentLeaderEpoch = -1
+		rp.LogStartOffset = -1
+		rp.PartitionMaxBytes = 4 << 20
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, k.cl.Broker(int(p.leader)))
 		if err == nil {
-			err = res.Error
+			err = kerr.ErrorForCode(resp.ErrorCode)
 		}
 		if err != nil {
-			return fmt.Errorf("fetch partition %d at offset %d: %w", r.partition, off, err)
+			return fmt.Errorf("fetch partition %d at offset %d: %w", p.id, off, err)
 		}
-		next := off
-		for {
-			rec, err := res.Records.ReadRecord()
-			if errors.Is(err, io.EOF) {
-				break
+		var got *kmsg.FetchResponseTopicPartition
+		for i := range resp.Topics {
+			for j := range resp.Topics[i].Partitions {
+				if resp.Topics[i].Partitions[j].Partition == p.id {
+					got = &resp.Topics[i].Partitions[j]
+				}
 			}
-			if err != nil {
-				closeRecords(res.Records)
-				return fmt.Errorf("fetch partition %d at offset %d: %w", r.partition, off, err)
-			}
-			if rec.Offset < off {
-				continue // a batch may start before the offset asked for
-			}
+		}
+		if got == nil {
+			return fmt.Errorf("fetch partition %d at offset %d: the broker did not answer for it", p.id, off)
+		}
+		fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
+			Offset: off, IsolationLevel: kgo.ReadCommitted(), Topic: topic, Partition: p.id,
+		}, got, dec, nil)
+		if fp.Err != nil {
+			return fmt.Errorf("fetch partition %d at offset %d: %w", p.id, off, fp.Err)
+		}
+		for _, rec := range fp.Records {
 			if rec.Offset >= r.end {
 				break
 			}
-			next = rec.Offset + 1
-			each(*rec)
+			each(rec)
 		}
-		closeRecords(res.Records)
-		if next == off {
-			if res.HighWatermark <= off {
+		if next <= off {
+			if fp.LastStableOffset <= off {
 				return nil // the log ended (records deleted) before r.end
 			}
-			return fmt.Errorf("fetch partition %d at offset %d: no record returned below the high watermark %d", r.partition, off, res.HighWatermark)
+			return fmt.Errorf("fetch partition %d at offset %d: no record returned below the last stable offset %d", p.id, off, fp.LastStableOffset)
 		}
 		off = next
 	}
@@ -263,7 +329,7 @@ func (k *KafkaReader) read(ctx context.Context, topic string, r partRange, each 
 }
 
 // record counts rec's event_id header (when rec is of tl's table).
-func (tl tally) record(rec kafkago.Record) {
+func (tl tally) record(rec *kgo.Record) {
 	var id, table []byte
 	for _, h := range rec.Headers {
 		switch {
@@ -278,11 +344,5 @@ func (tl tally) record(rec kafkago.Record) {
 	}
 	if id != nil {
 		tl.add(string(id), string(table))
-	}
-}
-
-func closeRecords(r kafkago.RecordReader) {
-	if c, ok := r.(io.Closer); ok {
-		c.Close()
 	}
 }

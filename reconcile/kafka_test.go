@@ -92,3 +92,82 @@ func TestKafkaReaderWindow(t *testing.T) {
 		t.Fatalf("unknown topic: %v", err)
 	}
 }
+
+// Under exactly-once, aborted transactions leave records in the topics: the reader counts only
+// committed records (and non-transactional ones), never an aborted one, and stops at the last
+// stable offset without waiting for a transaction still open.
+func TestKafkaReaderReadCommitted(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "T"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	// Commit and abort markers carry the broker's time of the EndTxn: the window holds now.
+	base := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	from, to := base, base.Add(time.Hour)
+	rec := func(id string, i int) *kgo.Record {
+		return &kgo.Record{Topic: "T", Timestamp: base.Add(time.Duration(i) * time.Second), Value: []byte("v"),
+			Headers: []kgo.RecordHeader{{Key: "event_id", Value: []byte(id)}}}
+	}
+	txn := func(id string, commit kgo.TransactionEndTry, recs ...*kgo.Record) {
+		t.Helper()
+		cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.EndTransaction(ctx, commit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	txn("outboxd-a", kgo.TryCommit, rec("committed1", 1), rec("committed2", 2))
+	txn("outboxd-a", kgo.TryAbort, rec("aborted1", 3), rec("committed1", 4)) // a resend, aborted
+	plain, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if err := plain.ProduceSync(ctx, rec("plain", 5)).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	txn("outboxd-a", kgo.TryAbort, rec("aborted2", 6)) // the newest records of the partition are aborted ones
+	// A transaction left open: past the last stable offset, not read.
+	open, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID("outboxd-b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	if err := open.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := open.ProduceSync(ctx, rec("open", 7)).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	r := NewKafkaReader(KafkaConfig{Brokers: c.ListenAddrs(), Timeout: 5 * time.Second})
+	defer r.Close()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	counts := map[string]int{"committed1": 0, "committed2": 0, "plain": 0, "aborted1": 0, "aborted2": 0, "open": 0}
+	if err := r.Count(cctx, "T", from, to, counts); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"committed1": 1, "committed2": 1, "plain": 1, "aborted1": 0, "aborted2": 0, "open": 0}
+	if fmt.Sprint(counts) != fmt.Sprint(want) {
+		t.Errorf("counted %v, want %v (aborted or open records counted, or committed ones missed)", counts, want)
+	}
+	var ids []string
+	if err := r.ReadTopic(cctx, "T", func(_, value []byte) error { ids = append(ids, string(value)); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 3 {
+		t.Errorf("ReadTopic returned %d records, want the 3 committed ones", len(ids))
+	}
+}

@@ -110,8 +110,19 @@ func refuseWhileLeading(ctx context.Context, cfg *config.Config) error {
 // checkpoint of cfg: an HA leader holds the leader lock, or the row's holder (with or without
 // ha) holds its holder lock. Without it a backfill or a position written beside a running
 // outboxd would be interleaved with its sends, or superseded by its next save. A checkpoint
-// file needs no check: st holds its lock. It blocks on a connection to the writer.
+// file needs no check: st holds its lock. The kafka store with ha is checked by the leader
+// lock on checkpoint.writer_addr; without ha nothing shows that an outboxd runs on it (the
+// broker keeps the transactional id's producer, not a lock of a live process), so nothing is
+// refused: the command's own write of the checkpoint then fences such an outboxd, which stops
+// at its next send or commit without making anything of its open transaction visible. It
+// blocks on a connection to the writer.
 func RefuseWhileRunning(ctx context.Context, cfg *config.Config, st checkpoint.Storage) error {
+	if cfg.Checkpoint.Kafka() {
+		if !cfg.HA.Enabled {
+			return nil
+		}
+		return refuseWhileLeading(ctx, cfg)
+	}
 	if !cfg.Checkpoint.MySQL() {
 		return nil
 	}

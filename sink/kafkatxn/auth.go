@@ -32,6 +32,11 @@ func newAdapter(m kgsasl.Mechanism) adaptMechanism {
 	return adaptMechanism{m: m, started: new(atomic.Int64), finished: new(atomic.Int64)}
 }
 
+// Mechanism runs m, one of sink/kafka's SASL mechanisms, on a kgo client (kgo.SASL): the
+// other kgo clients of outboxd (reconcile's read_committed reader) authenticate with the same
+// code as the sessions. It does not block.
+func Mechanism(m kgsasl.Mechanism) sasl.Mechanism { return newAdapter(m) }
+
 // failing reports whether the most recent handshake did not finish.
 func (a adaptMechanism) failing() bool { return a.started.Load() > a.finished.Load() }
 

@@ -114,13 +114,17 @@ func (st *Store) claimed() (*Session, error) {
 // Load reads the newest committed checkpoint (Session.Load), through the claimed session when
 // there is one. It blocks until read or ctx ends.
 func (st *Store) Load(ctx context.Context) (*checkpoint.Checkpoint, error) {
+	return st.current().Load(ctx)
+}
+
+// current is the claimed session, or the read-only one when there is no claim.
+func (st *Store) current() *Session {
 	st.mu.Lock()
-	s := st.sess
-	if s == nil {
-		s = st.reader
+	defer st.mu.Unlock()
+	if st.sess != nil {
+		return st.sess
 	}
-	st.mu.Unlock()
-	return s.Load(ctx)
+	return st.reader
 }
 
 // Save commits the open transaction with c as its checkpoint record (Session.Save). A Store

@@ -84,6 +84,9 @@ type Session struct {
 	// by the next Save.
 	unknown []byte
 	closed  bool
+	// mark is the newest reconcile mark SaveMark was given, markSaved the newest one a commit
+	// carried: the next Save writes mark in its transaction when it is newer.
+	mark, markSaved time.Time
 }
 
 // New builds a Session without any request to the brokers, for Check and Load: it never

@@ -58,8 +58,15 @@ func (s *Session) Save(ctx context.Context, c checkpoint.Checkpoint) error {
 		}
 		return err
 	}
-	rec := &kgo.Record{Topic: s.o.Topic, Key: []byte(s.o.Key), Value: data, Partition: 0}
-	if err := s.cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+	recs := []*kgo.Record{{Topic: s.o.Topic, Key: []byte(s.o.Key), Value: data, Partition: 0}}
+	mark, markAt, err := s.pendingMark()
+	if err != nil {
+		return s.abortedLocked(ctx, fmt.Errorf("kafka checkpoint %s: %w: %w", s.o.Topic, sink.ErrTxnAborted, err))
+	}
+	if mark != nil {
+		recs = append(recs, mark)
+	}
+	if err := s.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		if isFenced(err) {
 			return s.fencedError(err)
 		}
@@ -74,6 +81,9 @@ func (s *Session) Save(ctx context.Context, c checkpoint.Checkpoint) error {
 	switch {
 	case err == nil:
 		s.ended(true)
+		if mark != nil {
+			s.markCommitted(markAt)
+		}
 		return nil
 	case isFenced(err):
 		return s.fencedError(err)
@@ -219,6 +229,12 @@ func decode(topic string, data []byte) (*checkpoint.Checkpoint, error) {
 // loadRaw returns the value of the newest committed record with Key (nil when none or when the
 // newest is a tombstone).
 func (s *Session) loadRaw(ctx context.Context) ([]byte, error) {
+	return s.loadKey(ctx, s.o.Key)
+}
+
+// loadKey returns the value of the newest committed record with key (nil when none or when the
+// newest is a tombstone).
+func (s *Session) loadKey(ctx context.Context, key string) ([]byte, error) {
 	lso, found, err := s.lastStable(ctx)
 	if err != nil || !found || lso == 0 {
 		return nil, err
@@ -257,7 +273,7 @@ func (s *Session) loadRaw(ctx context.Context) ([]byte, error) {
 		last := int64(-1)
 		fs.EachRecord(func(r *kgo.Record) {
 			last = max(last, r.Offset)
-			if !r.Attrs.IsControl() && string(r.Key) == s.o.Key {
+			if !r.Attrs.IsControl() && string(r.Key) == key {
 				newest = r.Value
 			}
 		})
