@@ -41,6 +41,7 @@ func (r *Results) floorRatios() {
 		add(fmt.Sprintf("floor (kafka-go) / floor (franz-go), catch-up events/s, %d-row txns", n), kg, fr, eps, "events/s")
 		add(fmt.Sprintf("floor (kafka-go) / floor (franz-go), CPU s per 100k events, %d-row txns", n), kg, fr, cpu, "CPU s/100k")
 	}
+	r.issue24Ratios(add)
 	base, fast := r.find(fmt.Sprintf("catchup-kafka-txn%d", fastCkptTxnRows)), r.find(fastCkptID)
 	add(fastCkptEPS, fast, base, eps, "events/s")
 	add(fmt.Sprintf("outboxd checkpoint.interval 100ms / 1s, CPU s per 100k events, %d-row txns", fastCkptTxnRows), fast, base, cpu, "CPU s/100k")
@@ -150,6 +151,7 @@ func (r *Results) targetsMarkdown(b *strings.Builder) {
 	}
 	check(fmt.Sprintf("Catch-up with checkpoint.interval 100ms ≥ 0.95 × with 1s, events/s, %d-row txns", fastCkptTxnRows),
 		r.ratioValue(fastCkptEPS), func(v float64) bool { return v >= 0.95 }, "%.2f")
+	r.issue24Targets(check)
 	check("RocketMQ catch-up ≥ 0.7 × outboxd's Kafka catch-up, 1-row txns",
 		r.ratioValue("outboxd → RocketMQ / outboxd → Kafka, catch-up events/s, 1-row txns"), func(v float64) bool { return v >= 0.7 }, "%.2f")
 	for _, rate := range r.Params.Steady1Rates {

@@ -211,13 +211,14 @@ type consumer struct {
 	done     chan struct{}
 }
 
-func startConsumer(addrs []string, topic, prefix string, runs int, epoch time.Time) (*consumer, error) {
-	cl, err := kgo.NewClient(
+func startConsumer(addrs []string, topic, prefix string, runs int, epoch time.Time, extra ...kgo.Opt) (*consumer, error) {
+	opts := append([]kgo.Opt{
 		kgo.SeedBrokers(addrs...),
 		kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(500*time.Millisecond), // kfake answers as soon as data arrives
-	)
+		kgo.FetchMaxWait(500 * time.Millisecond), // kfake answers as soon as data arrives
+	}, extra...)
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka consumer: %w", err)
 	}

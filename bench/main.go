@@ -334,6 +334,9 @@ func (h *harness) workloads(ctx context.Context) {
 	if h.o.want("steady") && ctx.Err() == nil {
 		h.steadyOutboxd(ctx, "kafka", h.o.Rates)
 	}
+	if h.o.want("steady") && ctx.Err() == nil {
+		h.steadyOutboxd(ctx, "kafka-eos", h.o.Rates)
+	}
 	if h.o.want("baseline") && ctx.Err() == nil {
 		h.baselineCatchUp(ctx)
 		for _, iv := range []time.Duration{time.Second, 10 * time.Millisecond} {

@@ -34,7 +34,10 @@ type relayConfig struct {
 	Dir      string // checkpoint and logs
 	// CheckpointInterval is checkpoint.interval ("" is the bench's 1s).
 	CheckpointInterval string
-	Extra              string // appended verbatim (e.g. a pipeline: block), may be ""
+	// Delivery, when set, is the top-level YAML of another delivery mode (delivery: and its
+	// checkpoint: line, see eosSink.deliveryYAML); it replaces the file checkpoint line.
+	Delivery string
+	Extra    string // appended verbatim (e.g. a pipeline: block), may be ""
 }
 
 func (c relayConfig) yaml() string {
@@ -48,7 +51,11 @@ func (c relayConfig) yaml() string {
 	if iv == "" {
 		iv = "1s"
 	}
-	fmt.Fprintf(&b, "checkpoint: {path: %s, interval: %s}\n", filepath.Join(c.Dir, "checkpoint.json"), iv)
+	if c.Delivery != "" {
+		b.WriteString(strings.TrimRight(c.Delivery, "\n") + "\n")
+	} else {
+		fmt.Fprintf(&b, "checkpoint: {path: %s, interval: %s}\n", filepath.Join(c.Dir, "checkpoint.json"), iv)
+	}
 	b.WriteString("log: {level: info, format: json}\n")
 	if c.Extra != "" {
 		b.WriteString(strings.TrimRight(c.Extra, "\n") + "\n")

@@ -41,7 +41,7 @@ func plotLatency(path string, r *Results, rate int) error {
 	p.Add(plotter.NewGrid())
 
 	var lines []any
-	for _, id := range []string{"kafka", "poll-10ms", "poll-1s", "rocketmq"} {
+	for _, id := range []string{"kafka", "kafka-eos", "poll-10ms", "poll-1s", "rocketmq"} {
 		w := r.find(fmt.Sprintf("steady-%s-%d", id, rate))
 		if w == nil || w.Latency == nil || len(w.Latency.Curve) == 0 {
 			continue

@@ -224,10 +224,12 @@ func (r *Results) markdown() string {
 			notes = append(notes, fmt.Sprintf("%s: %s", w.Name, n))
 		}
 	}
-	b.WriteString("\nColumns: events/s is catch-up throughput (process start to the last message stored) or the achieved steady rate; " +
+	b.WriteString("\nColumns: events/s is catch-up throughput (process start to the last message stored; exactly-once rows: to a " +
+		"read_committed consumer receiving the checkpoint committed with the last events) or the achieved steady rate; " +
 		"CPU is the relay process's own (/proc utime+stime; for go-mysql the harness process, which runs nothing else then; " +
 		"not measured for the polling relay, which runs inside the harness); latency is COMMIT returning to the Kafka consumer " +
-		"receiving the message (RocketMQ: to the test broker storing it); RSS is VmHWM for catch-up rows and the median VmRSS " +
+		"receiving the message (read_uncommitted, franz-go's default; exactly-once rows: read_committed, so after the Kafka " +
+		"transaction's commit; RocketMQ: to the test broker storing it); RSS is VmHWM for catch-up rows and the median VmRSS " +
 		"for steady rows; DB queries/s is the server's Questions delta minus the generator's own INSERTs; DB CPU is mariadbd's.\n")
 	if len(notes) > 0 {
 		b.WriteString("\nNotes:\n")

@@ -108,7 +108,7 @@ func (h *harness) outboxdOver(ctx context.Context, s catchSpec, newSink func() (
 		return startOutboxd(h.bin, relayConfig{
 			Addr: h.srv.Addr, ServerID: h.serverID(), Start: pos0, Table: outboxTable.String(),
 			Sink: sink.sinkYAML(), Topic: sink.topic(), Dir: filepath.Join(h.tmp, fmt.Sprintf("%s-%d", s.ID, rep)), Extra: h.o.OutboxdExtra,
-			CheckpointInterval: s.CheckpointInterval,
+			CheckpointInterval: s.CheckpointInterval, Delivery: deliveryOf(sink, s.CheckpointInterval),
 		})
 	})
 	return w

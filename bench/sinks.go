@@ -23,6 +23,8 @@ type benchSink interface {
 type kafkaSink struct {
 	c *kafkaProc
 	t string
+	// noIdem sets the sink's idempotent: false (the sink before idempotence was its default).
+	noIdem bool
 }
 
 func newKafkaSink(topic string) (*kafkaSink, error) {
@@ -33,11 +35,23 @@ func newKafkaSink(topic string) (*kafkaSink, error) {
 	return &kafkaSink{c: c, t: topic}, nil
 }
 
-func (k *kafkaSink) kind() string     { return "kafka" }
-func (k *kafkaSink) sinkYAML() string { return kafkaSinkYAML(k.c.addrs) }
-func (k *kafkaSink) topic() string    { return k.t }
-func (k *kafkaSink) close()           { k.c.Close() }
-func (k *kafkaSink) brokerPID() int   { return k.c.pid() }
+func (k *kafkaSink) kind() string {
+	if k.noIdem {
+		return "kafka-noidem"
+	}
+	return "kafka"
+}
+
+func (k *kafkaSink) sinkYAML() string {
+	if k.noIdem {
+		return fmt.Sprintf("{type: kafka, brokers: [%q], idempotent: false}", k.c.addrs[0])
+	}
+	return kafkaSinkYAML(k.c.addrs)
+}
+
+func (k *kafkaSink) topic() string  { return k.t }
+func (k *kafkaSink) close()         { k.c.Close() }
+func (k *kafkaSink) brokerPID() int { return k.c.pid() }
 func (k *kafkaSink) waitCount(ctx context.Context, n int64, check func() error) (time.Time, error) {
 	return waitEndOffsets(ctx, k.c.addrs, k.t, n, 50*time.Millisecond, check)
 }

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // stopTimeout bounds outboxd's graceful stop (its own drain limit is 30 s).
@@ -59,7 +61,7 @@ func (h *harness) catchUp(ctx context.Context, s catchSpec) (Workload, string) {
 		return startOutboxd(h.bin, relayConfig{
 			Addr: h.srv.Addr, ServerID: h.serverID(), Start: pos0, Table: outboxTable.String(),
 			Sink: s.Sink.sinkYAML(), Topic: s.Sink.topic(), Dir: filepath.Join(h.tmp, s.ID), Extra: h.o.OutboxdExtra,
-			CheckpointInterval: s.CheckpointInterval,
+			CheckpointInterval: s.CheckpointInterval, Delivery: deliveryOf(s.Sink, s.CheckpointInterval),
 		})
 	})
 	return w, pos0 // the rows are written even when outboxd failed: the ceiling and floors can read them
@@ -166,6 +168,9 @@ func (h *harness) catchUpWithCeiling(ctx context.Context, txnRows int) {
 		fast := spec
 		fast.ID, fast.Name, fast.CheckpointInterval = fastCkptID, spec.Name+", checkpoint.interval 100ms", "100ms"
 		relays = append(relays, relayRun{run: func(ctx context.Context, rep int) Workload { return h.outboxdOver(ctx, fast, newSink, pos0, rep) }})
+	}
+	if h.o.want("catchup") {
+		relays = append(relays, h.issue24Relays(ctx, spec, pos0)...)
 	}
 	if h.o.want("floor") {
 		for _, client := range []string{floorFranz, floorKafkaGo} {
@@ -424,7 +429,7 @@ func num0(v *float64) float64 {
 // steadyOutboxd runs outboxd once and measures each rate in turn.
 func (h *harness) steadyOutboxd(ctx context.Context, kind string, rates []int) {
 	ids := func(rate int) (string, string) {
-		return fmt.Sprintf("steady-%s-%d", kind, rate), fmt.Sprintf("outboxd → %s steady %d/s", map[string]string{"kafka": "Kafka", "rocketmq": "RocketMQ"}[kind], rate)
+		return fmt.Sprintf("steady-%s-%d", kind, rate), fmt.Sprintf("outboxd → %s steady %d/s", map[string]string{"kafka": "Kafka", "kafka-eos": "Kafka exactly-once", "rocketmq": "RocketMQ"}[kind], rate)
 	}
 	failAll := func(err error) {
 		for _, r := range rates {
@@ -432,10 +437,11 @@ func (h *harness) steadyOutboxd(ctx context.Context, kind string, rates []int) {
 			h.record(Workload{ID: id, Name: name, Kind: "steady", System: "outboxd-" + kind, Error: err.Error()})
 		}
 	}
-	prefix := "s" + kind[:1] + "-"
+	prefix := map[string]string{"kafka": "sk-", "kafka-eos": "se-", "rocketmq": "sr-"}[kind]
 	var sink benchSink
 	var rcv receiver
-	if kind == "kafka" {
+	switch kind {
+	case "kafka":
 		ks, err := newKafkaSink("bench.steady")
 		if err != nil {
 			failAll(err)
@@ -449,7 +455,23 @@ func (h *harness) steadyOutboxd(ctx context.Context, kind string, rates []int) {
 		}
 		defer cons.close()
 		sink, rcv = ks, kafkaReceiver{cons}
-	} else {
+	case "kafka-eos":
+		// Latency runs to the moment a read_committed consumer receives the event: a record of
+		// an open Kafka transaction is not visible before its commit.
+		es, err := newEOSSink("bench.steady", "")
+		if err != nil {
+			failAll(err)
+			return
+		}
+		defer es.close()
+		cons, err := startConsumer(es.c.addrs, es.t, prefix, len(rates)+1, h.epoch, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+		if err != nil {
+			failAll(err)
+			return
+		}
+		defer cons.close()
+		sink, rcv = es, kafkaReceiver{cons}
+	default:
 		rs, err := newRMQSink("BENCH_STEADY")
 		if err != nil {
 			failAll(err)
@@ -466,6 +488,7 @@ func (h *harness) steadyOutboxd(ctx context.Context, kind string, rates []int) {
 	p, err := startOutboxd(h.bin, relayConfig{
 		Addr: h.srv.Addr, ServerID: h.serverID(), Start: pos, Table: outboxTable.String(),
 		Sink: sink.sinkYAML(), Topic: sink.topic(), Dir: filepath.Join(h.tmp, "steady-"+kind), Extra: h.o.OutboxdExtra,
+		Delivery: deliveryOf(sink, ""),
 	})
 	if err != nil {
 		failAll(err)

@@ -353,6 +353,30 @@ func TestTxnIdleInputCommitsPromptly(t *testing.T) {
 	}
 }
 
+// The idle rule's wait for the drain does not stop the dispatcher from taking the next
+// transaction: one arriving while the previous sends are unacknowledged is taken at once (and
+// the commit waits for a real pause), not after the next acknowledgement.
+func TestTxnIdleWaitTakesTheNextTransaction(t *testing.T) {
+	b := &txnBroker{}
+	b.block = make(chan struct{})
+	p := newTxnPipeline(t, b, Transactions{MaxAge: time.Hour}, nil)
+	r := startStepwise(t, p)
+	r.send(txn(1, "a:1"))
+	select {
+	case r.in <- txn(2, "b:2"):
+	case <-time.After(2 * time.Second):
+		t.Fatal("the dispatcher did not take 0-1-2 while 0-1-1's send was unacknowledged")
+	}
+	close(b.block)
+	commits := b.waitCommits(t, 1)
+	if got := commits[0].c.GTIDSet; got != "0-1-2" || len(commits[0].msgs) != 2 {
+		t.Fatalf("first commit %s holding %q, want 0-1-2 holding both events", got, commitIDs(commits[0]))
+	}
+	if err := r.finish(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // MaxAge commits the progress of transactions without outbox rows while the input is idle.
 func TestTxnMaxAgeCommitsGTIDOnlyProgress(t *testing.T) {
 	b := &txnBroker{}

@@ -128,6 +128,15 @@ func New(o Options) (*Session, error) {
 		kgo.ProducerBatchMaxBytes(int32(min(o.MaxMessageBytes, math.MaxInt32))),
 		kgo.ProducerBatchCompression(codec),
 		kgo.RecordPartitioner(partitioner{kgo.StickyKeyPartitioner(nil)}),
+		// No linger (kgo's default is 10 ms): a Send blocks until its records are acknowledged,
+		// and the pipeline's lanes already hand over what queued meanwhile, so lingering only
+		// delays each acknowledgement. It also delays the drain before every commit: with the
+		// default, the 1-row exactly-once catch-up ran at about 7k events/s, one produce round
+		// of 10 ms after another with outboxd's CPU 17% busy (bench/README.md, issue 24).
+		// MaxBufferedRecords (kgo's 50,000) and MaxProduceRequestsInflightPerBroker (5 with
+		// idempotence, which transactions require) stay as they are: the pipeline keeps at
+		// most pipeline.max_inflight_events (20,000 by default) unacknowledged.
+		kgo.ProducerLinger(0),
 	)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
