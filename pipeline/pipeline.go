@@ -106,6 +106,11 @@ type Config struct {
 	// (outboxd run --dead-letter-event), when found poison or waiting for a missing topic.
 	// Each diversion is passed to Audit.
 	DeadLetterEvents map[string]bool
+	// DeadLetterWithoutPayload are event ids among DeadLetterEvents whose dead letter a broker
+	// refused with the row's payload: in exactly-once mode, where a refusal cannot be answered
+	// after the send, their dead letters go without it (HeaderPayloadOmitted), as a refused
+	// dead letter is resent in at-least-once mode. The row stays in the outbox table.
+	DeadLetterWithoutPayload map[string]bool
 	// Audit records an operator override durably; nil records nothing.
 	Audit  func(line string) error
 	Logger zerolog.Logger

@@ -389,6 +389,11 @@ func (p *Pipeline) preDivert(t *binlog.Txn, ev *binlog.Event, route string) (str
 	if err != nil {
 		return "", nil, err
 	}
+	if p.cfg.DeadLetterWithoutPayload[string(ev.EventID.Bytes)] {
+		if stripped, ok := withoutPayload(msg); ok {
+			msg = stripped
+		}
+	}
 	p.m.TableDeadLettered(p.tableLabel(ev), route)
 	return name, msg, nil
 }

@@ -158,7 +158,9 @@ func failures(msgs []*sink.Message, errs []error) error {
 	for i, m := range msgs {
 		k := topicKey{m.Topic, string(m.Key)}
 		if errs[i] == nil && m.Key != nil && failed[k] != nil {
-			errs[i] = fmt.Errorf("topic %s: an earlier message with the same key failed: %w", m.Topic, failed[k])
+			// %v: the earlier failure's marks (permanent) are its own; this message may well be
+			// fine, and must not be taken for one the broker refused for good.
+			errs[i] = fmt.Errorf("topic %s: not acknowledged: an earlier message with the same key failed: %v", m.Topic, failed[k])
 		}
 		if errs[i] == nil {
 			continue
