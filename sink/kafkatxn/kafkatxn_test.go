@@ -471,3 +471,40 @@ func TestFencedSessionAsksNothingMore(t *testing.T) {
 		t.Fatalf("the new holder's Save: %v", err)
 	}
 }
+
+// Load reads from the end of the checkpoint topic: with far more commits than its first
+// window, it returns the newest checkpoint, skips an aborted newer one, and still finds a key
+// whose only record is thousands of offsets back (the reconcile mark written once).
+func TestLoadReadsBackFromTheEnd(t *testing.T) {
+	c := cluster(t)
+	s := open(t, options(c.ListenAddrs(), nil))
+	ctx := testCtx(t)
+	if err := s.SaveMark(ctx, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)); err != nil {
+		t.Fatal(err)
+	}
+	const commits = 1500 // each: checkpoint record + marker; the mark rides the first
+	for i := 1; i <= commits; i++ {
+		if err := s.Save(ctx, cp(t, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A newer checkpoint in a transaction that is aborted.
+	if err := s.Send(ctx, msgs("a", 0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	rec := &kgo.Record{Topic: "outboxd_checkpoints", Key: []byte("orders"), Value: []byte(`{"flavor":"mariadb","gtid_set":"0-1-99999","saved_at":"2026-01-01T00:00:00Z"}`), Partition: 0}
+	if err := s.cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Abort(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fresh := open(t, options(c.ListenAddrs(), nil)) // reads only what is committed
+	if got := load(t, fresh); got == nil || got.GTIDSet != fmt.Sprintf("0-1-%d", commits) {
+		t.Fatalf("Load = %+v, want the newest committed 0-1-%d", got, commits)
+	}
+	m, ok, err := fresh.LoadMark(ctx)
+	if err != nil || !ok || !m.Equal(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) {
+		t.Fatalf("LoadMark = %v %v %v, want the mark committed %d commits back", m, ok, err, commits)
+	}
+}

@@ -239,46 +239,62 @@ func (s *Session) loadKey(ctx context.Context, key string) ([]byte, error) {
 	if err != nil || !found || lso == 0 {
 		return nil, err
 	}
+	// The newest record with key is near the end: every commit writes one. Read the last
+	// offsets first and look further back only while none is found, so that a start, a
+	// takeover, does not read the whole partition (compaction never touches its active
+	// segment, which holds every commit of days).
+	for window := int64(256); ; window *= 16 {
+		from := max(0, lso-window)
+		val, seen, err := s.readRange(ctx, key, from, lso)
+		if err != nil || seen || from == 0 {
+			return val, err
+		}
+	}
+}
+
+// readRange reads Topic's partition 0 from offset from up to lso, read_committed, and returns
+// the value of the newest record with key in that range (seen false when there is none).
+func (s *Session) readRange(ctx context.Context, key string, from, lso int64) (val []byte, seen bool, err error) {
 	opts, _, err := clientOpts(s.o)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	// Control records are kept so that the read knows when it reached lso: the offset just
 	// below it is a commit or abort marker or a committed record, never an aborted record
 	// (its marker would be below lso). Aborted records are dropped by kgo (read_committed).
 	// Should compaction ever remove the record just below lso (the cleaner leaves the active
 	// segment alone, where the newest marker normally is), this waits until ctx ends: an error,
-	// never an older checkpoint taken for the newest.
+	// never an older checkpoint taken for the newest. An offset from below the log's start
+	// (compacted or deleted away) reads from the start.
 	cl, err := kgo.NewClient(append(opts,
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{s.o.Topic: {0: kgo.NewOffset().AtStart()}}),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{s.o.Topic: {0: kgo.NewOffset().At(from)}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(),
 		kgo.FetchMaxWait(200*time.Millisecond),
 	)...)
 	if err != nil {
-		return nil, fmt.Errorf("kafka checkpoint %s: %w", s.o.Topic, err)
+		return nil, false, fmt.Errorf("kafka checkpoint %s: %w", s.o.Topic, err)
 	}
 	defer cl.Close()
-	var newest []byte
 	for {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("kafka checkpoint %s: read back to offset %d: %w", s.o.Topic, lso, ctx.Err())
+			return nil, false, fmt.Errorf("kafka checkpoint %s: read back to offset %d: %w", s.o.Topic, lso, ctx.Err())
 		}
 		var ferr error
 		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
 		if ferr != nil {
-			return nil, fmt.Errorf("kafka checkpoint %s: read back: %w", s.o.Topic, ferr)
+			return nil, false, fmt.Errorf("kafka checkpoint %s: read back: %w", s.o.Topic, ferr)
 		}
 		last := int64(-1)
 		fs.EachRecord(func(r *kgo.Record) {
 			last = max(last, r.Offset)
-			if !r.Attrs.IsControl() && string(r.Key) == key {
-				newest = r.Value
+			if !r.Attrs.IsControl() && string(r.Key) == key && r.Offset < lso {
+				val, seen = r.Value, true
 			}
 		})
 		if last >= lso-1 {
-			return newest, nil
+			return val, seen, nil
 		}
 	}
 }
