@@ -438,20 +438,26 @@ func (c *combiner) answer(b *seqBatch, res map[topicPartition]*produceAPI.Respon
 // retry resends b until answer settles it, every Send waiting for it gave up, the sink closed,
 // or Timeout passed since first. Given up with the outcome unknown, b's partition takes a fresh
 // producer id once nothing of it is in flight.
+//
+// The bound is a deadline, first plus Timeout, checked after each backoff and carried to the
+// connection (kafka-go sets the socket's deadline from the context's): a process paused past
+// it (SIGSTOP, a stalled VM) sends nothing when it resumes. The HA lock's timing counts on a
+// deposed leader's sends ending within LongestSend; a timeout measured from the resume, as
+// before, let a leader frozen past its lease resend after the next leader's first produce.
 func (c *combiner) retry(b *seqBatch, first time.Time) {
 	s := c.s
 	backoff := min(100*time.Millisecond, s.cfg.Timeout/20)
+	deadline := first.Add(s.cfg.Timeout)
 	for {
-		left := s.cfg.Timeout - time.Since(first)
-		if left <= backoff || s.closed.Load() || allGone(b.group) {
+		c.pause(backoff)
+		if !time.Now().Before(deadline) || s.closed.Load() || allGone(b.group) {
 			c.mu.Lock()
 			b.ps.fresh = true
 			c.mu.Unlock()
 			c.finish(b, nil, fmt.Errorf("gave up resending after %v: %w", time.Since(first).Round(time.Millisecond), b.lastErr))
 			return
 		}
-		time.Sleep(backoff)
-		ctx, cancel := context.WithTimeout(context.Background(), min(left-backoff, s.cfg.Timeout/2))
+		ctx, cancel := context.WithDeadline(context.Background(), minTime(deadline, time.Now().Add(s.cfg.Timeout/2)))
 		var res map[topicPartition]*produceAPI.ResponsePartition
 		var err error
 		if b.reseal {
@@ -477,6 +483,13 @@ func (c *combiner) retry(b *seqBatch, first time.Time) {
 			return
 		}
 	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 func allGone(group []*batchReq) bool {

@@ -302,3 +302,35 @@ func TestIdempotentCompression(t *testing.T) {
 		}
 	}
 }
+
+// A process paused past a batch's deadline (SIGSTOP, a stalled VM) sends nothing more of it
+// when it resumes: the HA lock's timing counts on a deposed leader's sends ending within
+// LongestSend of their start. The pause here stands in for the freeze: it lasts past the
+// deadline on the first backoff of the retry.
+func TestIdempotentRetryEndsAtDeadlineAfterPause(t *testing.T) {
+	e := newEnv(t)
+	const timeout = time.Second
+	s := e.sink(t, func(c *Config) { c.Idempotent = true; c.Timeout = timeout })
+	topic := e.topic(t, 1)
+	msgs := keyed(topic, 2, func(i int) string { return fmt.Sprint(i) })
+	if err := s.Send(context.Background(), msgs[:1]); err != nil {
+		t.Fatalf("first: %v", err)
+	}
+	var paused atomic.Bool
+	s.combine.pause = func(d time.Duration) {
+		if paused.CompareAndSwap(false, true) {
+			d = timeout + 200*time.Millisecond
+		}
+		time.Sleep(d)
+	}
+	dropped := e.dropAnswers(t, topic, 1<<50, 0)
+	if err := s.Send(context.Background(), msgs[1:]); err == nil {
+		t.Fatal("a Send whose every answer was lost reported success")
+	}
+	if !paused.Load() {
+		t.Fatal("the batch was never retried: the pause did not happen")
+	}
+	if n := dropped.Load(); n != 1 {
+		t.Errorf("%d produce requests reached the broker; want 1, the one before the pause: a retry after the deadline went out", n)
+	}
+}

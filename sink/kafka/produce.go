@@ -226,6 +226,9 @@ type combiner struct {
 	brokers map[int]*brokerQueue
 	// seqs is each partition's idempotent producer state (idempotent.go), nil without it.
 	seqs map[topicPartition]*partSeq
+	// pause waits between a batch's attempts: time.Sleep; a test stands in a process paused
+	// longer.
+	pause func(time.Duration)
 }
 
 type brokerQueue struct {
