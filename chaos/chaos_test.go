@@ -121,6 +121,24 @@ func TestHAFigures(t *testing.T) {
 	if n := staleProduces(terms, produces); n != 2 {
 		t.Fatalf("stale produces %d, want 2", n)
 	}
+	// The terms a watcher records: a crash failover lost the claim of a's term (epoch 3), so
+	// b's next claim repeats it; b's term still begins. A deposed a that still says leader
+	// (its older start) begins none, and neither does a repeat of the current term.
+	cur := term{inst: a, epoch: 3, start: t0.Add(20 * time.Second)}
+	for _, c := range []struct {
+		t    term
+		want bool
+	}{
+		{term{inst: b, epoch: 3, start: t0.Add(27 * time.Second)}, true},
+		{term{inst: b, epoch: 2, start: t0.Add(10 * time.Second)}, false},
+		{term{inst: a, epoch: 3, start: t0.Add(20 * time.Second)}, false},
+		{term{inst: a, epoch: 4, start: t0.Add(30 * time.Second)}, true},
+		{term{inst: b, epoch: 3}, false}, // no since reported: only a higher epoch tells
+	} {
+		if got := c.t.begins(&cur); got != c.want {
+			t.Errorf("term of %s epoch %d start %v after a's epoch 3: begins %v, want %v", c.t.inst.name, c.t.epoch, c.t.start.Sub(t0), got, c.want)
+		}
+	}
 	if p50, mx := percentile([]float64{3, 1, 2, 10}, 0.5), percentile([]float64{3, 1, 2, 10}, 1); p50 != 2 || mx != 10 {
 		t.Fatalf("p50 %v max %v, want 2 and 10", p50, mx)
 	}

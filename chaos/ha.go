@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand"
 	"net/http"
@@ -40,6 +41,22 @@ type term struct {
 	start time.Time
 }
 
+// begins reports whether t, as an instance reports it, is a term after cur: a higher epoch,
+// or another instance that took the lock after cur began. The epoch alone is not enough: a
+// crash failover can lose the claim that moved it (the dead primary had it, the replica never
+// did), and the next leader's claim then repeats an epoch already seen. A deposed instance
+// that still says leader (frozen, not yet fenced) names its own older start and is no new term.
+func (t term) begins(cur *term) bool {
+	switch {
+	case cur == nil || t.epoch > cur.epoch:
+		return true
+	case t.inst == cur.inst:
+		return false
+	default:
+		return !t.start.IsZero() && t.start.After(cur.start)
+	}
+}
+
 // watcher follows the leader across instances.
 type watcher struct {
 	runs *runLog
@@ -57,8 +74,7 @@ func (wa *watcher) watch(ctx context.Context, inst *outboxd) {
 		role, epoch, since, ok := haRole(&cl, inst.admin)
 		if ok && role == "leader" {
 			wa.mu.Lock()
-			if wa.cur == nil || epoch > wa.cur.epoch {
-				t := term{inst: inst, epoch: epoch, seen: time.Now(), start: since}
+			if t := (term{inst: inst, epoch: epoch, seen: time.Now(), start: since}); t.begins(wa.cur) {
 				if t.start.IsZero() || t.start.After(t.seen) {
 					t.start = t.seen
 				}
@@ -251,20 +267,39 @@ func (w *world) injectHA(ctx context.Context, rng *rand.Rand, kind string, scale
 // staleProduces counts produce requests of a deposed leader's instance forwarded to the broker
 // after the next leader (another instance) was seen leading.
 func staleProduces(terms []term, produces func(clientID string, since time.Time) []kafkatap.Request) int {
+	n, _ := staleProducesBy(terms, produces)
+	return n
+}
+
+// staleProducesBy is staleProduces with one line per takeover that had any: the deposed
+// instance, how many, and when the first and last were forwarded after the next term began.
+func staleProducesBy(terms []term, produces func(clientID string, since time.Time) []kafkatap.Request) (int, []string) {
 	n := 0
+	var lines []string
 	for i := 1; i < len(terms); i++ {
 		prev, next := terms[i-1], terms[i]
 		if prev.inst == next.inst {
 			continue // the same instance again (after a restart of all, or a fence and re-election)
 		}
 		last := i+1 == len(terms)
+		var k int
+		var firstAt, lastAt time.Duration
 		for _, r := range produces(prev.inst.clientID, next.start) {
 			if last || r.Forwarded.Before(terms[i+1].start) {
-				n++
+				if k == 0 {
+					firstAt = r.Forwarded.Sub(next.start)
+				}
+				lastAt = r.Forwarded.Sub(next.start)
+				k++
 			}
 		}
+		if k > 0 {
+			n += k
+			lines = append(lines, fmt.Sprintf("%d produce(s) of deposed %s after %s's term began at %s: first +%v, last +%v",
+				k, prev.inst.name, next.inst.name, next.start.Format("15:04:05.000"), firstAt.Round(time.Millisecond), lastAt.Round(time.Millisecond)))
+		}
 	}
-	return n
+	return n, lines
 }
 
 // percentile is the p-th percentile (0..1) of xs by nearest rank; 0 for none.
@@ -293,5 +328,9 @@ func (w *world) haReport(rep *Report) {
 	terms := append([]term(nil), w.watch.terms...)
 	w.watch.mu.Unlock()
 	rep.Terms = len(terms)
-	rep.StaleProduces = staleProduces(terms, w.kafka.tap.Produces)
+	var lines []string
+	rep.StaleProduces, lines = staleProducesBy(terms, w.kafka.tap.Produces)
+	for _, l := range lines {
+		rep.example("%s", l)
+	}
 }
