@@ -123,8 +123,30 @@ func (t *tracker) admit(ctx context.Context, n, size int) error {
 func (t *tracker) reserve(ctx context.Context, n, size int, held bool) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	// The wake-up on ctx's end is registered only once the piece has to wait: registering it for
-	// every transaction cost an allocation and a lock of ctx per 1-row transaction.
+	return t.waitLocked(ctx, func() bool {
+		if t.closed || ctx.Err() != nil {
+			return false
+		}
+		fits := t.events+n <= t.maxEvents && t.bytes+size <= t.maxBytes
+		if !fits && (held || t.events != t.heldEvents) {
+			return false
+		}
+		t.events += n
+		t.bytes += size
+		if held {
+			t.heldEvents += n
+			t.heldBytes += size
+		}
+		return true
+	})
+}
+
+// waitLocked waits, holding mu, until ready (called holding mu) reports true; it returns
+// errClosed after close, or ctx's error once ctx ends, whichever it sees first after a ready
+// that reported false.
+func (t *tracker) waitLocked(ctx context.Context, ready func() bool) error {
+	// The wake-up on ctx's end is registered only once the caller has to wait: registering it
+	// for every transaction cost an allocation and a lock of ctx per 1-row transaction.
 	var stop func() bool
 	defer func() {
 		if stop != nil {
@@ -132,21 +154,14 @@ func (t *tracker) reserve(ctx context.Context, n, size int, held bool) error {
 		}
 	}()
 	for {
+		if ready() {
+			return nil
+		}
 		if t.closed {
 			return errClosed
 		}
 		if err := ctx.Err(); err != nil {
 			return err
-		}
-		fits := t.events+n <= t.maxEvents && t.bytes+size <= t.maxBytes
-		if fits || (!held && t.events == t.heldEvents) {
-			t.events += n
-			t.bytes += size
-			if held {
-				t.heldEvents += n
-				t.heldBytes += size
-			}
-			return nil
 		}
 		t.sleep(ctx, &stop)
 	}

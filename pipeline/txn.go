@@ -446,24 +446,7 @@ func (p *Pipeline) abort(ctx context.Context, cause error) error {
 func (t *tracker) waitDrained(ctx context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var stop func() bool
-	defer func() {
-		if stop != nil {
-			stop()
-		}
-	}()
-	for {
-		if t.drainedLocked() {
-			return nil
-		}
-		if t.closed {
-			return errClosed
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		t.sleep(ctx, &stop)
-	}
+	return t.waitLocked(ctx, t.drainedLocked)
 }
 
 // drained reports, without waiting, what waitDrained waits for.
