@@ -16,6 +16,7 @@ import (
 	"github.com/outboxd/outboxd/checkpoint"
 	"github.com/outboxd/outboxd/config"
 	"github.com/outboxd/outboxd/election"
+	"github.com/outboxd/outboxd/internal/sqlerr"
 	"github.com/outboxd/outboxd/metrics"
 	"github.com/outboxd/outboxd/preflight"
 	"github.com/outboxd/outboxd/server"
@@ -180,28 +181,29 @@ func (r *relay) claimAlone(ctx context.Context) (uint64, error) {
 	}
 	holder := election.NewHolderID()
 	var epoch uint64
-	if _, kafka := ms.(*kafkatxn.Store); kafka {
-		// Its claim (InitProducerID) waits out transient errors itself; what it returns is
-		// final: refused credentials, a missing grant, or a shutdown.
-		epoch, err := ms.Claim(ctx, holder)
-		if ctx.Err() != nil {
-			return 0, nil
-		}
-		return epoch, err
-	}
 	// A claim that a shutdown cut short is no failure to retry, nor to log.
-	retry := server.ReconnectRetry(func(err error) bool { return !errors.Is(err, checkpoint.ErrStoreMisconfigured) && ctx.Err() == nil })
+	again := func(err error) bool { return !errors.Is(err, checkpoint.ErrStoreMisconfigured) && ctx.Err() == nil }
+	msg := "checkpoint row not claimed (writer unreachable, or a lock wait), retrying"
+	if _, kafka := ms.(*kafkatxn.Store); kafka {
+		// Its claim (InitProducerID) waits out the coordinator's transient errors itself; a
+		// cluster that cannot be reached at all (stopped, a network cut) is waited for here,
+		// as the mysql store's writer is. Anything else is final: refused credentials, a
+		// missing grant, a checkpoint topic set up wrong.
+		again = func(err error) bool { return sqlerr.Transient(err) && ctx.Err() == nil }
+		msg = "checkpoint not claimed: the Kafka brokers of checkpoint.sink are unreachable, retrying"
+	}
+	retry := server.ReconnectRetry(again)
 	retry.OnRetry = func(err error, in time.Duration) {
-		r.log.Warn().Err(err).Stringer("retry_in", in).Msg("checkpoint row not claimed (writer unreachable, or a lock wait), retrying")
+		r.log.Warn().Err(err).Stringer("retry_in", in).Msg(msg)
 	}
 	err := retry.Do(ctx, func() (err error) {
 		epoch, err = ms.Claim(ctx, holder)
 		return err
 	})
-	if err == nil || errors.Is(err, checkpoint.ErrStoreMisconfigured) {
-		return epoch, err
+	if err != nil && ctx.Err() != nil {
+		return 0, nil // stopped while claiming, or while the store was away
 	}
-	return 0, nil // stopped while claiming, or while the writer was away
+	return epoch, err
 }
 
 // holder names this process in a tombstone: its token's holder with the mysql store, its host
