@@ -50,7 +50,7 @@ func (c *Config) validateCheckpoint(p *problems) {
 // on checkpoint.sink's cluster, in the transactions of delivery: exactly_once.
 func (c *Config) validateKafkaCheckpoint(p *problems) {
 	cp := c.Checkpoint
-	if !c.ExactlyOnce() {
+	if !c.ExactlyOnce() && c.deliveryKnown() { // a misspelt delivery is that one problem
 		p.add("checkpoint.store", "kafka needs delivery: exactly_once: a Kafka checkpoint is written only inside the transaction that carries the events it covers; "+
 			"set delivery: exactly_once, or use store: file or mysql")
 	}

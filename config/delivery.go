@@ -63,13 +63,20 @@ func (c *Config) TransactionalID() string { return "outboxd-" + c.Checkpoint.Nam
 // kafkaTopicRe is what Kafka accepts as a topic name (249 characters at most, checked apart).
 var kafkaTopicRe = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 
+// deliveryKnown reports whether delivery is one of its values ("" in a Config built in code).
+// Pure.
+func (c *Config) deliveryKnown() bool {
+	switch c.Delivery {
+	case DeliveryAtLeastOnce, DeliveryExactlyOnce, "":
+		return true
+	}
+	return false
+}
+
 // validateDelivery checks delivery and the transactions section, and under exactly_once that
 // every destination can join the one Kafka transaction.
 func (c *Config) validateDelivery(p *problems) {
-	switch c.Delivery {
-	case DeliveryAtLeastOnce, "": // "" in a Config built in code
-	case DeliveryExactlyOnce:
-	default:
+	if !c.deliveryKnown() {
 		p.add("delivery", "%q is not allowed; use at_least_once (default) or exactly_once", c.Delivery)
 		return
 	}

@@ -61,6 +61,8 @@ func TestExactlyOnceValidation(t *testing.T) {
 	}
 	for _, tc := range []struct{ name, yaml, want string }{
 		{"unknown delivery", minimal + "delivery: once\n", `delivery (line 13): "once" is not allowed; use at_least_once (default) or exactly_once`},
+		{"misspelt delivery with the kafka store", strings.Replace(eos, "delivery: exactly_once", "delivery: exactly-once", 1),
+			`delivery (line 13): "exactly-once" is not allowed; use at_least_once (default) or exactly_once`},
 		{"exactly_once without kafka store", minimal + "delivery: exactly_once\n",
 			"delivery (line 13): exactly_once needs checkpoint.store: kafka, so that each checkpoint is written in the Kafka transaction of the events it covers: set checkpoint.store: kafka"},
 		{"exactly_once with mysql store", minimal + "delivery: exactly_once\ncheckpoint: {store: mysql, name: orders}\n", "delivery (line 13): exactly_once needs checkpoint.store: kafka"},
