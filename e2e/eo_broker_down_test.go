@@ -3,7 +3,6 @@ package e2e
 import (
 	"net"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -33,7 +32,7 @@ func TestExactlyOnceWaitsForBrokerAtStart(t *testing.T) {
 
 	kw := startKeyedWriter(t, w, 10*time.Millisecond)
 	p := startBinary(t, "run", "--config", cfgPath)
-	waitOutput(t, p, "the Kafka brokers of checkpoint.sink are unreachable, retrying", 20*time.Second)
+	p.waitLog(t, "the Kafka brokers of checkpoint.sink are unreachable, retrying", 20*time.Second)
 	time.Sleep(2 * time.Second) // a retry or two later it still waits
 	if !p.running() {
 		t.Fatalf("outboxd exited (%v) while the cluster was down:\n%s", p.err, tail(p.output(), 30))
@@ -66,14 +65,3 @@ func TestExactlyOnceWaitsForBrokerAtStart(t *testing.T) {
 	}
 }
 
-// waitOutput waits up to d for s in p's output.
-func waitOutput(t *testing.T, p *proc, s string, d time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !strings.Contains(p.output(), s) {
-		if time.Now().After(deadline) || !p.running() {
-			t.Fatalf("no %q in outboxd's output within %s (running %v):\n%s", s, d, p.running(), tail(p.output(), 30))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
