@@ -64,4 +64,3 @@ func TestExactlyOnceWaitsForBrokerAtStart(t *testing.T) {
 		t.Fatalf("graceful stop exited %d:\n%s", code, tail(p.output(), 30))
 	}
 }
-
