@@ -269,13 +269,19 @@ func (sw *skewWorld) logLines(text string) []map[string]any {
 	return out
 }
 
-const skewWarning = "this host's clock and the database's differ"
+// skewWarning is the periodic reconcile's warning, opsSkewWarning the position sampler's.
+const (
+	skewWarning    = "this host's clock and the database's differ"
+	opsSkewWarning = "the source database's clock is more than a minute from this host's"
+)
 
 // The database's clock two days ahead of outboxd's, and two days behind: every committed row is
 // delivered; cleanup (the key path, and the created_at sweep for the keys its queue dropped)
 // deletes exactly the delivered rows; the rows written with sql_log_bin=0 stay, and the periodic
 // reconcile (on the database's clock) reports exactly them missing. The operator sees no
-// negative lag or age, and the skew warned of once, with its size.
+// negative lag or age, no lag on a relay that is caught up (the gauges correct the database's
+// times by its measured offset, outboxd_source_clock_offset_seconds), and the skew warned of
+// once by the sampler and once by the periodic reconcile, with its size.
 func TestClockSkewDatabaseFarOff(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -292,6 +298,20 @@ func TestClockSkewDatabaseFarOff(t *testing.T) {
 			vals, _ := admScrape(t, sw.admin)
 			if vals["outboxd_cleanup_keys_dropped_total"] == 0 {
 				t.Fatal("the key queue dropped no key: the created_at sweep deleted nothing, the test did not exercise it")
+			}
+			// The gauges compare the database's commit and binlog times with now on its clock:
+			// a caught-up relay shows no lag (it showed two days with the clock behind, and
+			// hid up to two days of lag with it ahead), the server started seconds ago.
+			for _, g := range []string{"outboxd_lag_seconds", "outboxd_binlog_oldest_age_seconds"} {
+				if v := vals[g]; v > 120 {
+					t.Fatalf("%s = %v on a relay that is caught up, with a server started less than 2 minutes ago", g, v)
+				}
+			}
+			if v := vals["outboxd_source_clock_offset_seconds"]; (time.Duration(v*float64(time.Second)) - tc.offset).Abs() > 5*time.Second {
+				t.Fatalf("outboxd_source_clock_offset_seconds = %v, want about %v", v, tc.offset.Seconds())
+			}
+			if n := len(sw.logLines(opsSkewWarning)); n != 1 {
+				t.Fatalf("%d warnings that the database's clock is off this host's, want 1", n)
 			}
 			warns := sw.logLines(skewWarning)
 			if len(warns) != 1 {
@@ -380,10 +400,10 @@ func TestClockSkewDatabaseJumps(t *testing.T) {
 			t.Fatalf("%s, delivered before the step back, is still in the table", id)
 		}
 	}
-	if n := len(sw.logLines(skewWarning)); n != 1 {
-		t.Fatalf("%d skew warnings, want 1 (the day forward)", n)
-	}
-	if n := len(sw.logLines("agree again, within")); n != 1 {
-		t.Fatalf("%d lines saying the clocks agree again, want 1 (after the jump back)", n)
+	// Each of the two warns of the day forward once, and says once that the clocks agree again.
+	for _, l := range []string{skewWarning, opsSkewWarning, "this host's clock and the database's agree again", "the source database's clock and this host's agree again"} {
+		if n := len(sw.logLines(l)); n != 1 {
+			t.Fatalf("%d log lines %q, want 1", n, l)
+		}
 	}
 }
