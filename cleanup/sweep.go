@@ -60,6 +60,16 @@ func (c *Cleaner) sweep(ctx context.Context, t *table, lim *limiter, log zerolog
 		until = byRetention
 	}
 	full := t.sw.rounds == 0
+	if !full && until.Before(t.sw.next) {
+		// The bound went back: the database's clock stepped back, and NOW() and the commit
+		// times with it. Rows written since carry a created_at behind the previous bound,
+		// where the rounds between full passes never look, and the rounds would find nothing
+		// new until the clock caught up again (a step back of a day: a day without a sweep).
+		// A full pass now takes them; the rounds after it go on from the new bound.
+		log.Warn().Str("bound", logging.Time(until)).Str("previous_bound", logging.Time(t.sw.next)).
+			Msg("cleanup sweep: its bound went back (the database's clock stepped back); a full pass looks at the rows written since")
+		full = true
+	}
 	since := t.sw.next
 	if full {
 		var oldest sql.NullFloat64

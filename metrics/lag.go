@@ -6,6 +6,11 @@ import "time"
 // transaction and the reader's knowledge of the newest position.
 type LagInput struct {
 	Now time.Time
+	// SourceOffset is the source's clock minus this host's (0: unknown, or none). Commit times
+	// are the source's clock and are compared with Now plus it; read and heartbeat times are
+	// this host's. Without it a database clock days behind this host's shows days of lag on a
+	// relay that is caught up, and one ahead hides real lag up to the offset.
+	SourceOffset time.Duration
 	// Pending is set when a transaction read is not yet fully acknowledged; OldestCommit and
 	// OldestRead are then the commit and read times of the oldest such one.
 	Pending                  bool
@@ -35,6 +40,8 @@ const heartbeatGrace = 3
 
 // ComputeLag applies the lag rules. Pure; safe for concurrent use.
 //
+// Commit times are the source's clock: they are compared with now on that clock (SourceOffset).
+//
 //   - A transaction not yet fully acknowledged: lag is now minus its commit time, and the
 //     oldest-unacked age is now minus when it was read. Both grow while the pipeline is stuck.
 //   - Nothing pending, and the last heartbeat came after the newest transaction read: the server
@@ -45,8 +52,9 @@ const heartbeatGrace = 3
 //   - Nothing read and no heartbeat yet: 0.
 func ComputeLag(in LagInput) LagResult {
 	since := func(t time.Time) time.Duration { return max(0, in.Now.Sub(t)) }
+	sinceCommit := func(t time.Time) time.Duration { return max(0, in.Now.Add(in.SourceOffset).Sub(t)) }
 	if in.Pending {
-		return LagResult{Lag: since(in.OldestCommit), OldestUnacked: since(in.OldestRead)}
+		return LagResult{Lag: sinceCommit(in.OldestCommit), OldestUnacked: since(in.OldestRead)}
 	}
 	if !in.LastHeartbeat.IsZero() && in.HeartbeatSeq == in.ReadSeq {
 		stale := since(in.LastHeartbeat)
@@ -56,7 +64,7 @@ func ComputeLag(in LagInput) LagResult {
 		return LagResult{Lag: stale}
 	}
 	if !in.NewestCommit.IsZero() {
-		return LagResult{Lag: since(in.NewestCommit)}
+		return LagResult{Lag: sinceCommit(in.NewestCommit)}
 	}
 	return LagResult{}
 }

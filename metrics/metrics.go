@@ -116,6 +116,7 @@ type Metrics struct {
 	tableDelivered  *prometheus.CounterVec
 	tableDead       *prometheus.CounterVec
 	binlogRetention prometheus.Gauge
+	clockOffset     prometheus.Gauge
 	rec             reconcileMetrics
 	cleanup         *cleanupMetrics
 	ktxn            *kafkaTxnMetrics
@@ -134,6 +135,10 @@ type Metrics struct {
 	// oldestBinlog the creation time of its oldest binlog (zero before the first sample).
 	retention    time.Duration
 	oldestBinlog time.Time
+	// srcOffset is the source's clock minus this host's, as last sampled (SetSourceClockOffset):
+	// the commit and binlog times the age gauges compare with this host's clock are the
+	// source's.
+	srcOffset time.Duration
 }
 
 type tableKey struct{ schema, table string }
@@ -272,6 +277,8 @@ func New(o Options) *Metrics {
 	}, []string{"table", "route"})
 	m.binlogRetention = gauge("outboxd_binlog_retention_seconds",
 		"How long the source keeps a binlog file (binlog_expire_logs_seconds, expire_logs_days, or RDS 'binlog retention hours'); 0 when it never purges them or before the first sample (sampled every minute by the leader).")
+	m.clockOffset = gauge("outboxd_source_clock_offset_seconds",
+		"The source database's clock (NOW()) minus this host's, sampled every 5 s by the leader; 0 before the first sample. The lag and age gauges compare the source's commit and binlog times with now on the source's clock. Keep it near 0 (NTP on both hosts): time-based settings (reconcile.delay, cleanup.commit_margin) assume the clocks agree.")
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "outboxd_build_info", Help: "Always 1; labels say the version and the Go version.",
 	}, []string{"version", "goversion"})
@@ -323,7 +330,7 @@ func New(o Options) *Metrics {
 		m.deadLetters, m.sendDuration, m.retries, m.checkpointSaves, m.checkpointFails, m.checkpointTS,
 		m.sourceConnected, m.sinkUp, m.topicMissing, m.txnsBehind, m.txnsSkipped,
 		m.reconnects, m.leader, m.leaderEpoch, m.fences, m.missingTxns, m.limitEvents, m.limitBytes, m.readToAck, m.commitToAck, m.tableDelivered, m.tableDead,
-		m.binlogRetention,
+		m.binlogRetention, m.clockOffset,
 	)
 	m.reg.MustRegister(computed...)
 	m.rec = newReconcileMetrics()
@@ -578,7 +585,10 @@ func (m *Metrics) TxnAcked(readAt, commit time.Time, precise bool, ackedAt time.
 	}
 	m.readToAck.Observe(max(0, ackedAt.Sub(readAt)).Seconds())
 	if precise && !commit.IsZero() {
-		m.commitToAck.Observe(max(0, ackedAt.Sub(commit)).Seconds())
+		m.mu.Lock()
+		off := m.srcOffset
+		m.mu.Unlock()
+		m.commitToAck.Observe(max(0, ackedAt.Add(off).Sub(commit)).Seconds())
 	}
 }
 
@@ -751,7 +761,7 @@ func (m *Metrics) preparedXA() (n int, age time.Duration) {
 	if n == 0 || oldest.IsZero() {
 		return n, 0
 	}
-	return n, max(0, m.now().Sub(oldest))
+	return n, max(0, m.sourceNow().Sub(oldest))
 }
 
 func (m *Metrics) checkpointAge() time.Duration {
@@ -779,6 +789,7 @@ func (m *Metrics) Lag() LagResult {
 	}
 	in := LagInput{
 		Now:             m.now(),
+		SourceOffset:    m.srcOffset,
 		NewestCommit:    m.src.newestCommit,
 		ReadSeq:         m.src.readSeq,
 		HeartbeatSeq:    m.src.heartbeatSeq,

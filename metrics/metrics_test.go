@@ -136,6 +136,7 @@ func TestEveryContractMetricIsRegistered(t *testing.T) {
 		"outboxd_xa_prepared_transactions":            dto.MetricType_GAUGE,
 		"outboxd_xa_oldest_prepared_age_seconds":      dto.MetricType_GAUGE,
 		"outboxd_binlog_retention_seconds":            dto.MetricType_GAUGE,
+		"outboxd_source_clock_offset_seconds":         dto.MetricType_GAUGE,
 		"outboxd_binlog_oldest_age_seconds":           dto.MetricType_GAUGE,
 		"outboxd_binlog_retention_remaining_seconds":  dto.MetricType_GAUGE,
 		"outboxd_checkpoint_saves_total":              dto.MetricType_COUNTER,
@@ -281,6 +282,16 @@ func TestComputeLagRules(t *testing.T) {
 			LastHeartbeat: now.Add(-time.Second), HeartbeatPeriod: time.Second}, LagResult{CaughtUp: true}},
 		{"clock skew: commit in the future", LagInput{Now: now, Pending: true, OldestCommit: now.Add(time.Second), OldestRead: now},
 			LagResult{}},
+		// The source's clock two days behind this host's (its commit times with it): the offset
+		// puts now on its clock, so 3 s behind is 3 s, not two days; ahead, real lag shows.
+		{"source clock behind, pending", LagInput{Now: now, SourceOffset: -48 * time.Hour, Pending: true,
+			OldestCommit: now.Add(-48*time.Hour - 3*time.Second), OldestRead: now.Add(-time.Second)},
+			LagResult{Lag: 3 * time.Second, OldestUnacked: time.Second}},
+		{"source clock behind, busy", LagInput{Now: now, SourceOffset: -48 * time.Hour, NewestCommit: now.Add(-48*time.Hour - 2*time.Second),
+			ReadSeq: 9, HeartbeatSeq: 2, LastHeartbeat: now.Add(-time.Minute), HeartbeatPeriod: time.Second}, LagResult{Lag: 2 * time.Second}},
+		{"source clock ahead, pending", LagInput{Now: now, SourceOffset: 48 * time.Hour, Pending: true,
+			OldestCommit: now.Add(48*time.Hour - 4*time.Second), OldestRead: now.Add(-time.Second)},
+			LagResult{Lag: 4 * time.Second, OldestUnacked: time.Second}},
 	}
 	for _, c := range cases {
 		if got := ComputeLag(c.in); got != c.want {

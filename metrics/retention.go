@@ -53,5 +53,27 @@ func (m *Metrics) oldestBinlogAge() time.Duration {
 	if t.IsZero() {
 		return 0
 	}
-	return max(0, m.now().Sub(t))
+	return max(0, m.sourceNow().Sub(t))
+}
+
+// SetSourceClockOffset records the source's clock minus this host's (sampled by the leader):
+// the lag and age gauges compare the source's commit and binlog times with now on the source's
+// clock, so a skew between the two hosts does not show as lag (or hide it). Safe for
+// concurrent use.
+func (m *Metrics) SetSourceClockOffset(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.srcOffset = d
+	m.mu.Unlock()
+	m.clockOffset.Set(d.Seconds())
+}
+
+// sourceNow is now on the source's clock, as last sampled.
+func (m *Metrics) sourceNow() time.Time {
+	m.mu.Lock()
+	off := m.srcOffset
+	m.mu.Unlock()
+	return m.now().Add(off)
 }

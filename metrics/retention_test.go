@@ -48,3 +48,23 @@ func TestBinlogRetentionGauges(t *testing.T) {
 		t.Errorf("remaining without retention = %v, want 0", v)
 	}
 }
+
+// The source's binlog times are its clock's: with its clock two days behind this host's, the
+// oldest binlog written 10 s ago is 10 s old once the offset is sampled, and the offset is
+// exported.
+func TestSourceClockOffsetCorrectsBinlogAge(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	m := New(Options{Now: func() time.Time { return now }})
+	m.SetOldestBinlog(now.Add(-48*time.Hour - 10*time.Second))
+	if v := value(t, gather(t, m), "outboxd_binlog_oldest_age_seconds"); v != 48*3600+10 {
+		t.Fatalf("age before the offset is known = %v", v)
+	}
+	m.SetSourceClockOffset(-48 * time.Hour)
+	fams := gather(t, m)
+	if v := value(t, fams, "outboxd_binlog_oldest_age_seconds"); v != 10 {
+		t.Fatalf("age = %v, want 10", v)
+	}
+	if v := value(t, fams, "outboxd_source_clock_offset_seconds"); v != -48*3600 {
+		t.Fatalf("offset gauge = %v, want -172800", v)
+	}
+}

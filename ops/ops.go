@@ -197,6 +197,7 @@ func (o *Ops) sampleLoop(ctx context.Context, run *Running) {
 	var lastAcked uint64
 	var lastAt time.Time
 	var retention retentionSampler
+	var clock clockSampler
 	sinksLogged := sinkLog{}
 	for {
 		o.probeSinks(ctx, run.Sinks)
@@ -204,6 +205,7 @@ func (o *Ops) sampleLoop(ctx context.Context, run *Running) {
 			sinksLogged.update(o.log, o.m.Sinks())
 		}
 		if run.Relay.Leading() {
+			o.sampleClock(ctx, run.Relay, &clock)
 			o.sampleRetention(ctx, run.Relay, &retention)
 			o.keepHolderLock(ctx, run.HolderLock)
 		}

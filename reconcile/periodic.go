@@ -31,6 +31,11 @@ type Periodic struct {
 	Metrics Metrics
 	Log     zerolog.Logger
 	Now     func() time.Time // the process's clock, only to warn of skew; nil is time.Now
+
+	// skewed is set while the last run found the clocks more than reconcile.delay apart: the
+	// warning is logged when a skew begins, not at every run (a clock days off would repeat
+	// it every interval), and an info line says when it ended. Owned by Run's goroutine.
+	skewed bool
 }
 
 // Run runs reconcile every reconcile.interval while this process leads. Each run checks the
@@ -96,9 +101,16 @@ func (p *Periodic) run(ctx context.Context, src source, log zerolog.Logger) erro
 	if err != nil {
 		return err
 	}
-	if now := p.clock()(); now.Sub(serverNow).Abs() > rc.Delay {
-		log.Warn().Str("server_now", logging.Time(serverNow)).Str("local_now", logging.Time(now)).
-			Msg("this host's clock and the database's differ by more than reconcile.delay; reconcile follows the database's (synchronise the clocks: other time-based settings use this host's)")
+	now := p.clock()()
+	switch skew := serverNow.Sub(now); {
+	case skew.Abs() > rc.Delay && !p.skewed:
+		p.skewed = true
+		log.Warn().Str("server_now", logging.Time(serverNow)).Str("local_now", logging.Time(now)).Float64("skew_seconds", skew.Seconds()).
+			Msg("this host's clock and the database's differ by more than reconcile.delay; reconcile follows the database's (synchronise the clocks: other time-based settings use this host's); logged once until they agree again")
+	case skew.Abs() <= rc.Delay && p.skewed:
+		p.skewed = false
+		log.Info().Str("server_now", logging.Time(serverNow)).Str("local_now", logging.Time(now)).Float64("skew_seconds", skew.Seconds()).
+			Msg("this host's clock and the database's agree again, within reconcile.delay")
 	}
 	mark, ok, err := p.Marks.LoadMark(ctx)
 	if err != nil {

@@ -1,13 +1,16 @@
 package reconcile
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -234,5 +237,44 @@ func TestPeriodicWritesReport(t *testing.T) {
 	}
 	if rep.Missing != 1 || len(rep.MissingEvents) != 1 || rep.MissingEvents[0].EventID != "e1" {
 		t.Errorf("reconcile.out: %+v", rep)
+	}
+}
+
+// A skew beyond reconcile.delay is warned of when it begins, not at every run (a clock days off
+// would repeat it every interval), and an info line says when the clocks agree again; a new
+// skew is warned of again.
+func TestPeriodicWarnsOfSkewOnce(t *testing.T) {
+	now := time.Date(2026, 12, 1, 13, 5, 0, 0, time.UTC)
+	var logs bytes.Buffer
+	p := &Periodic{
+		Config:  &config.Config{Reconcile: &config.Reconcile{Interval: time.Hour, Window: time.Hour, Delay: 5 * time.Minute}},
+		Host:    fakeHost{},
+		Marks:   &fakeMarks{},
+		Metrics: &fakeMetrics{},
+		Now:     func() time.Time { return now },
+	}
+	log := zerolog.New(&logs)
+	for _, dbAhead := range []time.Duration{48 * time.Hour, 48 * time.Hour, 47 * time.Hour, time.Minute, 0, -48 * time.Hour, -48 * time.Hour} {
+		if err := p.run(context.Background(), &fakeSource{now: now.Add(dbAhead)}, log); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var m struct {
+			Level   string  `json:"level"`
+			Message string  `json:"message"`
+			Skew    float64 `json:"skew_seconds"`
+		}
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(m.Message, "clock") {
+			got = append(got, fmt.Sprintf("%s %.0f", m.Level, m.Skew))
+		}
+	}
+	want := []string{"warn 172800", "info 60", "warn -172800"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("clock lines %q, want %q", got, want)
 	}
 }

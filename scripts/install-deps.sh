@@ -11,6 +11,10 @@
 #   passwd         - useradd, for the unprivileged user that test starts outboxd as.
 #   kcat           - the second read_committed reader (librdkafka) of the exactly-once tests
 #                    (testenv/kafkaread, e2e/exactly_once_test.go).
+#   faketime       - libfaketime, preloaded into the mariadbd of the clock-skew tests to run the
+#                    database's clock days off outboxd's (testenv/mariadb FakeClock,
+#                    e2e/clockskew_test.go); Go reads the clock through the vDSO, so only the C
+#                    server can be faked.
 # Nothing is started here: the tests run their own servers, in temp dirs on free ports.
 # --demo installs only what `make demo` needs: mariadb-server.
 set -euo pipefail
@@ -32,6 +36,7 @@ if ! $demo; then
 	command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 	command -v useradd >/dev/null 2>&1 || [ -x /usr/sbin/useradd ] || need+=(passwd)
 	command -v kcat >/dev/null 2>&1 || need+=(kcat)
+	compgen -G '/usr/lib/*/faketime/libfaketimeMT.so.1' >/dev/null || need+=(faketime)
 fi
 [ ${#need[@]} -eq 0 ] && exit 0
 

@@ -51,6 +51,9 @@ type Options struct {
 	Port int
 	// Log receives the server's error log (stderr). nil writes it to error.log in Dir.
 	Log io.Writer
+	// Env are more KEY=VALUE variables for mariadbd, after this process's environment (so
+	// they override it): FakeClock.Env runs the server on a clock offset from this host's.
+	Env []string
 }
 
 // Server is a running (or stopped) throwaway mariadbd. Methods are safe for concurrent use.
@@ -351,6 +354,9 @@ func (s *Server) startOnce(ctx context.Context, o Options, port int) error {
 	}
 	args := o.args(s, port)
 	cmd := exec.Command(s.bin, args...)
+	if len(o.Env) > 0 {
+		cmd.Env = append(os.Environ(), o.Env...)
+	}
 	s.lastStderr = &tailBuffer{max: 16 << 10}
 	var stderr io.Writer = s.lastStderr
 	if o.Log != nil {

@@ -270,3 +270,29 @@ func TestTemplateDatadir(t *testing.T) {
 		t.Error("the damaged template was not replaced")
 	}
 }
+
+// A server under a FakeClock reads its clock offset (NOW(), created_at defaults) and Set moves
+// it while it runs, from ahead to behind; a restart keeps it.
+func TestFakeClock(t *testing.T) {
+	const day = 24 * time.Hour
+	c := FakeClockT(t, 2*day)
+	s, db := RootT(t, Options{Env: c.Env()},
+		"CREATE DATABASE app", "CREATE TABLE app.t (id INT PRIMARY KEY, at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))")
+	WaitClockT(t, db, 2*day, 5*time.Second, 0)
+	ExecT(t, db, "INSERT INTO app.t (id) VALUES (1)")
+	var at time.Time
+	if err := db.QueryRow("SELECT at FROM app.t WHERE id = 1").Scan(&at); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Until(at); (d - 2*day).Abs() > 5*time.Second {
+		t.Fatalf("created_at %s is %s from now, want 2 days ahead", at, d)
+	}
+	if err := c.Set(-2 * day); err != nil {
+		t.Fatal(err)
+	}
+	WaitClockT(t, db, -2*day, 5*time.Second, 5*time.Second)
+	if err := s.Restart(t.Context(), Options{Env: c.Env()}); err != nil {
+		t.Fatal(err)
+	}
+	WaitClockT(t, db, -2*day, 5*time.Second, 0)
+}

@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/outboxd/outboxd/testenv/internal/serverproc"
 )
@@ -63,4 +64,38 @@ func CreateUserT(t testing.TB, root *sql.DB, name string, grants ...string) stri
 		ExecT(t, root, fmt.Sprintf(g, acct))
 	}
 	return "pw"
+}
+
+// FakeClockT is NewFakeClock for a test, with its file in a temporary directory. When
+// libfaketime is not installed it fails the test if $CI is set (CI installs the faketime
+// package) and skips it otherwise.
+func FakeClockT(t testing.TB, offset time.Duration) *FakeClock {
+	t.Helper()
+	serverproc.RequireT(t, "libfaketime", FakeTimeLib, "libfaketime not found: apt-get install -y faketime")
+	c, err := NewFakeClock(t.TempDir(), offset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// WaitClockT waits until the server's clock is offset from this host's by want, within tol,
+// and fails t after timeout: proof that a FakeClock took effect, so a test of skew cannot pass
+// on an unskewed server.
+func WaitClockT(t testing.TB, db *sql.DB, want, tol, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		got, err := ClockOffset(t.Context(), db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (got - want).Abs() <= tol {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server's clock is %s from this host's after %s, want %s (± %s): libfaketime did not take effect", got, timeout, want, tol)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
