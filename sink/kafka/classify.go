@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	kafkago "github.com/segmentio/kafka-go"
 
@@ -60,12 +61,18 @@ func classify(err error) error {
 		switch code {
 		case kafkago.UnknownTopicOrPartition: // 3: from a produce answer; metadata is refreshed too
 			return sink.TopicMissing(err)
+		case kafkago.InvalidTimestamp: // 32: the same record is refused again
+			// A record's time is its row's commit time (or its columns.timestamp), on the
+			// database's clock: a clock far off the brokers' is the likelier cause, and the
+			// message says so (Kafka 4 refuses more than an hour ahead by default).
+			return sink.Permanent(fmt.Errorf("%w: the record's time (the row's commit time on the database's clock, or its columns.timestamp) "+
+				"is outside the topic's message.timestamp.after.max.ms or message.timestamp.before.max.ms of the broker's clock: "+
+				"compare the clocks (outboxd_source_clock_offset_seconds) or raise those topic settings", err))
 		case kafkago.MessageSizeTooLarge, // 10: the batch is over message.max.bytes
 			kafkago.InvalidTopic,                // 17
 			kafkago.RecordListTooLarge,          // 18
 			kafkago.TopicAuthorizationFailed,    // 29: needs an ACL change, not a retry
 			kafkago.ClusterAuthorizationFailed,  // 31
-			kafkago.InvalidTimestamp,            // 32: outside message.timestamp.difference.max.ms
 			kafkago.InvalidRequest,              // 42: the same bytes are rejected again
 			kafkago.UnsupportedForMessageFormat, // 43
 			kafkago.PolicyViolation,             // 44

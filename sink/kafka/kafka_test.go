@@ -476,6 +476,10 @@ func TestClassify(t *testing.T) {
 	if classify(nil) != nil {
 		t.Error("classify(nil) != nil")
 	}
+	if got := classify(kafkago.InvalidTimestamp); !sink.IsPermanent(got) || !errors.Is(got, kafkago.InvalidTimestamp) ||
+		!strings.Contains(got.Error(), "message.timestamp.after.max.ms") || !strings.Contains(got.Error(), "outboxd_source_clock_offset_seconds") {
+		t.Errorf("classify(INVALID_TIMESTAMP) = %v: want it permanent, naming the topic settings and the clock offset gauge", got)
+	}
 }
 
 func TestRecordSizeMatchesEncoding(t *testing.T) {
