@@ -121,7 +121,9 @@ func TestIdempotentAckedSurvivesBrokerRestarts(t *testing.T) {
 	var d net.Dialer
 	live, err := kgo.NewClient(kgo.SeedBrokers(real), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond),
-		kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) { return d.DialContext(ctx, network, real) }))
+		kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, network, real)
+		}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +259,9 @@ func TestIdempotentAckedSurvivesBrokerRestarts(t *testing.T) {
 	// The read-back with a fresh client.
 	cl, err := kgo.NewClient(kgo.SeedBrokers(real), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond),
-		kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) { return d.DialContext(ctx, network, real) }))
+		kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, network, real)
+		}))
 	if err != nil {
 		t.Fatal(err)
 	}
