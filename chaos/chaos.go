@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -51,7 +52,9 @@ type Options struct {
 	// faults leave the schedule), keeps the checkpoint in a Kafka transaction (checkpoint.store:
 	// kafka) and reads the topic back as a read_committed consumer, whose duplicates fail the run.
 	Delivery string
-	Logf     func(string, ...any)
+	// Faults, when set, restricts the schedule to these kinds (a run hunting one failure).
+	Faults []string
+	Logf   func(string, ...any)
 }
 
 // The delivery modes of Options.Delivery, spelled as outboxd's `delivery` setting.
@@ -117,6 +120,19 @@ func (w *world) exactlyOnce() bool { return w.o.Delivery == DeliveryExactlyOnce 
 
 // kinds is the schedule's fault kinds for this world, for its round-th round (from 0).
 func (w *world) kinds(round int) []string {
+	ks := w.allKinds(round)
+	if len(w.o.Faults) == 0 {
+		return ks
+	}
+	only := map[string]bool{}
+	for _, k := range w.o.Faults {
+		only[k] = true
+	}
+	return slices.DeleteFunc(ks, func(k string) bool { return !only[k] })
+}
+
+// allKinds is every fault kind of this world, for its round-th round (from 0).
+func (w *world) allKinds(round int) []string {
 	var ks []string
 	for _, k := range faultKinds {
 		if !w.exactlyOnce() || !rocketmqKinds[k] {
@@ -189,12 +205,25 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := w.setup(ctx); err != nil {
 		return nil, err
 	}
+	if len(o.Faults) > 0 {
+		known := map[string]bool{}
+		for r := 0; r < crashFailoverEvery; r++ {
+			for _, k := range w.allKinds(r) {
+				known[k] = true
+			}
+		}
+		for _, k := range o.Faults {
+			if !known[k] {
+				return nil, fmt.Errorf("fault kind %q is not one of this world's", k)
+			}
+		}
+	}
 	for _, ob := range w.obds {
 		o.Logf("outboxd %s: mariadb proxy %s, admin %q, log %s", ob.name, ob.myPx.Addr(), ob.admin, ob.logPath)
 	}
 	o.Logf("world up: mariadb %s, kafka %s (proxy %s), rocketmq %s", w.srv.Addr, w.kafka.realAddr(), w.kafka.proxy.Addr(), w.rmq.NameServer())
 
-	cons, err := newKafkaConsumer(w.kafka.realAddr(), w.exactlyOnce())
+	cons, err := newKafkaConsumer(w.kafka.realAddr(), w.exactlyOnce(), filepath.Join(dir, "consumer.log"))
 	if err != nil {
 		return nil, err
 	}
@@ -303,6 +332,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	rep := verify(gen, truth, w.discarded, got, w.runs.snapshot())
 	rep.Delivery = o.Delivery
+	w.rereadLost(ctx, rep, truth, got, cons)
 	rep.LeftDelivered = leftDelivered
 	w.lifecycleVerdict(ctx, rep, deleted, got, began.Add(-time.Minute))
 	rep.PeriodicReconciles = w.periodicReconciles()
@@ -717,13 +747,22 @@ type kafkaConsumer struct {
 	rs []delivery
 }
 
-func newKafkaConsumer(real string, readCommitted bool) (*kafkaConsumer, error) {
+func newKafkaConsumer(real string, readCommitted bool, logPath string) (*kafkaConsumer, error) {
 	var d net.Dialer
 	opts := []kgo.Opt{kgo.SeedBrokers(real), kgo.ConsumeTopics(kafkaTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100 * time.Millisecond),
 		kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
 			return d.DialContext(ctx, network, real)
 		})}
+	if logPath != "" {
+		// The client's own account (offset resets, data loss it detected, epoch validation),
+		// for a run that lost rows.
+		lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("kafka consumer log: %w", err)
+		}
+		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(lf, kgo.LogLevelInfo, nil)))
+	}
 	if readCommitted {
 		// What a consumer of an exactly-once relay reads: records of aborted transactions
 		// (a killed or fenced run's) are skipped, open ones held back.

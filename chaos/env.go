@@ -34,6 +34,7 @@ type kafka struct {
 	proxy    *faultproxy.Proxy
 	tap      *kafkatap.Tap // records what each client sent through proxy
 	dataDir  string
+	log      *os.File // kfake's warnings (a failed segment write), across restarts
 
 	mu sync.Mutex
 	c  *kfake.Cluster // nil while down
@@ -68,6 +69,9 @@ func newKafka(dataDir string) (*kafka, error) {
 	}
 	p := tap.Proxy
 	k := &kafka{realPort: port, proxy: p, tap: tap, dataDir: dataDir}
+	if lf, err := os.OpenFile(dataDir+".log", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+		k.log = lf
+	}
 	if err := k.start(true); err != nil {
 		p.Close()
 		return nil, err
@@ -92,6 +96,9 @@ func (k *kafka) start(seed bool) error {
 		return err
 	}
 	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.Ports(k.realPort), kfake.DataDir(k.dataDir), kfake.SyncWrites(), adv}
+	if k.log != nil {
+		opts = append(opts, kfake.WithLogger(kfake.BasicLogger(k.log, kfake.LogLevelWarn)))
+	}
 	if seed {
 		opts = append(opts, kfake.SeedTopics(3, kafkaTopic))
 	}
@@ -155,6 +162,9 @@ func (k *kafka) failProduces(n int, code int16) bool {
 func (k *kafka) close() {
 	k.stop()
 	k.proxy.Close()
+	if k.log != nil {
+		k.log.Close()
+	}
 }
 
 // outboxd runs one instance of the built binary and restarts it on demand. In the HA world

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -42,7 +43,11 @@ func main() {
 	flag.StringVar(&o.Delivery, "delivery", envOr("CHAOS_DELIVERY", DeliveryAtLeastOnce),
 		"outboxd's delivery mode: at_least_once, or exactly_once (every row to Kafka, the checkpoint in a Kafka transaction, a read_committed verifier that fails on any duplicate); default $CHAOS_DELIVERY")
 	flag.BoolVar(&o.Verbose, "v", false, "log every fault")
+	faults := flag.String("faults", "", "comma-separated fault kinds: only these are injected (default: every kind of the world)")
 	flag.Parse()
+	if *faults != "" {
+		o.Faults = strings.Split(*faults, ",")
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -173,6 +173,19 @@ type Report struct {
 	PeriodicReconciles int      `json:"periodic_reconcile_runs"`
 	Examples           []string `json:"examples,omitempty"`
 	KeptDir            string   `json:"kept_dir,omitempty"`
+
+	// The read-back at the end (reread.go), which tells a loss apart: a fresh client reads
+	// the whole Kafka topic from offset 0. LostInBroker are lost rows the topic does not hold
+	// (the broker or the producer lost them); LostMissedByConsumer are lost rows it holds (the
+	// live consumer skipped them). OffsetsRewritten counts offsets at which the live consumer
+	// got another record than the read-back finds (the broker reused offsets);
+	// ConsumerOffsetGaps counts jumps in the live consumer's offsets.
+	LostInBroker         int      `json:"lost_absent_from_topic"`
+	LostMissedByConsumer int      `json:"lost_present_in_topic"`
+	OffsetsRewritten     int      `json:"offsets_rewritten"`
+	ConsumerOffsetGaps   int      `json:"consumer_offset_gaps"`
+	RereadError          string   `json:"reread_error,omitempty"`
+	RereadNotes          []string `json:"reread_notes,omitempty"`
 }
 
 // exactlyOnce reports whether the run was in exactly-once mode.
@@ -338,6 +351,10 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "| transactions | %v |\n", r.Transactions)
 	fmt.Fprintf(&b, "| deliveries | %d |\n", r.Delivered)
 	fmt.Fprintf(&b, "| **lost** | **%d** |\n", r.Lost)
+	if r.Lost > 0 || r.OffsetsRewritten > 0 || r.RereadError != "" {
+		fmt.Fprintf(&b, "| lost rows the topic holds / lacks (fresh read-back) | %d / %d (offsets rewritten %d, consumer offset gaps %d%s) |\n",
+			r.LostMissedByConsumer, r.LostInBroker, r.OffsetsRewritten, r.ConsumerOffsetGaps, r.RereadError)
+	}
 	fmt.Fprintf(&b, "| **order violations** | **%d** |\n", r.OrderViolations)
 	fmt.Fprintf(&b, "| rolled-back rows delivered | %d |\n", r.RolledBackDelivered)
 	fmt.Fprintf(&b, "| phantom / malformed deliveries | %d / %d |\n", r.Phantoms, r.BadMessages)

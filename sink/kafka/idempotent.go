@@ -45,7 +45,11 @@ import (
 //     every broker version, without coordination with the other partitions' batches in flight)
 //     and the batch is resent as sequence 0.
 //   - A batch refused without being stored (any other error, transient or permanent) is
-//     reported to its Sends as before, and the partition's next batch takes its sequence.
+//     reported to its Sends as before, and the partition's next batch takes its sequence;
+//     unless an earlier attempt of it went unanswered or uncertain. The refusal then speaks
+//     for that resend only: the earlier attempt may be stored (its answer lost), and a next
+//     batch with its sequence and as many records would be answered as that stored copy's
+//     duplicate and dropped. So the batch counts as given up with its outcome unknown (below).
 //   - A batch given up on with its outcome unknown (it may be stored) marks its partition: its
 //     next batch takes a fresh producer id, because reusing the sequence for other records
 //     would let the broker take them for the stored copy and drop them. The caller's resend of
@@ -200,7 +204,10 @@ type seqBatch struct {
 	lastErr error
 	// reseal: resend under a fresh producer id as sequence 0; it belongs to the goroutine
 	// sending b.
-	reseal   bool
+	reseal bool
+	// unknown: an attempt under b's current producer id went unanswered or was answered
+	// uncertain, so the broker may hold b even when a resend is refused. Guarded by mu.
+	unknown  bool
 	finished bool // guarded by combiner.mu
 }
 
@@ -421,12 +428,19 @@ func (c *combiner) answer(b *seqBatch, res map[topicPartition]*produceAPI.Respon
 		c.finish(b, nil, fmt.Errorf("%v: %w", perr, errNotSent))
 		return false
 	case rp != nil && !uncertain(perr):
-		// Refused without being stored; the batches behind it cannot be stored either.
-		ps.rewind = true
+		// Refused without being stored; the batches behind it cannot be stored either. After
+		// an unknown attempt the refusal is the resend's only: b may be stored, its sequence
+		// is not free, and the partition takes a fresh producer id as after a give-up.
+		if b.unknown {
+			ps.fresh = true
+		} else {
+			ps.rewind = true
+		}
 		c.mu.Unlock()
 		c.finish(b, rp, perr)
 		return false
 	}
+	b.unknown = true
 	c.mu.Unlock()
 	if staleMetadata(perr) {
 		c.s.refresh(first, perr)
@@ -466,6 +480,7 @@ func (c *combiner) retry(b *seqBatch, first time.Time) {
 			if id, epoch, err = s.initProducerID(ctx); err == nil {
 				c.mu.Lock()
 				b.ps.id, b.ps.epoch, b.ps.next, b.ps.acked = id, epoch, int64(b.n), 0
+				b.unknown = false // nothing sent under the fresh id yet
 				c.mu.Unlock()
 				b.seq, b.reseal = 0, false
 				stamp(b.data, id, epoch, 0)
