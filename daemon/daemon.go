@@ -88,7 +88,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 		return fmt.Errorf("--from-gtid is refused with ha.enabled: set the position every instance resumes from with "+
 			"`outboxd checkpoint set --gtid %s --ignore-leader` (the running leader is superseded and restarts from it)", o.FromGTID)
 	}
-	if r.dlEvents, r.audit, err = deadletter.Override(cfg, o.DeadLetterEvents, log); err != nil {
+	if r.diverted.Events, r.audit, err = deadletter.Override(cfg, o.DeadLetterEvents, log); err != nil {
 		return err
 	}
 	mo := metrics.Options{Version: o.Version, HeartbeatPeriod: sourceHeartbeatPeriod}

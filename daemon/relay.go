@@ -45,11 +45,9 @@ type relay struct {
 	// cleaner deletes delivered rows while leading; nil when cleanup is off.
 	cleaner *cleanup.Cleaner
 
-	dlEvents map[string]bool
-	// dlStripped are rows of dlEvents whose dead letter the broker refused in exactly-once
-	// mode: sent again without the payload (pipeline.Config.DeadLetterWithoutPayload).
-	dlStripped map[string]bool
-	audit      func(string) error
+	// diverted are the rows every pipeline of this process dead-letters before sending.
+	diverted pipeline.Diverted
+	audit    func(string) error
 	// streamed is set once a term got past its start-up: from then on an error is the
 	// relay's, not an interrupted start.
 	streamed atomic.Bool
@@ -124,8 +122,8 @@ func (r *relay) lead(ctx context.Context, term *election.Term) error {
 			CheckpointInterval:       cfg.Checkpoint.Interval,
 			MaxInflightEvents:        cfg.Pipeline.MaxInflightEvents,
 			MaxInflightBytes:         cfg.Pipeline.MaxInflightBytes,
-			DeadLetterEvents:         r.dlEvents,
-			DeadLetterWithoutPayload: r.dlStripped,
+			DeadLetterEvents:         r.diverted.Events,
+			DeadLetterWithoutPayload: r.diverted.Stripped,
 			RouteLabels:              cfg.RouteLabels(),
 			Audit:                    r.audit,
 			Guard:                    guard,
@@ -269,24 +267,9 @@ func (r *relay) aborted(err error, log zerolog.Logger) (retry bool, _ error) {
 		if r.cfg.OnPoison != config.OnPoisonDeadLetter {
 			return false, err
 		}
-		if r.dlEvents == nil {
-			r.dlEvents = map[string]bool{}
-		}
-		if r.dlStripped == nil {
-			r.dlStripped = map[string]bool{}
-		}
-		for _, id := range ta.Rejected {
-			switch {
-			case !r.dlEvents[id]:
-				r.dlEvents[id] = true
-			case !r.dlStripped[id]:
-				// Its dead letter was refused (with the payload: too large, say): the next one
-				// goes without it, as at least once; the row stays in the outbox table.
-				r.dlStripped[id] = true
-			default:
-				return false, fmt.Errorf("%w; the dead letter of event_id %s was refused too, even without its payload, so outboxd stops rather than abort again and again: "+
-					"fix what the error says (dead_letter's topic and grants), then start outboxd again", err, id)
-			}
+		if id := r.diverted.Escalate(ta.Rejected); id != "" {
+			return false, fmt.Errorf("%w; the dead letter of event_id %s was refused too, even without its payload, so outboxd stops rather than abort again and again: "+
+				"fix what the error says (dead_letter's topic and grants), then start outboxd again", err, id)
 		}
 		log.Warn().Strs("event_ids", ta.Rejected).Msg("rows refused by the broker for good go to the dead letter when streamed again (on_poison: dead_letter)")
 	}

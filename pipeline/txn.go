@@ -86,6 +86,42 @@ func (e *TxnAbortedError) Error() string {
 // Unwrap exposes sink.ErrTxnAborted and the cause to errors.Is and errors.As.
 func (e *TxnAbortedError) Unwrap() []error { return []error{sink.ErrTxnAborted, e.Err} }
 
+// Diverted are the rows a relay diverts to the dead letter before sending them, across the
+// pipelines of one process: the operator's (outboxd run --dead-letter-event) and, in
+// exactly-once mode, the rows a broker refused for good in an aborted transaction. Their maps
+// are Config.DeadLetterEvents and Config.DeadLetterWithoutPayload. Not safe for concurrent
+// use: it changes only between pipelines.
+type Diverted struct {
+	Events   map[string]bool
+	Stripped map[string]bool // rows of Events whose dead letter goes without the payload
+}
+
+// Escalate records what each row the broker refused for good (rejected, from a
+// TxnAbortedError) gets when streamed again: a row refused once goes to the dead letter; a row
+// whose dead letter was refused in turn (with the payload: too large, say) goes without the
+// payload, as at least once; the row stays in the outbox table either way. It returns the
+// first row refused even without its payload ("" when none): streaming it again would abort
+// again, so the caller stops.
+func (d *Diverted) Escalate(rejected []string) (exhausted string) {
+	if d.Events == nil {
+		d.Events = map[string]bool{}
+	}
+	if d.Stripped == nil {
+		d.Stripped = map[string]bool{}
+	}
+	for _, id := range rejected {
+		switch {
+		case !d.Events[id]:
+			d.Events[id] = true
+		case !d.Stripped[id]:
+			d.Stripped[id] = true
+		default:
+			return id
+		}
+	}
+	return ""
+}
+
 // txnState is the exactly-once bookkeeping.
 type txnState struct {
 	c   Committer

@@ -688,3 +688,18 @@ func TestTxnCleanupAndPoisonStop(t *testing.T) {
 		t.Fatalf("Cleanup.Saved %v; want [1 1], one per successful commit", cl.saved)
 	}
 }
+
+// A row the broker refuses for good goes to the dead letter when streamed again, then without
+// its payload, and a third refusal is the end: streaming it again would abort again.
+func TestDivertedEscalates(t *testing.T) {
+	d := Diverted{Events: map[string]bool{"op": true}} // an operator's --dead-letter-event
+	if id := d.Escalate([]string{"a"}); id != "" || !d.Events["a"] || d.Stripped["a"] {
+		t.Fatalf("first refusal: exhausted %q, events %v, stripped %v", id, d.Events, d.Stripped)
+	}
+	if id := d.Escalate([]string{"a", "op"}); id != "" || !d.Stripped["a"] || !d.Stripped["op"] {
+		t.Fatalf("refused dead letters: exhausted %q, stripped %v", id, d.Stripped)
+	}
+	if id := d.Escalate([]string{"b", "a"}); id != "a" || !d.Events["b"] {
+		t.Fatalf("a dead letter refused without its payload: exhausted %q (want a), events %v", id, d.Events)
+	}
+}
