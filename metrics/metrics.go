@@ -278,7 +278,7 @@ func New(o Options) *Metrics {
 	m.binlogRetention = gauge("outboxd_binlog_retention_seconds",
 		"How long the source keeps a binlog file (binlog_expire_logs_seconds, expire_logs_days, or RDS 'binlog retention hours'); 0 when it never purges them or before the first sample (sampled every minute by the leader).")
 	m.clockOffset = gauge("outboxd_source_clock_offset_seconds",
-		"The source database's clock (NOW()) minus this host's, sampled every 5 s by the leader; 0 before the first sample. The lag and age gauges compare the source's commit and binlog times with now on the source's clock. Keep it near 0 (NTP on both hosts): time-based settings (reconcile.delay, cleanup.commit_margin) assume the clocks agree.")
+		"The source database's clock (NOW()) minus this host's, sampled every minute by the leader; 0 before the first sample. The lag and age gauges compare the source's commit and binlog times with now on the source's clock. Keep it near 0 (NTP on both hosts): time-based settings (reconcile.delay, cleanup.commit_margin) assume the clocks agree.")
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "outboxd_build_info", Help: "Always 1; labels say the version and the Go version.",
 	}, []string{"version", "goversion"})

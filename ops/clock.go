@@ -13,21 +13,28 @@ import (
 // (reconcile.delay, cleanup.commit_margin, reconcile.slack) assume the clocks agree.
 const clockSkewWarn = time.Minute
 
+// clockInterval is how often the leader reads the source's clock: once a minute, as the binlog
+// retention, so that outboxd stays at about 0 queries per event on the source (a step of the
+// database's clock shows in the lag gauges for up to a minute).
+const clockInterval = time.Minute
+
 // clockSampler is the position sampler's state for the source's clock offset.
 type clockSampler struct {
-	skewed bool // the last sample was beyond clockSkewWarn (warned once until it is not)
+	last   time.Time // when the clock was last read
+	skewed bool      // the last sample was beyond clockSkewWarn (warned once until it is not)
 }
 
-// sampleClock reads the source's clock (NOW(6)) and records its offset from this host's, taken
-// at the middle of the query's round trip, for the lag and age gauges, which compare the
-// source's commit and binlog times with this host's clock. Only the leader calls it. A skew
+// sampleClock reads the source's clock (NOW(6)), at most every clockInterval, and records its
+// offset from this host's, taken at the middle of the query's round trip, for the lag and age
+// gauges, which compare the source's commit and binlog times with this host's clock. Only the leader calls it. A skew
 // beyond clockSkewWarn is logged once, at warn, until the clocks agree again; a failed read
 // keeps the last offset.
 func (o *Ops) sampleClock(ctx context.Context, relay Relay, st *clockSampler) {
 	_, db := relay.Source()
-	if db == nil {
+	if db == nil || (!st.last.IsZero() && time.Since(st.last) < clockInterval) {
 		return
 	}
+	st.last = time.Now()
 	qctx, cancel := context.WithTimeout(ctx, sampleInterval)
 	defer cancel()
 	before := time.Now()
