@@ -53,6 +53,9 @@ type Options struct {
 	// 0 means cleanup.DefaultQueueKeys. For tests: a tiny queue makes the key path drop keys
 	// and leave their rows to the created_at sweep. The config has no such setting.
 	CleanupQueueKeys int
+	// ClockEvery is how often the leader reads the source's clock (ops.Config.ClockEvery); 0
+	// means once a minute. For tests that move the database's clock.
+	ClockEvery time.Duration
 }
 
 const (
@@ -109,7 +112,7 @@ func Run(ctx context.Context, cfg *config.Config, o Options) (err error) {
 	// The operator side (admin server, position sampler, heartbeat row) lives as long as Run
 	// and never decides its outcome. The admin server answers from here on, before any server
 	// is reached: /readyz and /status name the step below that holds the start.
-	side := ops.New(ops.Config{Config: cfg, Metrics: r.m, Started: started, Version: o.Version, Logger: log, Now: o.Now})
+	side := ops.New(ops.Config{Config: cfg, Metrics: r.m, Started: started, Version: o.Version, Logger: log, Now: o.Now, ClockEvery: o.ClockEvery})
 	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
 	if err := side.Listen(opsCtx); err != nil {
 		stopOps()

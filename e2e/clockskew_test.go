@@ -58,7 +58,7 @@ func newSkewWorld(t *testing.T, offset time.Duration) *skewWorld {
 		"cleanup: {retention: 0s, interval: 1s, commit_margin: 1s, time_zone: SYSTEM}\n" +
 		fmt.Sprintf("reconcile: {interval: 1s, window: 1h, delay: 3s, slack: 1m, out: %q}\n", sw.out)
 	sw.c = newConsumer(t, kc, "t")
-	sw.r = startRelay(t, o, daemon.Options{CleanupQueueKeys: 2})
+	sw.r = startRelay(t, o, daemon.Options{CleanupQueueKeys: 2, ClockEvery: time.Second}) // the clock moves within the test
 	admWaitReady(t, sw.admin, 200, 30*time.Second)
 	return sw
 }

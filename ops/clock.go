@@ -24,14 +24,14 @@ type clockSampler struct {
 	skewed bool      // the last sample was beyond clockSkewWarn (warned once until it is not)
 }
 
-// sampleClock reads the source's clock (NOW(6)), at most every clockInterval, and records its
+// sampleClock reads the source's clock (NOW(6)), at most every clockEvery, and records its
 // offset from this host's, taken at the middle of the query's round trip, for the lag and age
 // gauges, which compare the source's commit and binlog times with this host's clock. Only the leader calls it. A skew
 // beyond clockSkewWarn is logged once, at warn, until the clocks agree again; a failed read
 // keeps the last offset.
 func (o *Ops) sampleClock(ctx context.Context, relay Relay, st *clockSampler) {
 	_, db := relay.Source()
-	if db == nil || (!st.last.IsZero() && time.Since(st.last) < clockInterval) {
+	if db == nil || (!st.last.IsZero() && time.Since(st.last) < o.clockEvery) {
 		return
 	}
 	st.last = time.Now()

@@ -75,6 +75,9 @@ type Config struct {
 	Version string    // reported by /status
 	Logger  zerolog.Logger
 	Now     func() time.Time // the process's clock (for reconcile); nil is time.Now
+	// ClockEvery is how often the leader reads the source's clock; 0 means clockInterval (a
+	// minute). For tests that move the database's clock.
+	ClockEvery time.Duration
 }
 
 // Running is the relay once start-up has wired it: what Start hands to the loops and to
@@ -100,6 +103,8 @@ type Ops struct {
 	version string
 	log     zerolog.Logger
 	now     func() time.Time
+	// clockEvery is how often the leader reads the source's clock (Config.ClockEvery).
+	clockEvery time.Duration
 
 	// run is nil until Start: /readyz and /status then report the start-up step instead.
 	run     atomic.Pointer[Running]
@@ -111,7 +116,10 @@ type Ops struct {
 
 // New builds the operator side of a daemon; nothing runs before Listen.
 func New(c Config) *Ops {
-	o := &Ops{cfg: c.Config, m: c.Metrics, started: c.Started, version: c.Version, log: c.Logger, now: c.Now}
+	o := &Ops{cfg: c.Config, m: c.Metrics, started: c.Started, version: c.Version, log: c.Logger, now: c.Now, clockEvery: c.ClockEvery}
+	if o.clockEvery <= 0 {
+		o.clockEvery = clockInterval
+	}
 	o.startup.step = "starting"
 	return o
 }
