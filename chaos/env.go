@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/testenv/faultproxy"
 	"github.com/outboxd/outboxd/testenv/kafkafault"
@@ -144,18 +143,7 @@ func (k *kafka) failProduces(n int, code int16) bool {
 	if c == nil {
 		return false
 	}
-	remaining := n
-	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		if remaining <= 0 {
-			return nil, nil, false
-		}
-		remaining--
-		if remaining > 0 {
-			c.KeepControl()
-		}
-		resp := kafkafault.ProduceError(req.(*kmsg.ProduceRequest), code)
-		return resp, nil, true
-	})
+	kafkafault.FailProduces(c, n, code)
 	return true
 }
 

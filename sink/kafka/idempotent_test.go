@@ -355,17 +355,7 @@ func TestIdempotentRefusedResendAfterLostAnswer(t *testing.T) {
 		switch n.Add(1) {
 		case 1: // stored, the answer lost
 			e.c.KeepControl()
-			cp := *req
-			cp.TimeoutMillis = forwardedMarker
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				_, _ = e.fwd.Request(ctx, &cp)
-			}()
-			e.c.SleepControl(func() { <-done })
-			return nil, nil, true
+			return kafkafault.StoreUnanswered(e.c, e.fwd, req, forwardedMarker)
 		case 2: // the resend refused, not stored
 			e.c.KeepControl()
 			return kafkafault.ProduceError(req, kerr.NotLeaderForPartition.Code), nil, true

@@ -15,7 +15,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxd/outboxd/sink"
 	"github.com/outboxd/outboxd/testenv/faultproxy"
@@ -244,16 +243,7 @@ func TestIdempotentAckedSurvivesBrokerRestarts(t *testing.T) {
 				if kind == "blackhole+errors" {
 					code = 6 // NOT_LEADER_FOR_PARTITION: refused, not stored
 				}
-				c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-					if remaining <= 0 {
-						return nil, nil, false
-					}
-					remaining--
-					if remaining > 0 {
-						c.KeepControl()
-					}
-					return kafkafault.ProduceError(req.(*kmsg.ProduceRequest), code), nil, true
-				})
+				kafkafault.FailProduces(c, remaining, code)
 			}
 			time.Sleep(hold)
 		}

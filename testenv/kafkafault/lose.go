@@ -50,19 +50,43 @@ func LoseAnswers(c *kfake.Cluster, topic string, count int64, gap time.Duration)
 		if !drop {
 			return nil, nil, false
 		}
-		cp := *req
-		cp.TimeoutMillis = forwardedMarker
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_, _ = fwd.Request(ctx, &cp)
-		}()
-		c.SleepControl(func() { <-done })
-		return nil, nil, true // handled, never answered: the client times out
+		return StoreUnanswered(c, fwd, req, forwardedMarker)
 	})
 	return lost, func() { stopped.Store(true); fwd.Close() }, nil
+}
+
+// StoreUnanswered has c store req and never answer it, as when a broker's answer is lost on the
+// way back; a Produce control function of c returns its results. The stored copy is written
+// through fwd, a client of c of its own, with req's records (producer ids and sequences
+// included) and TimeoutMillis marker, so that the control function can let it through.
+func StoreUnanswered(c *kfake.Cluster, fwd *kgo.Client, req *kmsg.ProduceRequest, marker int32) (kmsg.Response, error, bool) {
+	cp := *req
+	cp.TimeoutMillis = marker
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = fwd.Request(ctx, &cp)
+	}()
+	c.SleepControl(func() { <-done })
+	return nil, nil, true // handled, never answered: the client times out
+}
+
+// FailProduces makes the next n produce requests of c answer code for every partition they
+// name (ProduceError: nothing is stored), then lets requests through again.
+func FailProduces(c *kfake.Cluster, n int, code int16) {
+	remaining := n
+	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if remaining <= 0 {
+			return nil, nil, false
+		}
+		remaining--
+		if remaining > 0 {
+			c.KeepControl()
+		}
+		return ProduceError(req.(*kmsg.ProduceRequest), code), nil, true
+	})
 }
 
 func names(req *kmsg.ProduceRequest, topic string) bool {
