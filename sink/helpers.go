@@ -75,3 +75,10 @@ func FanOut(ctx context.Context, n, limit int, run, cancelled func(i int)) {
 	}
 	wg.Wait()
 }
+
+// TimestampHint follows a broker's INVALID_TIMESTAMP in a Kafka sink's error: a record's time
+// is its row's commit time on the database's clock (or its columns.timestamp), so a clock far
+// off the brokers' is the likelier cause than the row.
+const TimestampHint = "the record's time (the row's commit time on the database's clock, or its columns.timestamp) " +
+	"is outside the topic's message.timestamp.after.max.ms or message.timestamp.before.max.ms of the broker's clock " +
+	"(Kafka 4 refuses more than an hour ahead by default): compare the clocks (outboxd_source_clock_offset_seconds) or raise those topic settings"

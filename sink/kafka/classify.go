@@ -65,9 +65,7 @@ func classify(err error) error {
 			// A record's time is its row's commit time (or its columns.timestamp), on the
 			// database's clock: a clock far off the brokers' is the likelier cause, and the
 			// message says so (Kafka 4 refuses more than an hour ahead by default).
-			return sink.Permanent(fmt.Errorf("%w: the record's time (the row's commit time on the database's clock, or its columns.timestamp) "+
-				"is outside the topic's message.timestamp.after.max.ms or message.timestamp.before.max.ms of the broker's clock: "+
-				"compare the clocks (outboxd_source_clock_offset_seconds) or raise those topic settings", err))
+			return sink.Permanent(fmt.Errorf("%w: %s", err, sink.TimestampHint))
 		case kafkago.MessageSizeTooLarge, // 10: the batch is over message.max.bytes
 			kafkago.InvalidTopic,                // 17
 			kafkago.RecordListTooLarge,          // 18

@@ -198,6 +198,10 @@ func classify(topic string, err error) error {
 		return sink.Permanent(&sink.FixError{Err: err, Fix: "grant this principal WRITE on the topic"})
 	case errors.Is(err, kerr.UnknownTopicOrPartition):
 		return sink.TopicMissing(err)
+	case errors.Is(err, kerr.InvalidTimestamp):
+		// Retryable, as kgo leaves it: the transaction aborts and the relay streams again
+		// with its backoff until the clocks or the topic settings change.
+		return fmt.Errorf("%w: %s", err, sink.TimestampHint)
 	case strings.Contains(err.Error(), "invalid record partitioning choice"):
 		return sink.Permanent(fmt.Errorf("%w (the message names a partition the topic does not have)", err))
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxd/outboxd/sink"
@@ -242,4 +243,35 @@ func TestCancelledSendDoomsTheTransaction(t *testing.T) {
 	if vs := values(readCommitted(t, c.ListenAddrs(), eventsTopic)); len(vs) != 1 || !vs["b-0"] {
 		t.Fatalf("read_committed sees %v, want b-0", vs)
 	}
+}
+
+// The broker's refusals sort into permanent (the record), waiting for a topic, and retryable;
+// INVALID_TIMESTAMP is retried and says the likelier cause, the clocks.
+func TestClassify(t *testing.T) {
+	for _, tc := range []struct {
+		err                error
+		permanent, missing bool
+		says               string
+	}{
+		{kerr.MessageTooLarge, true, false, ""},
+		{kerr.TopicAuthorizationFailed, true, false, "grant"},
+		{kerr.UnknownTopicOrPartition, false, true, ""},
+		{kerr.InvalidTimestamp, false, false, "outboxd_source_clock_offset_seconds"},
+		{kerr.NotEnoughReplicas, false, false, ""},
+	} {
+		got := classify("t", tc.err)
+		if sink.IsPermanent(got) != tc.permanent || sink.IsTopicMissing(got) != tc.missing || !errors.Is(got, tc.err) ||
+			!strings.Contains(got.Error()+fmt.Sprint(fixOf(got)), tc.says) {
+			t.Errorf("classify(%v) = %v: permanent %v missing %v, want %v %v, saying %q", tc.err, got,
+				sink.IsPermanent(got), sink.IsTopicMissing(got), tc.permanent, tc.missing, tc.says)
+		}
+	}
+}
+
+func fixOf(err error) string {
+	var fe *sink.FixError
+	if errors.As(err, &fe) {
+		return fe.Fix
+	}
+	return ""
 }
