@@ -9,6 +9,7 @@ package metrics
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -135,10 +136,11 @@ type Metrics struct {
 	// oldestBinlog the creation time of its oldest binlog (zero before the first sample).
 	retention    time.Duration
 	oldestBinlog time.Time
-	// srcOffset is the source's clock minus this host's, as last sampled (SetSourceClockOffset):
-	// the commit and binlog times the age gauges compare with this host's clock are the
-	// source's.
-	srcOffset time.Duration
+	// srcOffset is the source's clock minus this host's in nanoseconds, as last sampled
+	// (SetSourceClockOffset): the commit and binlog times the age gauges compare with this
+	// host's clock are the source's. Atomic, not under mu: TxnAcked reads it for every
+	// transaction.
+	srcOffset atomic.Int64
 }
 
 type tableKey struct{ schema, table string }
@@ -585,10 +587,7 @@ func (m *Metrics) TxnAcked(readAt, commit time.Time, precise bool, ackedAt time.
 	}
 	m.readToAck.Observe(max(0, ackedAt.Sub(readAt)).Seconds())
 	if precise && !commit.IsZero() {
-		m.mu.Lock()
-		off := m.srcOffset
-		m.mu.Unlock()
-		m.commitToAck.Observe(max(0, ackedAt.Add(off).Sub(commit)).Seconds())
+		m.commitToAck.Observe(max(0, ackedAt.Add(m.sourceOffset()).Sub(commit)).Seconds())
 	}
 }
 
@@ -789,7 +788,7 @@ func (m *Metrics) Lag() LagResult {
 	}
 	in := LagInput{
 		Now:             m.now(),
-		SourceOffset:    m.srcOffset,
+		SourceOffset:    m.sourceOffset(),
 		NewestCommit:    m.src.newestCommit,
 		ReadSeq:         m.src.readSeq,
 		HeartbeatSeq:    m.src.heartbeatSeq,

@@ -64,16 +64,12 @@ func (m *Metrics) SetSourceClockOffset(d time.Duration) {
 	if m == nil {
 		return
 	}
-	m.mu.Lock()
-	m.srcOffset = d
-	m.mu.Unlock()
+	m.srcOffset.Store(int64(d))
 	m.clockOffset.Set(d.Seconds())
 }
 
+// sourceOffset is the source's clock minus this host's, as last sampled.
+func (m *Metrics) sourceOffset() time.Duration { return time.Duration(m.srcOffset.Load()) }
+
 // sourceNow is now on the source's clock, as last sampled.
-func (m *Metrics) sourceNow() time.Time {
-	m.mu.Lock()
-	off := m.srcOffset
-	m.mu.Unlock()
-	return m.now().Add(off)
-}
+func (m *Metrics) sourceNow() time.Time { return m.now().Add(m.sourceOffset()) }
