@@ -19,6 +19,7 @@ import (
 	"github.com/outboxd/outboxd/checkpoint"
 
 	"github.com/outboxd/outboxd/testenv/faultproxy"
+	"github.com/outboxd/outboxd/testenv/kafkaread"
 	"github.com/outboxd/outboxd/testenv/mariadb"
 	"github.com/outboxd/outboxd/testenv/replication"
 	"github.com/outboxd/outboxd/testenv/rocketmq"
@@ -747,13 +748,18 @@ type kafkaConsumer struct {
 	rs []delivery
 }
 
-func newKafkaConsumer(real string, readCommitted bool, logPath string) (*kafkaConsumer, error) {
+// directClient is a client of the broker at real that never goes through the proxy: kfake
+// advertises the proxy's address, and every dial goes to real instead.
+func directClient(real string, opts ...kgo.Opt) (*kgo.Client, error) {
 	var d net.Dialer
-	opts := []kgo.Opt{kgo.SeedBrokers(real), kgo.ConsumeTopics(kafkaTopic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100 * time.Millisecond),
-		kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
-			return d.DialContext(ctx, network, real)
-		})}
+	return kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(real), kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return d.DialContext(ctx, network, real)
+	})}, opts...)...)
+}
+
+func newKafkaConsumer(real string, readCommitted bool, logPath string) (*kafkaConsumer, error) {
+	opts := []kgo.Opt{kgo.ConsumeTopics(kafkaTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100 * time.Millisecond)}
 	if logPath != "" {
 		// The client's own account (offset resets, data loss it detected, epoch validation),
 		// for a run that lost rows.
@@ -768,7 +774,7 @@ func newKafkaConsumer(real string, readCommitted bool, logPath string) (*kafkaCo
 		// (a killed or fenced run's) are skipped, open ones held back.
 		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	}
-	cl, err := kgo.NewClient(opts...)
+	cl, err := directClient(real, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka consumer: %w", err)
 	}
@@ -781,13 +787,7 @@ func (c *kafkaConsumer) run(ctx context.Context) {
 		now := time.Now()
 		var batch []delivery
 		f.EachRecord(func(r *kgo.Record) {
-			id := ""
-			for _, h := range r.Headers {
-				if h.Key == "event_id" {
-					id = string(h.Value)
-				}
-			}
-			batch = append(batch, deliveryOf("kafka", int(r.Partition), r.Offset, id, r.Value, now))
+			batch = append(batch, deliveryOf("kafka", int(r.Partition), r.Offset, kafkaread.EventID(r), r.Value, now))
 		})
 		c.mu.Lock()
 		c.rs = append(c.rs, batch...)

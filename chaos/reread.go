@@ -3,12 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"sort"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxd/outboxd/testenv/kafkaread"
 )
 
 // A lost row has three possible owners: the producer (outboxd never stored it), the broker
@@ -26,10 +27,7 @@ type record struct {
 // rereadTopic reads every record of the Kafka topic from offset 0 up to its end offsets with
 // a fresh client, directly from the broker.
 func rereadTopic(ctx context.Context, real string) ([]record, error) {
-	var d net.Dialer
-	cl, err := kgo.NewClient(kgo.SeedBrokers(real), kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
-		return d.DialContext(ctx, network, real)
-	}))
+	cl, err := directClient(real)
 	if err != nil {
 		return nil, err
 	}
@@ -66,13 +64,7 @@ func rereadTopic(ctx context.Context, real string) ([]record, error) {
 			return out, fmt.Errorf("read back: %w (at %v of %v)", rctx.Err(), next, want)
 		}
 		f.EachRecord(func(r *kgo.Record) {
-			id := ""
-			for _, h := range r.Headers {
-				if h.Key == "event_id" {
-					id = string(h.Value)
-				}
-			}
-			out = append(out, record{part: r.Partition, offset: r.Offset, id: id})
+			out = append(out, record{part: r.Partition, offset: r.Offset, id: kafkaread.EventID(r)})
 			next[r.Partition] = r.Offset + 1
 		})
 		// Control records (transaction markers) are not returned: the end offset may sit
@@ -117,11 +109,12 @@ func (w *world) rereadLost(ctx context.Context, rep *Report, truth map[string]bo
 		}
 	}
 	sort.Strings(lost)
+	live := cons.snapshot()
 	for _, id := range lost {
 		if ls, ok := where[id]; ok {
 			rep.LostMissedByConsumer++
 			for _, l := range ls {
-				note("lost %s is in the topic at %d/%d (the live consumer got %q there)", id, l.part, l.offset, liveAt(cons, int(l.part), l.offset))
+				note("lost %s is in the topic at %d/%d (the live consumer got %q there)", id, l.part, l.offset, liveAt(live, int(l.part), l.offset))
 			}
 		} else if got.first != nil {
 			rep.LostInBroker++
@@ -129,7 +122,6 @@ func (w *world) rereadLost(ctx context.Context, rep *Report, truth map[string]bo
 		}
 	}
 	// The live consumer's view against the read-back, in arrival order per partition.
-	live := cons.snapshot()
 	prev := map[int]int64{}
 	for _, d := range live {
 		if d.Sink != "kafka" {
@@ -149,10 +141,10 @@ func (w *world) rereadLost(ctx context.Context, rep *Report, truth map[string]bo
 	}
 }
 
-// liveAt is the event ids the live consumer got at partition part, offset off.
-func liveAt(c *kafkaConsumer, part int, off int64) string {
+// liveAt is the event ids the live consumer got (live) at partition part, offset off.
+func liveAt(live []delivery, part int, off int64) string {
 	s := ""
-	for _, d := range c.snapshot() {
+	for _, d := range live {
 		if d.Sink == "kafka" && d.Part == part && d.Offset == off {
 			if s != "" {
 				s += ","

@@ -53,18 +53,23 @@ func NewReader(brokers []string, topics ...string) (*Reader, error) {
 	return &Reader{cl: cl}, nil
 }
 
+// EventID is kr's event id header (EventIDHeader; "" without one). Pure.
+func EventID(kr *kgo.Record) string {
+	id := ""
+	for _, h := range kr.Headers {
+		if h.Key == EventIDHeader {
+			id = string(h.Value)
+		}
+	}
+	return id
+}
+
 // Poll fetches once, waiting at most until ctx ends, and adds what arrived to Records.
 func (r *Reader) Poll(ctx context.Context) {
 	f := r.cl.PollFetches(ctx)
 	var got []Record
 	f.EachRecord(func(kr *kgo.Record) {
-		rec := Record{Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset, Key: kr.Key, Value: kr.Value}
-		for _, h := range kr.Headers {
-			if h.Key == EventIDHeader {
-				rec.EventID = string(h.Value)
-			}
-		}
-		got = append(got, rec)
+		got = append(got, Record{Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset, Key: kr.Key, Value: kr.Value, EventID: EventID(kr)})
 	})
 	r.mu.Lock()
 	r.recs = append(r.recs, got...)
