@@ -116,20 +116,7 @@ func (cw *cleanupWorld) load(n int) {
 
 // left returns the event ids left in the table.
 func (cw *cleanupWorld) left() map[string]bool {
-	rows, err := cw.db.Query("SELECT event_id FROM " + cw.schema + ".outbox_event")
-	if err != nil {
-		cw.t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[string]bool{}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			cw.t.Fatal(err)
-		}
-		out[id] = true
-	}
-	return out
+	return tableIDsT(cw.t, cw.db, cw.schema+".outbox_event")
 }
 
 // waitLeft waits until the table holds exactly the dead-lettered rows.

@@ -108,20 +108,7 @@ func (sw *skewWorld) write(prefix string, n, k int) {
 // table is the event ids in the outbox table.
 func (sw *skewWorld) table() map[string]bool {
 	sw.t.Helper()
-	rows, err := sw.db.Query("SELECT event_id FROM " + sw.schema + ".outbox_event")
-	if err != nil {
-		sw.t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[string]bool{}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			sw.t.Fatal(err)
-		}
-		out[id] = true
-	}
-	return out
+	return tableIDsT(sw.t, sw.db, sw.schema+".outbox_event")
 }
 
 // check fails when a row was deleted without proof: an unlogged row gone, or a logged row

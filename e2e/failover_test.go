@@ -134,17 +134,7 @@ func TestFailoverReadingTheReplica(t *testing.T) {
 	f.commit(30, 50)
 	rs := f.kc.waitForEvent("ev049", 60*time.Second)
 	checkPerKeyOrder(t, f.kc.settle(500*time.Millisecond), f.ids)
-	have := map[string]bool{}
-	rows, err := f.w.db.Query("SELECT event_id FROM " + f.w.schema + ".outbox_event")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var id string
-		rows.Scan(&id)
-		have[id] = true
-	}
-	rows.Close()
+	have := tableIDsT(t, f.w.db, f.w.schema+".outbox_event")
 	for _, r := range rs {
 		if id := header(r, "event_id"); !have[id] {
 			t.Errorf("delivered %s, which the new primary does not have (a phantom)", id)

@@ -174,22 +174,11 @@ func (sw *sweepWorld) left() map[string]bool {
 func (sw *sweepWorld) leftErr() (map[string]bool, error) {
 	out := map[string]bool{}
 	for _, tb := range []string{"outbox_event", "ts_outbox"} {
-		rows, err := sw.db.Query("SELECT event_id FROM " + sw.schema + "." + tb)
+		ids, err := tableIDs(sw.db, sw.schema+"."+tb)
 		if err != nil {
 			return nil, err
 		}
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			out[id] = true
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
+		maps.Copy(out, ids)
 	}
 	return out, nil
 }
