@@ -11,6 +11,8 @@
 #   passwd         - useradd, for the unprivileged user that test starts outboxd as.
 #   kcat           - the second read_committed reader (librdkafka) of the exactly-once tests
 #                    (testenv/kafkaread, e2e/exactly_once_test.go).
+#   tzdata         - /usr/share/zoneinfo: the sweep's DST cases load Europe/Berlin into MariaDB's
+#                    time zone tables (e2e/sweep_test.go).
 #   faketime       - libfaketime, preloaded into the mariadbd of the clock-skew tests to run the
 #                    database's clock days off outboxd's (testenv/mariadb FakeClock,
 #                    e2e/clockskew_test.go); Go reads the clock through the vDSO, so only the C
@@ -37,6 +39,7 @@ if ! $demo; then
 	command -v useradd >/dev/null 2>&1 || [ -x /usr/sbin/useradd ] || need+=(passwd)
 	command -v kcat >/dev/null 2>&1 || need+=(kcat)
 	compgen -G '/usr/lib/*/faketime/libfaketimeMT.so.1' >/dev/null || need+=(faketime)
+	[ -e /usr/share/zoneinfo/Europe/Berlin ] || need+=(tzdata)
 fi
 [ ${#need[@]} -eq 0 ] && exit 0
 
