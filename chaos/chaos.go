@@ -92,6 +92,10 @@ type world struct {
 	dbs         [2]*sql.DB
 	gen         *generator
 	switchovers int
+	// leftServer1 is set when the first switchover came before any crash failover: server 1,
+	// outboxd's first candidate and the first primary, then refused it for a while, so outboxd
+	// must have streamed from server 2.
+	leftServer1 bool
 	// crashFailovers counts primary_crash_failover faults; discarded is the event ids of rows
 	// they lost with the dead primary (committed there, never replicated).
 	crashFailovers int

@@ -143,6 +143,9 @@ func (w *world) switchover(ctx context.Context, gen *generator) error {
 	if err != nil {
 		return fmt.Errorf("switchover: %w\n%s", err, w.pair.LogTail(2000))
 	}
+	if w.switchovers == 0 && w.crashFailovers == 0 {
+		w.leftServer1 = true
+	}
 	w.switchovers++
 	return nil
 }
@@ -285,6 +288,7 @@ func (w *world) healPair(ctx context.Context) error {
 // replicaReport fills the pair's figures of rep.
 func (w *world) replicaReport(ctx context.Context, rep *Report) {
 	rep.Replicated, rep.Switchovers, rep.CrashFailovers, rep.TruthServer = true, w.switchovers, w.crashFailovers, w.srv.Addr
+	rep.LeftServer1 = w.leftServer1
 	rep.MissingReports = w.missingReports()
 	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()

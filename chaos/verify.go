@@ -126,6 +126,11 @@ type Report struct {
 	ReplicaError string `json:"replica_error,omitempty"`
 	// SourceConns is the connections through each server's source proxies, in start order.
 	SourceConns []int `json:"source_connections_per_server,omitempty"`
+	// LeftServer1: the first switchover came before any crash failover, so it demoted server 1
+	// (the first primary, outboxd's first candidate), which refused outboxd a while: outboxd
+	// must have streamed from server 2. After a crash failover first, server 1 comes back as a
+	// replica with every transaction and outboxd may stay on it throughout.
+	LeftServer1 bool `json:"left_server_1,omitempty"`
 
 	MySQLProxyConns int `json:"mysql_proxy_connections"`
 	KafkaProxyConns int `json:"kafka_proxy_connections"`
