@@ -18,6 +18,9 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"runtime/pprof"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -85,6 +88,9 @@ type floorProducer interface {
 }
 
 // serveFloor is the child's side: relay until SIGTERM, stdin closing, or a failure (exit 1).
+// floorProfileEnv names a file for the floor relay's CPU profile ("%p" is its process id).
+const floorProfileEnv = "BENCH_FLOOR_CPUPROFILE"
+
 func serveFloor(cfgJSON string) int {
 	var cfg floorConfig
 	if err := json.Unmarshal([]byte(cfgJSON), &cfg); err != nil {
@@ -93,6 +99,13 @@ func serveFloor(cfgJSON string) int {
 	}
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(200) // outboxd's own GC setting (cmd/outboxd tuneGC), so GC costs the floor no more than it
+	}
+	if path := os.Getenv(floorProfileEnv); path != "" { // to set beside outboxd's OUTBOXD_CPUPROFILE
+		path = strings.ReplaceAll(path, "%p", strconv.Itoa(os.Getpid()))
+		if f, err := os.Create(path); err == nil && pprof.StartCPUProfile(f) == nil {
+			defer f.Close()
+			defer pprof.StopCPUProfile()
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

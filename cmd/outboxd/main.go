@@ -14,6 +14,8 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -170,7 +172,7 @@ func (e *exitError) Unwrap() error { return e.err }
 func main() {
 	sig := handleSignals(os.Stderr, os.Exit)
 	tuneGC()
-	stopProfile := startProfile(os.Getenv("OUTBOXD_CPUPROFILE"), os.Getenv("OUTBOXD_MEMPROFILE"), os.Getenv("OUTBOXD_BLOCKPROFILE"))
+	stopProfile := startProfile(profilePath("OUTBOXD_CPUPROFILE"), profilePath("OUTBOXD_MEMPROFILE"), profilePath("OUTBOXD_BLOCKPROFILE"))
 	err := dispatch(sig.ctx, sig, os.Args[1:], os.Stdout, os.Stderr)
 	stopProfile()
 	sig.stop()
@@ -339,6 +341,13 @@ func printUsage(w io.Writer, name string, fs *flag.FlagSet) {
 }
 
 func timeNow() time.Time { return time.Now().UTC() }
+
+// profilePath reads a profile path from the environment variable env, with each "%p" replaced
+// by the process id, so that a run starting outboxd several times (make bench) keeps every
+// profile.
+func profilePath(env string) string {
+	return strings.ReplaceAll(os.Getenv(env), "%p", strconv.Itoa(os.Getpid()))
+}
 
 // startProfile writes a CPU profile to cpuPath until the returned func is called, which also
 // writes the allocation profile (every allocation since start, sampled) to memPath and the
