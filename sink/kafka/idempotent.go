@@ -209,6 +209,9 @@ type seqBatch struct {
 	// uncertain, so the broker may hold b even when a resend is refused. Guarded by mu.
 	unknown  bool
 	finished bool // guarded by combiner.mu
+	// leaked: an attempt ended without the broker's answer (a timeout, a broken connection),
+	// so a connection may still be reading data; it is then never recycled (putBuf).
+	leaked bool
 }
 
 // unfinished counts the batches of the window not finished. Holding mu.
@@ -253,13 +256,15 @@ func encodeBatch(codec kafkago.Compression, group []*batchReq, now time.Time) ([
 			n++
 		}
 	}
-	buf := make([]byte, 4+batchOverhead, size)
+	buf := getBuf(4+batchOverhead, size)
+	clear(buf) // the header: a recycled buffer holds an earlier batch's
 	var recs []byte
 	var body *bytes.Buffer
 	if codec == 0 {
 		recs = buf
 	} else {
-		recs = make([]byte, 0, size)
+		recs = getBuf(0, size)
+		defer putBuf(recs)
 	}
 	k := 0
 	for _, r := range group {
@@ -403,6 +408,9 @@ func (c *combiner) seal(ctx context.Context, b *seqBatch) error {
 // be resent; otherwise b's Sends have their answer.
 func (c *combiner) answer(b *seqBatch, res map[topicPartition]*produceAPI.ResponsePartition, err error, first time.Time) (again bool) {
 	rp, perr := partitionAnswer(res, err, b.key)
+	if err != nil {
+		b.leaked = true
+	}
 	c.mu.Lock()
 	ps := b.ps
 	switch {
@@ -522,6 +530,10 @@ func allGone(group []*batchReq) bool {
 // batches at its front and starts the requests that waited for that.
 func (c *combiner) finish(b *seqBatch, rp *produceAPI.ResponsePartition, perr error) {
 	answerGroup(b.group, rp, perr)
+	if b.data != nil && !b.leaked {
+		putBuf(b.data)
+	}
+	b.data = nil
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	b.finished = true
