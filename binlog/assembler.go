@@ -165,6 +165,7 @@ type Assembler struct {
 
 	state txnState
 	cur   *Txn
+	slab  eventSlab // the events of cur
 	// inPayload is set while the inner events of a TRANSACTION_PAYLOAD are handled: their
 	// headers carry positions inside the compressed blob, not file positions.
 	inPayload bool
@@ -325,7 +326,7 @@ func (a *Assembler) maybePiece() *Txn {
 	}
 	p := &Txn{GTID: a.cur.GTID, CommitTime: a.cur.CommitTime, CommitTimePrecise: a.cur.CommitTimePrecise,
 		Events: a.cur.Events, Partial: true, XA: a.pieceStep()}
-	a.cur.Events = make([]Event, 0, a.piece)
+	a.cur.Events = nil // the next rows event takes room (slab)
 	a.emitted = true
 	return p
 }
@@ -479,7 +480,7 @@ func (a *Assembler) handleRows(ctx context.Context, ev *replication.BinlogEvent,
 		return err
 	}
 	p := newProjection(st.spec.Columns, names, e.Table)
-	a.cur.Events = slices.Grow(a.cur.Events, len(e.Rows))
+	a.cur.Events = a.slab.grow(a.cur.Events, len(e.Rows))
 	// The keys of the whole rows event share one backing array: one allocation, not one a row.
 	var pks []any
 	npk := len(e.Table.PrimaryKey)
