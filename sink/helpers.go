@@ -56,7 +56,17 @@ func Collect(errs []error, wrap func(error) error) error {
 // FanOut runs run(0) … run(n-1) concurrently, at most limit at a time, and waits for all. A
 // task that has not started when ctx ends is not run: cancelled(i) is called instead, so its
 // messages can be failed with ctx's error.
+// One task runs on the caller's goroutine: a Kafka Send to a single leader, the common case,
+// then starts no goroutine.
 func FanOut(ctx context.Context, n, limit int, run, cancelled func(i int)) {
+	if n == 1 {
+		if ctx.Err() != nil {
+			cancelled(0)
+		} else {
+			run(0)
+		}
+		return
+	}
 	sem := make(chan struct{}, limit)
 	var wg sync.WaitGroup
 	for i := range n {
