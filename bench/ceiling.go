@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -37,27 +38,62 @@ func readCeiling(ctx context.Context, addr string, serverID uint32, start, schem
 	}
 	cpu0 := selfCPU()
 	t0 := time.Now()
+	var res ceilingResult
+	err = eachEvent(ctx, cfg, set, func(ev *replication.BinlogEvent) error {
+		re, ok := ev.Event.(*replication.RowsEvent)
+		if !ok || re.Type() != replication.EnumRowsEventTypeInsert || re.Table == nil {
+			return nil
+		}
+		if string(re.Table.Schema) == schema && string(re.Table.Table) == tableName {
+			res.Rows += len(re.Rows)
+		}
+		if res.Rows >= want {
+			res.Elapsed, res.CPU = time.Since(t0), selfCPU()-cpu0
+			return errStopStream
+		}
+		return nil
+	})
+	if err != nil {
+		return ceilingResult{Rows: res.Rows}, fmt.Errorf("ceiling: after %d of %d rows: %w", res.Rows, want, err)
+	}
+	return res, nil
+}
+
+// errStopStream, returned by eachEvent's f, ends the stream without an error.
+var errStopStream = errors.New("stop the stream")
+
+// eachEvent streams the binlog from set with cfg and calls f with every event on go-mysql's own
+// goroutine (its SynchronousEventHandler, as binlog.Reader does), until f returns an error
+// (errStopStream: none), the stream fails or ctx ends.
+func eachEvent(ctx context.Context, cfg replication.BinlogSyncerConfig, set mysql.GTIDSet, f func(*replication.BinlogEvent) error) error {
+	h := &funcHandler{f: f}
+	cfg.SynchronousEventHandler = h
 	syncer := replication.NewBinlogSyncer(cfg)
 	defer syncer.Close()
 	streamer, err := syncer.StartSyncGTID(set)
 	if err != nil {
-		return ceilingResult{}, fmt.Errorf("ceiling: start binlog stream at %s: %w", start, err)
+		return fmt.Errorf("start binlog stream at %s: %w", set, err)
 	}
-	n := 0
-	for n < want {
-		ev, err := streamer.GetEvent(ctx)
-		if err != nil {
-			return ceilingResult{Rows: n}, fmt.Errorf("ceiling: after %d of %d rows: %w", n, want, err)
-		}
-		re, ok := ev.Event.(*replication.RowsEvent)
-		if !ok || re.Type() != replication.EnumRowsEventTypeInsert || re.Table == nil {
-			continue
-		}
-		if string(re.Table.Schema) == schema && string(re.Table.Table) == tableName {
-			n += len(re.Rows)
-		}
+	_, err = streamer.GetEvent(ctx) // with a handler, only the stream's end
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(h.err, errStopStream):
+		return nil
+	case h.err != nil:
+		return h.err
 	}
-	return ceilingResult{Rows: n, Elapsed: time.Since(t0), CPU: selfCPU() - cpu0}, nil
+	return fmt.Errorf("binlog stream: %w", err)
+}
+
+type funcHandler struct {
+	f   func(*replication.BinlogEvent) error
+	err error // read once the stream ended
+}
+
+func (h *funcHandler) HandleEvent(ev *replication.BinlogEvent) error {
+	h.err = h.f(ev)
+	return h.err
 }
 
 // syncerConfig is go-mysql configured as outboxd's reader (binlog.Reader's syncerConfig, with
@@ -91,7 +127,6 @@ func syncerConfig(addr string, serverID uint32, schema, tableName string) (repli
 		HeartbeatPeriod:       config.SourceHeartbeatPeriod,
 		DisableRetrySync:      true,
 		VerifyChecksum:        true,
-		EventCacheCount:       256, // binlog.eventCacheCount
 		DiscardGTIDSet:        true,
 		RowsEventDecodeFunc:   filter.DecodeRows,
 		Logger:                slog.New(slog.DiscardHandler),

@@ -147,26 +147,16 @@ func runFloor(ctx context.Context, cfg floorConfig) error {
 	if err != nil {
 		return fmt.Errorf("parse start %q: %w", cfg.Start, err)
 	}
-	syncer := replication.NewBinlogSyncer(scfg)
-	defer syncer.Close()
-	streamer, err := syncer.StartSyncGTID(set)
-	if err != nil {
-		return fmt.Errorf("start binlog stream at %s: %w", cfg.Start, err)
-	}
-	for {
+	return eachEvent(ctx, scfg, set, func(ev *replication.BinlogEvent) error {
 		select {
 		case err := <-p.errc():
 			return err
 		default:
 		}
-		ev, err := streamer.GetEvent(ctx)
-		if err != nil {
-			return fmt.Errorf("binlog stream: %w", err)
-		}
 		re, ok := ev.Event.(*replication.RowsEvent)
 		if !ok || re.Type() != replication.EnumRowsEventTypeInsert || re.Table == nil ||
 			string(re.Table.Table) != cfg.Table || string(re.Table.Schema) != cfg.Schema {
-			continue
+			return nil
 		}
 		for _, row := range re.Rows {
 			if len(row) <= colPayload {
@@ -174,7 +164,8 @@ func runFloor(ctx context.Context, cfg floorConfig) error {
 			}
 			p.send(ctx, floorRow{eventID: asBytes(row[colEventID]), key: asBytes(row[colBizKey]), value: asBytes(row[colPayload])})
 		}
-	}
+		return nil
+	})
 }
 
 // asBytes is a decoded column's bytes (go-mysql gives VARCHAR as string, TEXT/JSON as []byte;
