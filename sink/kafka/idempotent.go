@@ -34,9 +34,10 @@ import (
 //   - A batch not answered (a timeout, a broken connection) or answered with an error that
 //     leaves open whether it was stored (REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND) is
 //     resent as it is (same producer id, epoch and sequence) until the broker answers, the Sends
-//     waiting for it gave up, or Timeout passed since its first attempt; each attempt gets at
-//     most half of Timeout, so one batch's attempts together stay within Timeout
-//     (config.LongestSend, which the HA lock's timing relies on).
+//     waiting for it gave up, or Timeout passed since the earliest of its Sends began (no
+//     attempt, the first included, is written later); each attempt gets at most half of
+//     Timeout, so a Send's writes stay within Timeout of its start (config.LongestSend, which
+//     the HA lock's timing relies on).
 //   - OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID and INVALID_PRODUCER_EPOCH for the
 //     partition's batch that continues what was stored mean the broker lost the producer's
 //     state (its records expired, a log was truncated); the batch was not stored. Kafka's
@@ -139,7 +140,7 @@ func (c *combiner) sequence(groups [][]*batchReq) []*seqBatch {
 			n += len(r.idx)
 		}
 		ps := c.seqs[k]
-		b := &seqBatch{group: g, key: k, ps: ps, seq: ps.next, n: int32(n)}
+		b := &seqBatch{group: g, key: k, ps: ps, seq: ps.next, n: int32(n), deadline: earliest(g)}
 		ps.next += int64(n)
 		ps.window = append(ps.window, b)
 		out[i] = b
@@ -209,6 +210,8 @@ type seqBatch struct {
 	// uncertain, so the broker may hold b even when a resend is refused. Guarded by mu.
 	unknown  bool
 	finished bool // guarded by combiner.mu
+	// deadline: no attempt is written after it, its batchReqs' earliest (batchReq.deadline).
+	deadline time.Time
 	// leaked: an attempt ended without the broker's answer (a timeout, a broken connection),
 	// so a connection may still be reading data; it is then never recycled (putBuf).
 	leaked bool
@@ -344,7 +347,11 @@ func stamp(data []byte, id int64, epoch int16, seq int64) {
 func (c *combiner) sendIdempotent(q *brokerQueue, batches []*seqBatch) {
 	first := time.Now()
 	s := c.s
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout/2)
+	deadline := first.Add(s.cfg.Timeout / 2)
+	for _, b := range batches {
+		deadline = minTime(deadline, b.deadline)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	now := time.Now()
 	ready := batches[:0:0]
 	for _, b := range batches {
@@ -458,10 +465,10 @@ func (c *combiner) answer(b *seqBatch, res map[topicPartition]*produceAPI.Respon
 }
 
 // retry resends b until answer settles it, every Send waiting for it gave up, the sink closed,
-// or Timeout passed since first. Given up with the outcome unknown, b's partition takes a fresh
-// producer id once nothing of it is in flight.
+// or b's deadline passed (Timeout after the earliest of its Sends began). Given up with the
+// outcome unknown, b's partition takes a fresh producer id once nothing of it is in flight.
 //
-// The bound is a deadline, first plus Timeout, checked after each backoff and carried to the
+// The bound is that deadline, checked after each backoff and carried to the
 // connection (kafka-go sets the socket's deadline from the context's): a process paused past
 // it (SIGSTOP, a stalled VM) sends nothing when it resumes. The HA lock's timing counts on a
 // deposed leader's sends ending within LongestSend; a timeout measured from the resume, as
@@ -469,7 +476,7 @@ func (c *combiner) answer(b *seqBatch, res map[topicPartition]*produceAPI.Respon
 func (c *combiner) retry(b *seqBatch, first time.Time) {
 	s := c.s
 	backoff := min(100*time.Millisecond, s.cfg.Timeout/20)
-	deadline := first.Add(s.cfg.Timeout)
+	deadline := b.deadline
 	for {
 		c.pause(backoff)
 		if !time.Now().Before(deadline) || s.closed.Load() || allGone(b.group) {

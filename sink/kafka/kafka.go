@@ -242,7 +242,7 @@ func New(name string, cfg Config) (*Sink, error) {
 		client: &kafkago.Client{Addr: addr, Timeout: cfg.Timeout, Transport: tr},
 		log:    cfg.Logger.With().Str("sink", name).Logger(),
 	}
-	s.combine.s, s.combine.pause = s, time.Sleep
+	s.combine.s, s.combine.pause, s.combine.now = s, time.Sleep, time.Now
 	return s, nil
 }
 

@@ -110,7 +110,7 @@ func (s *Sink) sendRound(ctx context.Context, start time.Time, msgs []*sink.Mess
 	for k, p := range parts {
 		c := p.queue[p.next]
 		reqs[k] = &batchReq{topic: p.topic, partition: p.partition, leader: p.leader, msgs: msgs, idx: c,
-			size: batchBytes(msgs, c), alone: p.alone, gone: ctx.Done(), done: make(chan batchResult, 1)}
+			size: batchBytes(msgs, c), alone: p.alone, gone: ctx.Done(), deadline: start.Add(s.cfg.Timeout), done: make(chan batchResult, 1)}
 	}
 	s.combine.submit(reqs)
 	for k, p := range parts {
@@ -203,7 +203,24 @@ type batchReq struct {
 	// request then never goes out, so nothing is written for a Send after it ended (a fenced
 	// leader's sends end within the request timeout, see the HA contract).
 	gone <-chan struct{}
-	done chan batchResult
+	// deadline is its Send's start plus Timeout: nothing of it is written after that. The HA
+	// lock's timing counts on a leader's sends ending within LongestSend of the Send that the
+	// lock's guard let start; a batch still waiting for a request slot when the process was
+	// frozen (SIGSTOP, a stalled VM) past its lease went out when it resumed, before its Send's
+	// ctx could end (chaos: 2 produces of a deposed leader 2 s into the next one's term).
+	deadline time.Time
+	done     chan batchResult
+}
+
+// earliest is the earliest deadline of g's batchReqs.
+func earliest(g []*batchReq) time.Time {
+	d := g[0].deadline
+	for _, r := range g[1:] {
+		if r.deadline.Before(d) {
+			d = r.deadline
+		}
+	}
+	return d
 }
 
 // batchResult is the broker's answer for one batchReq.
@@ -229,6 +246,9 @@ type combiner struct {
 	// pause waits between a batch's attempts: time.Sleep; a test stands in a process paused
 	// longer.
 	pause func(time.Duration)
+	// now is time.Now; a test stands in a process frozen between a Send's start and the taking
+	// of its batches into a request (take).
+	now func() time.Time
 }
 
 type brokerQueue struct {
@@ -322,12 +342,17 @@ func (c *combiner) take(q *brokerQueue) [][]*batchReq {
 	var sizes []int
 	total := 0
 	kept := q.pending[:0]
+	now := c.now()
 	for _, r := range q.pending {
 		select {
 		case <-r.gone:
 			r.done <- batchResult{err: fmt.Errorf("not sent: %w", errNotSent)}
 			continue
 		default:
+		}
+		if !now.Before(r.deadline) {
+			r.done <- batchResult{err: fmt.Errorf("not sent: waited %v for a request to the broker, its send's timeout: %w", now.Sub(r.deadline.Add(-c.s.cfg.Timeout)).Round(time.Millisecond), errNotSent)}
+			continue
 		}
 		k := topicPartition{r.topic, r.partition}
 		g, open := at[k]
@@ -365,9 +390,14 @@ func (c *combiner) take(q *brokerQueue) [][]*batchReq {
 // send produces groups (one record batch each) in one request, answers every batchReq, and
 // frees q's slot (q is nil for a request outside the bound).
 func (c *combiner) send(q *brokerQueue, groups [][]*batchReq) {
-	// Bounded by Timeout, not by any one Send's ctx: the request carries several Sends' records,
-	// and a Send that gives up stops waiting for it (sendRound) without cancelling the others'.
-	ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.Timeout)
+	// Bounded by Timeout and the Sends' deadlines, not by any one Send's ctx: the request
+	// carries several Sends' records, and a Send that gives up stops waiting for it (sendRound)
+	// without cancelling the others'.
+	deadline := time.Now().Add(c.s.cfg.Timeout)
+	for _, g := range groups {
+		deadline = minTime(deadline, earliest(g))
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	res, err := c.s.produce(ctx, groups)
 	cancel()
 	for _, g := range groups {
