@@ -333,7 +333,8 @@ type Sink struct {
 	Brokers []string `yaml:"brokers" only:"kafka"`
 	// ClientID is the Kafka client id the brokers see (kafka only).
 	ClientID string `yaml:"client_id" only:"kafka"`
-	// Timeout bounds one produce request (kafka only).
+	// Timeout bounds each send to the brokers: nothing of it is written later than this after
+	// it began, however long its batches waited for a request (kafka only).
 	Timeout time.Duration `yaml:"timeout" only:"kafka"`
 	// MaxMessageBytes is the largest message sent; a larger one is poison (kafka only). Keep
 	// it at most the topic's max.message.bytes.
@@ -373,8 +374,9 @@ type Sink struct {
 	// SecretKeyFile names a file holding the secret key, read at load; exclusive with
 	// SecretKey (rocketmq only).
 	SecretKeyFile string `yaml:"secret_key_file" only:"rocketmq"`
-	// SendTimeout bounds one send request (rocketmq only). Each queue's messages go in
-	// batches of at most 256 messages or 1 MiB.
+	// SendTimeout bounds each send to the brokers, all of its requests together: nothing of it
+	// is written later (rocketmq only). Each queue's messages go in batches of at most 256
+	// messages or 1 MiB.
 	SendTimeout time.Duration `yaml:"send_timeout" only:"rocketmq"`
 }
 

@@ -64,8 +64,8 @@ type Config struct {
 	Namespace string
 	// AccessKey and SecretKey enable ACL signing; both or neither.
 	AccessKey, SecretKey string
-	// SendTimeout bounds each send request, of one message or a batch (default
-	// DefaultSendTimeout), and the lookup of a new topic's queue count.
+	// SendTimeout bounds each Send, all its requests and the lookup of a new topic's queue
+	// count together (default DefaultSendTimeout): nothing of a Send is written later.
 	SendTimeout time.Duration
 	// MaxMessageBytes is the largest body sent (default DefaultMaxMessageBytes, the broker's
 	// maxMessageSize default); a larger one fails permanently without being sent. A batch

@@ -144,6 +144,13 @@ func (s *Sink) Send(ctx context.Context, msgs []*sink.Message) error {
 	if err := ctx.Err(); err != nil {
 		return sink.AllFailed(len(msgs), fmt.Errorf("rocketmq sink %q: %w", s.name, err))
 	}
+	// Nothing of the Send is written after its start plus SendTimeout (the client carries the
+	// deadline to the socket): the HA lock's timing counts on a leader's sends ending within
+	// LongestSend of the Send its guard let start. Each request was bounded alone before, so a
+	// Send of several batches on one queue, or one that waited for a lane (FanOut) while the
+	// process was frozen, could write later. A batch cut off is failed and resent.
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.SendTimeout)
+	defer cancel()
 	errs := make([]error, len(msgs))
 	out := make([]outMsg, len(msgs))
 	for i, m := range msgs {
