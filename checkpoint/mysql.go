@@ -530,7 +530,11 @@ func (s *MySQLStore) readToken(ctx context.Context) (epoch uint64, holder string
 	return epoch, holder, err == nil, err
 }
 
-// Close closes the pool. Later Load and Save calls fail. Closing twice is a no-op.
+// releaseTimeout bounds Close's release of the holder lock.
+const releaseTimeout = time.Second
+
+// Close releases the holder lock and closes the pool. Later Load and Save calls fail. Closing
+// twice is a no-op.
 func (s *MySQLStore) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -540,7 +544,14 @@ func (s *MySQLStore) Close() error {
 	s.closed = true
 	s.lockMu.Lock()
 	if s.lockConn != nil {
-		s.lockConn.Close() // frees the holder lock: commands see this process gone
+		// Released explicitly, so commands see this process gone once Close returns: the server
+		// frees a closed connection's locks only when it notices the close, a moment later
+		// (TestMySQLClaimScopeAndHolderLock saw the lock still held in CI). Closing frees it
+		// anyway when the server cannot be reached.
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		_, _ = s.lockConn.ExecContext(ctx, "DO RELEASE_LOCK(?)", s.lockName)
+		cancel()
+		s.lockConn.Close()
 		s.lockConn = nil
 	}
 	s.lockMu.Unlock()
