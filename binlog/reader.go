@@ -199,7 +199,7 @@ func (r *Reader) run(ctx context.Context, start, dump gtid.Set, out chan<- *Txn)
 	// The server may stream transactions the start set covers (one that ignores the GTID set
 	// streams everything): they are skipped here, never delivered again.
 	startStr := start.String()
-	h := &streamHandler{r: r, ctx: ctx, asm: asm, out: out, m: r.cfg.Metrics, filter: newStartFilter(start), startStr: startStr}
+	h := &streamHandler{r: r, ctx: ctx, asm: asm, out: out, filter: newStartFilter(start), startStr: startStr}
 	cfg := r.syncerConfig(asm.Filter())
 	cfg.SynchronousEventHandler = h
 	syncer := replication.NewBinlogSyncer(cfg)
@@ -244,7 +244,6 @@ type streamHandler struct {
 	ctx       context.Context
 	asm       *Assembler
 	out       chan<- *Txn
-	m         *metrics.Metrics
 	filter    *startFilter
 	startStr  string
 	streaming bool
@@ -256,7 +255,7 @@ type streamHandler struct {
 // start position covered that the server streamed anyway. On the handler's goroutine, or
 // once it returned for good.
 func (h *streamHandler) reportSkipped() {
-	if !h.reported && h.filter != nil && h.filter.skipped > 0 {
+	if !h.reported && h.filter.skipped > 0 {
 		h.reported = true
 		h.r.cfg.Logger.Info().Int("skipped", h.filter.skipped).Str("gtid", h.startStr).
 			Msg("skipped transactions the start position already covers: the server streamed them anyway")
@@ -272,7 +271,7 @@ func (h *streamHandler) HandleEvent(ev *replication.BinlogEvent) error {
 }
 
 func (h *streamHandler) handle(ev *replication.BinlogEvent) error {
-	ctx, m := h.ctx, h.m
+	ctx, m := h.ctx, h.r.cfg.Metrics
 	if !h.streaming {
 		// The first event (the server's artificial rotate) shows the dump was accepted.
 		h.streaming = true

@@ -716,7 +716,7 @@ func (w *world) heal(ctx context.Context) error {
 func (w *world) committedIDs(ctx context.Context) (map[string]bool, error) {
 	var lastErr error
 	for i := 0; i < 30; i++ {
-		out, err := eventIDs(ctx, w.db)
+		out, err := mariadb.EventIDs(ctx, w.db, outboxTable)
 		if err == nil {
 			return out, nil
 		}
@@ -724,24 +724,6 @@ func (w *world) committedIDs(ctx context.Context) (map[string]bool, error) {
 		sleepCtx(ctx, time.Second)
 	}
 	return nil, fmt.Errorf("read the outbox table: %w", lastErr)
-}
-
-// eventIDs reads every event id of db's outbox table.
-func eventIDs(ctx context.Context, db *sql.DB) (map[string]bool, error) {
-	rows, err := db.QueryContext(ctx, "SELECT event_id FROM "+schema+".outbox_event")
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]bool{}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		out[id] = true
-	}
-	return out, rows.Err()
 }
 
 // kafkaConsumer reads the Kafka topic from offset 0, directly from the broker (its dialer

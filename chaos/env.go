@@ -25,6 +25,8 @@ const (
 	kafkaTopic = "chaos_k"
 	rmqTopic   = "CHAOS_R"
 	schema     = "chaos"
+	// outboxTable is the outbox table the generators write and outboxd reads.
+	outboxTable = schema + ".outbox_event"
 )
 
 // kafka is a kfake broker on a fixed port behind a fault proxy, restartable with its data.

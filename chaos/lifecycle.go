@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/outboxd/outboxd/testenv/mariadb"
 )
 
 // The outbox life cycle under faults: cleanup (by key, and the created_at sweep for the keys a
@@ -91,7 +93,7 @@ func readDeleted(ctx context.Context, db *sql.DB) (map[string]time.Time, error) 
 
 // everCommitted is every row db's outbox table ever held: its rows and the ones cleanup deleted.
 func everCommitted(ctx context.Context, db *sql.DB) (map[string]bool, error) {
-	ids, err := eventIDs(ctx, db)
+	ids, err := mariadb.EventIDs(ctx, db, outboxTable)
 	if err != nil {
 		return nil, fmt.Errorf("read the outbox table: %w", err)
 	}
@@ -123,7 +125,7 @@ func splitDark(ids map[string]bool) map[string]bool {
 func (w *world) drainCleanup(ctx context.Context, cons *kafkaConsumer, bound time.Duration) (left int) {
 	deadline := time.Now().Add(bound)
 	for {
-		ids, err := eventIDs(ctx, w.db)
+		ids, err := mariadb.EventIDs(ctx, w.db, outboxTable)
 		if err == nil {
 			got := collect(cons, w.rmq)
 			left = 0
@@ -166,7 +168,7 @@ func (w *world) lifecycleVerdict(ctx context.Context, rep *Report, deleted map[s
 		}
 	}
 	w.gen.mu.Unlock()
-	inTable, err := eventIDs(ctx, w.db)
+	inTable, err := mariadb.EventIDs(ctx, w.db, outboxTable)
 	if err != nil {
 		rep.ReconcileError = "read the table: " + err.Error()
 		return

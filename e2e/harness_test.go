@@ -498,35 +498,17 @@ func header(r *kgo.Record, key string) string {
 	return ""
 }
 
-// eventIDs lists the records' event ids in arrival order.
-// tableIDs is the set of event ids in table (schema.table) on db, or the query's error.
-func tableIDs(db *sql.DB, table string) (map[string]bool, error) {
-	rows, err := db.Query("SELECT event_id FROM " + table)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]bool{}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		out[id] = true
-	}
-	return out, rows.Err()
-}
-
 // tableIDsT is tableIDs failing t on an error.
 func tableIDsT(t testing.TB, db *sql.DB, table string) map[string]bool {
 	t.Helper()
-	ids, err := tableIDs(db, table)
+	ids, err := mariadb.EventIDs(context.Background(), db, table)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return ids
 }
 
+// eventIDs lists the records' event ids in arrival order.
 func eventIDs(rs []*kgo.Record) []string {
 	out := make([]string, len(rs))
 	for i, r := range rs {

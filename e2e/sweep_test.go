@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/outboxd/outboxd/daemon"
+	"github.com/outboxd/outboxd/testenv/mariadb"
 )
 
 // sweepWorld is two outbox tables under the created_at sweep (retention 1s, so the key path
@@ -180,7 +181,7 @@ func (sw *sweepWorld) left() map[string]bool {
 func (sw *sweepWorld) leftErr() (map[string]bool, error) {
 	out := map[string]bool{}
 	for _, tb := range []string{"outbox_event", "ts_outbox"} {
-		ids, err := tableIDs(sw.db, sw.schema+"."+tb)
+		ids, err := mariadb.EventIDs(context.Background(), sw.db, sw.schema+"."+tb)
 		if err != nil {
 			return nil, err
 		}
