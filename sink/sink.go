@@ -43,6 +43,10 @@ type Message struct {
 	// fetched after the Send started) fails the message permanently. Other sinks ignore it (config refuses it for them).
 	Partition    int32
 	HasPartition bool
+
+	// keyHash caches KeyHash.
+	keyHash   uint32
+	keyHashed bool
 }
 
 // Size approximates the message's memory and wire size in bytes.

@@ -242,23 +242,10 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // encodeBatch encodes the records of group's batchReqs, in order, as one v2 record batch
 // preceded by its 4-byte size, as a produce request carries it, with the producer fields left
 // for stamp. kafka-go's batch writer writes them as -1 and cannot be told otherwise, so the
-// batch is written here, in one buffer sized from recordSize, compressed with kafka-go's codecs.
+// batch is written here, compressed with kafka-go's codecs. It reads each message once, in one
+// pass, into a buffer of encodedBound bytes.
 func encodeBatch(codec kafkago.Compression, group []*batchReq, now time.Time) ([]byte, error) {
-	first := int64(-1)
-	maxTS := int64(0)
-	n, size := 0, 4+batchOverhead
-	for _, r := range group {
-		for _, i := range r.idx {
-			ts := timestampOf(r.msgs[i], now)
-			if first < 0 {
-				first = ts
-			}
-			maxTS = max(maxTS, ts)
-			d := ts - first
-			size += recordSize(r.msgs[i], &d, n)
-			n++
-		}
-	}
+	size := encodedBound(group)
 	buf := getBuf(4+batchOverhead, size)
 	clear(buf) // the header: a recycled buffer holds an earlier batch's
 	var recs []byte
@@ -269,11 +256,17 @@ func encodeBatch(codec kafkago.Compression, group []*batchReq, now time.Time) ([
 		recs = getBuf(0, size)
 		defer putBuf(recs)
 	}
+	first, maxTS := int64(-1), int64(0)
 	k := 0
 	for _, r := range group {
 		for _, i := range r.idx {
 			m := r.msgs[i]
-			d := timestampOf(m, now) - first
+			ts := timestampOf(m, now)
+			if first < 0 {
+				first = ts
+			}
+			maxTS = max(maxTS, ts)
+			d := ts - first
 			recs = binary.AppendVarint(recs, int64(recordBodySize(m, &d, k)))
 			recs = append(recs, 0) // record attributes
 			recs = binary.AppendVarint(recs, d)
@@ -289,6 +282,7 @@ func encodeBatch(codec kafkago.Compression, group []*batchReq, now time.Time) ([
 			k++
 		}
 	}
+	n := k
 	if codec == 0 {
 		buf = recs
 	} else {
@@ -314,6 +308,19 @@ func encodeBatch(codec kafkago.Compression, group []*batchReq, now time.Time) ([
 	be.PutUint64(buf[4+35:], uint64(maxTS))        // max timestamp
 	be.PutUint32(buf[4+57:], uint32(n))            // records
 	return buf, nil
+}
+
+// encodedBound bounds the uncompressed size of group's record batch with its 4-byte size: the
+// batchReqs' sizes (batchBytes, which take every timestamp at its longest) plus 3 bytes a record
+// for the offset deltas and length prefixes that grow when batchReqs merge (an offset below 2^19
+// takes at most 2 bytes more than the record's offset in its own batchReq, and its length prefix
+// at most 1 more). A batch that outgrew it would still be encoded right, by append.
+func encodedBound(group []*batchReq) int {
+	size := 4 + batchOverhead
+	for _, r := range group {
+		size += r.size - batchOverhead + 3*len(r.idx)
+	}
+	return size
 }
 
 // timestampOf is m's record time in milliseconds; a zero Time is now, as kafka-go stamps it.

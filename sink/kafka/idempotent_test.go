@@ -284,6 +284,31 @@ func TestEncodeBatchMatchesKafkaGo(t *testing.T) {
 	}
 }
 
+// The encoder writes each batch in one pass into a buffer of encodedBound bytes: merged
+// batchReqs (offsets past one byte), long keys and timestamps far apart stay within it.
+func TestEncodeBatchStaysWithinItsBound(t *testing.T) {
+	now := time.UnixMilli(1_700_000_123_456)
+	for _, n := range []int{1, 3, 70, 400} {
+		var g []*batchReq
+		for range n {
+			msgs := keyed("t", 40, func(i int) string { return strings.Repeat("k", i*5) })
+			msgs[0].Time = time.UnixMilli(1) // the first timestamp decades before the rest
+			idx := make([]int, len(msgs))
+			for i := range idx {
+				idx[i] = i
+			}
+			g = append(g, &batchReq{msgs: msgs, idx: idx, size: batchBytes(msgs, idx)})
+		}
+		got, err := encodeBatch(0, g, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) > encodedBound(g) {
+			t.Errorf("%d batchReqs merged: %d bytes encoded, over the bound of %d", n, len(got), encodedBound(g))
+		}
+	}
+}
+
 // Every codec, read back byte for byte, with idempotence on.
 func TestIdempotentCompression(t *testing.T) {
 	e := newEnv(t)

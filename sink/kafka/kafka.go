@@ -377,7 +377,6 @@ func (s *Sink) assign(msgs []*sink.Message, errs []error, infos map[string]topic
 	byTP := make(map[topicPartition]*partBatch)
 	var order []*partBatch
 	sticky := make(map[string]int)
-	balancer := kafkago.Murmur2Balancer{Consistent: true}
 	for i, m := range msgs {
 		if errs[i] != nil {
 			continue
@@ -393,7 +392,7 @@ func (s *Sink) assign(msgs []*sink.Message, errs []error, infos map[string]topic
 				sticky[m.Topic] = p
 			}
 		} else {
-			p = balancer.Balance(kafkago.Message{Key: m.Key}, parts...)
+			p = keyPartition(m, parts)
 		}
 		k := topicPartition{m.Topic, p}
 		b := byTP[k]

@@ -7,8 +7,6 @@ import (
 	"sort"
 	"time"
 
-	kafkago "github.com/segmentio/kafka-go"
-
 	"github.com/outboxd/outboxd/sink"
 )
 
@@ -52,7 +50,6 @@ func partitionWaves(msgs []*sink.Message, errs []error, infos map[string]topicIn
 	type topicKey struct{ topic, key string }
 	prev := make(map[topicKey]last)
 	waves = make([]int, len(msgs))
-	balancer := kafkago.Murmur2Balancer{Consistent: true}
 	n = 1
 	for i, m := range msgs {
 		if errs[i] != nil || m.Key == nil {
@@ -60,7 +57,7 @@ func partitionWaves(msgs []*sink.Message, errs []error, infos map[string]topicIn
 		}
 		p := int(m.Partition)
 		if !m.HasPartition {
-			p = balancer.Balance(kafkago.Message{Key: m.Key}, infos[m.Topic].partitions...)
+			p = keyPartition(m, infos[m.Topic].partitions)
 		}
 		k := topicKey{m.Topic, string(m.Key)}
 		w := 0
@@ -75,4 +72,12 @@ func partitionWaves(msgs []*sink.Message, errs []error, infos map[string]topicIn
 		n = max(n, w+1)
 	}
 	return waves, n
+}
+
+// keyPartition is the partition of parts (the topic's sorted partition ids) that Java's default
+// partitioner, and kafka-go's Murmur2Balancer with Consistent, give m's key: murmur2, made
+// positive, modulo the partition count. The hash is the message's kept one (sink.KeyHash), which
+// the pipeline took when it routed the row.
+func keyPartition(m *sink.Message, parts []int) int {
+	return parts[(m.KeyHash()&0x7fffffff)%uint32(len(parts))]
 }
