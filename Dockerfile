@@ -3,7 +3,11 @@
 # outboxd (the default, final stage) and the compose stack's sample app (--target shopapp), both
 # static binaries on distroless, running as the non-root user "nonroot" (65532).
 #
-#   docker build -t outboxd --build-arg VERSION=$(git describe --tags --always --dirty) .
+#   docker build -t outboxd --build-arg VERSION=$(git describe --tags --always --dirty) \
+#     --build-arg COMMIT=$(git rev-parse HEAD) .
+#
+# .git stays out of the build context (.dockerignore), so the go command cannot record the commit
+# itself: COMMIT is what outboxd version and outboxd_build_info report (empty when not given).
 #   docker build -t outboxd-shopapp --target shopapp .
 
 ARG GO_VERSION=1.26
@@ -17,8 +21,9 @@ COPY . .
 
 FROM deps AS build-outboxd
 ARG VERSION=dev
+ARG COMMIT=
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/outboxd ./cmd/outboxd \
+    go build -trimpath -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" -o /out/outboxd ./cmd/outboxd \
  && mkdir -p /out/var/lib/outboxd
 
 FROM deps AS build-shopapp

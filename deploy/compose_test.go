@@ -509,7 +509,7 @@ func TestDockerfileRunsAsNonRoot(t *testing.T) {
 		}
 	}
 	run := build.instr("RUN")
-	for _, want := range []string{"-trimpath", "-X main.version=", "./cmd/outboxd"} {
+	for _, want := range []string{"-trimpath", "-X main.version=${VERSION}", "-X main.commit=${COMMIT}", "./cmd/outboxd"} {
 		if !strings.Contains(run, want) {
 			t.Errorf("the outboxd build step lacks %s: %s", want, run)
 		}
