@@ -48,9 +48,10 @@ func renderChart(t *testing.T, vals map[string]any) (helmRender, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// ToRenderValues also checks vals against values.schema.json, as helm install does.
 	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: "orders", Namespace: "shop", IsInstall: true}, chartutil.DefaultCapabilities)
 	if err != nil {
-		t.Fatal(err)
+		return helmRender{}, err
 	}
 	files, err := engine.Render(ch, rv)
 	if err != nil {
@@ -230,7 +231,8 @@ func TestHelmRender(t *testing.T) {
 	}
 }
 
-// The values hold no password: setting one in config is refused, as is HA on the file store.
+// The values hold no password: setting one in config is refused, as is HA on the file store,
+// and values.schema.json refuses misspelt and mistyped keys of the chart's own.
 func TestHelmRefuses(t *testing.T) {
 	for name, tc := range map[string]struct {
 		vals map[string]any
@@ -238,6 +240,14 @@ func TestHelmRefuses(t *testing.T) {
 	}{
 		"password in values": {map[string]any{"config": map[string]any{"source": map[string]any{"password": "x"}}}, "put the password in the Secret"},
 		"ha on file store":   {map[string]any{"ha": map[string]any{"enabled": true}, "config": map[string]any{"checkpoint": map[string]any{"store": "file", "path": "/tmp/c.json", "table": nil, "name": nil}}}, "needs config.checkpoint.store: mysql"},
+		// values.schema.json: a misspelt key of the chart's own is refused, not ignored (HA off
+		// while the user thinks it on, no ServiceMonitor), and so is a wrong type.
+		"ha.enable":             {map[string]any{"ha": map[string]any{"enable": true}}, "enable"},
+		"serviceMonitor.enable": {map[string]any{"serviceMonitor": map[string]any{"enable": true}}, "enable"},
+		"a top-level typo":      {map[string]any{"podAnnotation": map[string]any{"a": "b"}}, "podAnnotation"},
+		"probe typo":            {map[string]any{"probes": map[string]any{"liveness": map[string]any{"periodSecond": 5}}}, "periodSecond"},
+		"admin.port as text":    {map[string]any{"admin": map[string]any{"port": "http"}}, "port"},
+		"one HA replica":        {map[string]any{"ha": map[string]any{"enabled": true, "replicas": 1}}, "replicas"},
 	} {
 		_, err := renderChart(t, tc.vals)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
