@@ -173,6 +173,7 @@ type Kit struct {
 	db                *sql.DB
 	dedup, quarantine string // quoted identifiers
 	dedupName         string // as configured, "table" or "schema.table"
+	quarantineName    string // as configured
 	handler           string
 	iso               sql.IsolationLevel
 }
@@ -211,7 +212,7 @@ func New(db *sql.DB, o Options) (*Kit, error) {
 	if o.DedupTable == o.QuarantineTable {
 		return nil, fmt.Errorf("consumer: Options.DedupTable and QuarantineTable are both %q", o.DedupTable)
 	}
-	return &Kit{db: db, dedup: quote(o.DedupTable), quarantine: quote(o.QuarantineTable), dedupName: o.DedupTable, handler: o.Handler, iso: o.Isolation}, nil
+	return &Kit{db: db, dedup: quote(o.DedupTable), quarantine: quote(o.QuarantineTable), dedupName: o.DedupTable, quarantineName: o.QuarantineTable, handler: o.Handler, iso: o.Isolation}, nil
 }
 
 func quote(name string) string {
@@ -335,11 +336,18 @@ type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
+// insertQuarantine copies msg and why into the quarantine table, with k's handler. A table of an
+// older kit, without the handler column (CreateTables not run since the upgrade), still takes
+// the row without it: quarantining must not fail, or a permanent error becomes a message retried
+// forever. The failed statement alone is rolled back, so the retry stays in db's transaction.
 func (k *Kit) insertQuarantine(ctx context.Context, db execer, msg Message, why error) error {
-	_, err := db.ExecContext(ctx, "INSERT INTO "+k.quarantine+
-		" (event_id, msg_id, topic, msg_key, payload, headers, error, quarantined_at) VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6))",
-		msg.EventID, storable(msg.MsgID, maxMsgIDBytes), storable(msg.Topic, maxMsgIDBytes), msg.Key, msg.Payload,
-		HeadersJSON(msg.Headers), storable(why.Error(), maxErrorBytes))
+	args := []any{msg.EventID, storable(msg.MsgID, maxMsgIDBytes), storable(msg.Topic, maxMsgIDBytes), msg.Key, msg.Payload,
+		HeadersJSON(msg.Headers), storable(why.Error(), maxErrorBytes)}
+	const cols, vals = "event_id, msg_id, topic, msg_key, payload, headers, error, quarantined_at", "?, ?, ?, ?, ?, ?, ?, NOW(6)"
+	_, err := db.ExecContext(ctx, "INSERT INTO "+k.quarantine+" ("+cols+", handler) VALUES ("+vals+", ?)", append(args, k.handler)...)
+	if mysqlErrno(err) == erBadField {
+		_, err = db.ExecContext(ctx, "INSERT INTO "+k.quarantine+" ("+cols+") VALUES ("+vals+")", args...)
+	}
 	return err
 }
 
@@ -384,7 +392,7 @@ const base64Prefix = "base64:"
 
 // MySQL error numbers Handle tells apart.
 const (
-	erBadField    = 1054 // unknown column: the dedup table predates handler
+	erBadField    = 1054 // unknown column: a table of the kit before handler
 	erDupEntry    = 1062
 	erLockTimeout = 1205
 	erDeadlock    = 1213

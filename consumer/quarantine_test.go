@@ -76,3 +76,78 @@ func TestQuarantineTakesAnyMessage(t *testing.T) {
 		}
 	}
 }
+
+// The quarantine row names the handler whose work refused the event, so that handlers sharing
+// the table can be told apart. A quarantine table of an older kit, without the column, keeps
+// taking rows (quarantining must not fail), and CreateTables adds the column to it.
+func TestQuarantineNamesTheHandler(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	refuse := func(context.Context, *sql.Tx, consumer.Message) error { return consumer.Permanent(errors.New("no such order")) }
+	audit, err := consumer.New(f.DB, consumer.Options{Handler: "audit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kit := range []*consumer.Kit{f.Kit, audit} {
+		if out, err := kit.Handle(ctx, consumer.Message{EventID: "ev-shared"}, refuse); err != nil || out != consumer.Rejected {
+			t.Fatalf("Handle: %v %v, want rejected", out, err)
+		}
+	}
+	if _, err := audit.Handle(ctx, consumer.Message{MsgID: "no-id"}, refuse); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	rows, err := f.DB.QueryContext(ctx, "SELECT CONCAT(handler, '/', event_id) FROM quarantined_event")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		got[s]++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	var handlerName string
+	if err := f.DB.QueryRowContext(ctx, "SELECT handler FROM quarantined_event WHERE event_id = 'ev-shared' ORDER BY id LIMIT 1").Scan(&handlerName); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got["audit/ev-shared"] != 1 || got["audit/"] != 1 || got[handlerName+"/ev-shared"] != 1 || handlerName == "audit" {
+		t.Errorf("quarantined (handler/event_id): %v, want one row of each handler for ev-shared and audit's for the message without id", got)
+	}
+
+	// A table of the kit before the column.
+	for _, q := range []string{
+		"CREATE TABLE old_quarantine (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, event_id LONGBLOB NOT NULL, msg_id VARCHAR(512) NULL, topic VARCHAR(512) NULL, " +
+			"msg_key LONGBLOB NULL, payload LONGBLOB NULL, headers JSON NULL, error TEXT NOT NULL, quarantined_at DATETIME(6) NOT NULL) DEFAULT CHARSET = utf8mb4",
+	} {
+		if _, err := f.DB.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old, err := consumer.New(f.DB, consumer.Options{Handler: "billing", DedupTable: "billing_seen", QuarantineTable: "old_quarantine"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.DB.ExecContext(ctx, old.DDL()[0]); err != nil { // the dedup table only: as deployed before the upgrade
+		t.Fatal(err)
+	}
+	if out, err := old.Handle(ctx, consumer.Message{EventID: "ev-before"}, refuse); err != nil || out != consumer.Rejected {
+		t.Fatalf("Handle into the old quarantine table: %v %v, want rejected", out, err)
+	}
+	if err := old.CreateTables(ctx); err != nil {
+		t.Fatalf("CreateTables over the old quarantine table: %v", err)
+	}
+	if out, err := old.Handle(ctx, consumer.Message{EventID: "ev-after"}, refuse); err != nil || out != consumer.Rejected {
+		t.Fatalf("Handle after CreateTables: %v %v, want rejected", out, err)
+	}
+	if n := f.Count(t, "SELECT COUNT(*) FROM old_quarantine WHERE event_id = 'ev-before' AND handler IS NULL"); n != 1 {
+		t.Errorf("the row quarantined before the column: %d with a NULL handler, want 1", n)
+	}
+	if n := f.Count(t, "SELECT COUNT(*) FROM old_quarantine WHERE event_id = 'ev-after' AND handler = 'billing'"); n != 1 {
+		t.Errorf("the row quarantined after CreateTables: %d naming billing, want 1", n)
+	}
+}

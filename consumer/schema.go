@@ -33,17 +33,57 @@ func (k *Kit) DDL() []string {
 	return out
 }
 
-// CreateTables creates k's tables if they do not exist, then verifies the dedup table's shape
-// (VerifyTables): an existing table of an older kit is refused with ErrOldDedupTable, not
-// altered, since an ALTER of a large table is the operator's to schedule. It blocks on the
-// statements; the ones before a failing statement stay (DDL commits implicitly).
+// CreateTables creates k's tables if they do not exist, adds the handler column to a quarantine
+// table of an older kit (QuarantineMigrationSQL: a nullable column appended, which MySQL 8.0.12+
+// and MariaDB 10.3+ add in place, without copying the table), then verifies the dedup table's
+// shape (VerifyTables): a dedup table of an older kit is refused with ErrOldDedupTable, not
+// altered, since its migration changes the primary key of a large table, the operator's to
+// schedule. It blocks on the statements; the ones before a failing statement stay (DDL commits
+// implicitly).
 func (k *Kit) CreateTables(ctx context.Context) error {
 	for _, stmt := range k.DDL() {
 		if _, err := k.db.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("consumer: create tables: %w", err)
 		}
 	}
+	has, err := k.columnExists(ctx, k.quarantineName, "handler")
+	if err != nil {
+		return fmt.Errorf("consumer: read the columns of %s: %w", k.quarantine, err)
+	}
+	if !has {
+		for _, stmt := range k.QuarantineMigrationSQL() {
+			if _, err := k.db.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("consumer: add the handler column to %s: %w", k.quarantine, err)
+			}
+		}
+	}
 	return k.VerifyTables(ctx)
+}
+
+// QuarantineMigrationSQL returns the statement that gives a quarantine table of an older kit its
+// handler column (NULL in the rows it holds). CreateTables runs it when the column is missing;
+// until then Handle quarantines without the handler. Pure.
+func (k *Kit) QuarantineMigrationSQL() []string {
+	return []string{"ALTER TABLE " + k.quarantine + " ADD COLUMN handler VARBINARY(64) NULL"}
+}
+
+// columnExists reports whether table (name as configured, "table" or "schema.table") has column.
+func (k *Kit) columnExists(ctx context.Context, name, column string) (bool, error) {
+	sch, table := splitName(name)
+	var n int
+	err := k.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.COLUMNS
+		WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? AND COLUMN_NAME = ?`, sch, table, column).Scan(&n)
+	return n > 0, err
+}
+
+// splitName splits a configured table name into its schema (nil: the connection's database)
+// and table, for information_schema queries.
+func splitName(name string) (schema any, table string) {
+	s, t, qualified := strings.Cut(name, ".")
+	if !qualified {
+		return nil, s
+	}
+	return s, t
 }
 
 // ErrOldDedupTable is returned (wrapped, with the statements to run) for a dedup table of the
@@ -54,11 +94,7 @@ var ErrOldDedupTable = errors.New("consumer: the dedup table has no handler colu
 // older kit gives ErrOldDedupTable with MigrationSQL in the message. It blocks on one query and
 // is safe for concurrent use.
 func (k *Kit) VerifyTables(ctx context.Context) error {
-	schema, table, qualified := strings.Cut(k.dedupName, ".")
-	var sch any = schema
-	if !qualified {
-		sch, table = nil, schema
-	}
+	sch, table := splitName(k.dedupName)
 	rows, err := k.db.QueryContext(ctx, `SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE
 		WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION`, sch, table)
 	if err != nil {

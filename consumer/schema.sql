@@ -24,9 +24,12 @@ CREATE TABLE IF NOT EXISTS `consumed_event` (
 -- Events the work rejected with a permanent error (their mark says REJECTED), and messages
 -- without a usable event_id (none, or longer than 255 bytes): what arrived and why it was not
 -- processed, for a person to look at. Columns are wide enough for any message, so that
--- quarantining never fails on the message's size (the error text is cut to 64 KiB).
+-- quarantining never fails on the message's size (the error text is cut to 64 KiB). handler
+-- (Options.Handler) says whose work refused it, for a table that several handlers share. It is
+-- NULL in rows of a kit before it (Kit.CreateTables adds the column to such a table).
 CREATE TABLE IF NOT EXISTS `quarantined_event` (
   id             BIGINT         NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  handler        VARBINARY(64)  NULL,
   event_id       LONGBLOB       NOT NULL,
   msg_id         VARCHAR(512)   NULL,
   topic          VARCHAR(512)   NULL,
