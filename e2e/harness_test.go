@@ -498,7 +498,7 @@ func header(r *kgo.Record, key string) string {
 	return ""
 }
 
-// tableIDsT is tableIDs failing t on an error.
+// tableIDsT is mariadb.EventIDs failing t on an error.
 func tableIDsT(t testing.TB, db *sql.DB, table string) map[string]bool {
 	t.Helper()
 	ids, err := mariadb.EventIDs(context.Background(), db, table)

@@ -257,7 +257,7 @@ func encodeBatch(codec kafkago.Compression, group []*batchReq, now time.Time) ([
 		defer putBuf(recs)
 	}
 	first, maxTS := int64(-1), int64(0)
-	k := 0
+	n := 0 // records so far: the next one's offset delta
 	for _, r := range group {
 		for _, i := range r.idx {
 			m := r.msgs[i]
@@ -267,10 +267,10 @@ func encodeBatch(codec kafkago.Compression, group []*batchReq, now time.Time) ([
 			}
 			maxTS = max(maxTS, ts)
 			d := ts - first
-			recs = binary.AppendVarint(recs, int64(recordBodySize(m, &d, k)))
+			recs = binary.AppendVarint(recs, int64(recordBodySize(m, &d, n)))
 			recs = append(recs, 0) // record attributes
 			recs = binary.AppendVarint(recs, d)
-			recs = binary.AppendVarint(recs, int64(k))
+			recs = binary.AppendVarint(recs, int64(n))
 			recs = appendNullBytes(recs, m.Key)
 			recs = appendNullBytes(recs, m.Value)
 			recs = binary.AppendVarint(recs, int64(len(m.Headers)))
@@ -279,10 +279,9 @@ func encodeBatch(codec kafkago.Compression, group []*batchReq, now time.Time) ([
 				recs = append(recs, h.Key...)
 				recs = appendNullBytes(recs, h.Value)
 			}
-			k++
+			n++
 		}
 	}
-	n := k
 	if codec == 0 {
 		buf = recs
 	} else {

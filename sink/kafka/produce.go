@@ -216,9 +216,7 @@ type batchReq struct {
 func earliest(g []*batchReq) time.Time {
 	d := g[0].deadline
 	for _, r := range g[1:] {
-		if r.deadline.Before(d) {
-			d = r.deadline
-		}
+		d = minTime(d, r.deadline)
 	}
 	return d
 }
